@@ -1,0 +1,188 @@
+//! Client address policy: CIDR sets compiled into prefix tries, the
+//! allow/deny decision, and the client IP as seen through trusted proxies.
+//!
+//! Owns [`CidrSet`] and [`AccessControl`]. Must not touch: I/O. Never fails
+//! open: an empty allow list means "allow all" only because the operator
+//! wrote it so, never because a source went away.
+
+use std::net::IpAddr;
+
+use http::HeaderMap;
+use ipnet::IpNet;
+use prefix_trie::joint::JointPrefixSet;
+
+/// A set of IPv4/IPv6 networks with O(prefix length) membership tests.
+#[derive(Clone, Debug, Default)]
+pub struct CidrSet {
+    set: JointPrefixSet<IpNet>,
+    len: usize,
+}
+
+impl CidrSet {
+    pub fn new(nets: &[IpNet]) -> CidrSet {
+        let mut set = JointPrefixSet::new();
+        for n in nets {
+            set.insert(n.trunc());
+        }
+        CidrSet {
+            set,
+            len: nets.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Is `ip` inside any network of the set?
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.len != 0 && self.set.get_spm(&IpNet::from(ip)).is_some()
+    }
+}
+
+/// The compiled `access:` section.
+#[derive(Clone, Debug, Default)]
+pub struct AccessControl {
+    allow: CidrSet,
+    deny: CidrSet,
+    trusted: CidrSet,
+}
+
+impl AccessControl {
+    pub fn new(allow: &[IpNet], deny: &[IpNet], trusted: &[IpNet]) -> AccessControl {
+        AccessControl {
+            allow: CidrSet::new(allow),
+            deny: CidrSet::new(deny),
+            trusted: CidrSet::new(trusted),
+        }
+    }
+
+    /// Deny wins over allow; an empty allow list allows everyone not denied.
+    pub fn permits(&self, ip: IpAddr) -> bool {
+        !self.deny.contains(ip) && (self.allow.is_empty() || self.allow.contains(ip))
+    }
+
+    /// The client's address: the peer, unless the peer is a trusted proxy,
+    /// in which case `X-Forwarded-For` is walked from the right, skipping
+    /// trusted proxies; the first untrusted hop is the client. `Forwarded:
+    /// for=` is used the same way when `X-Forwarded-For` is absent.
+    pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        if self.trusted.is_empty() || !self.trusted.contains(peer) {
+            return peer;
+        }
+        let mut client = peer;
+        let mut walk = |value: &str, forwarded: bool| -> bool {
+            for hop in value.rsplit(',') {
+                let hop = hop.trim();
+                let hop = if forwarded {
+                    match forwarded_for(hop) {
+                        Some(h) => h,
+                        None => continue,
+                    }
+                } else {
+                    hop
+                };
+                match parse_hop_ip(hop) {
+                    Some(ip) => {
+                        client = ip;
+                        if !self.trusted.contains(ip) {
+                            return true;
+                        }
+                    }
+                    None => return true,
+                }
+            }
+            false
+        };
+        let xff = headers.get_all("x-forwarded-for");
+        if xff.iter().next().is_some() {
+            let values: Vec<&str> = xff.iter().filter_map(|v| v.to_str().ok()).collect();
+            for v in values.iter().rev() {
+                if walk(v, false) {
+                    break;
+                }
+            }
+        } else {
+            let fwd: Vec<&str> = headers
+                .get_all("forwarded")
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .collect();
+            for v in fwd.iter().rev() {
+                if walk(v, true) {
+                    break;
+                }
+            }
+        }
+        client
+    }
+}
+
+/// `for=` of one `Forwarded` element (`for=1.2.3.4;proto=http`).
+fn forwarded_for(element: &str) -> Option<&str> {
+    element.split(';').find_map(|kv| {
+        let (k, v) = kv.trim().split_once('=')?;
+        k.eq_ignore_ascii_case("for").then(|| v.trim_matches('"'))
+    })
+}
+
+/// An IP from an XFF/Forwarded hop: `1.2.3.4`, `1.2.3.4:5678`, `[::1]:80`, `::1`.
+fn parse_hop_ip(hop: &str) -> Option<IpAddr> {
+    if let Ok(ip) = hop.parse() {
+        return Some(ip);
+    }
+    if let Some(rest) = hop.strip_prefix('[') {
+        return rest.split(']').next()?.parse().ok();
+    }
+    hop.rsplit_once(':').and_then(|(h, _)| h.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn nets(s: &[&str]) -> Vec<IpNet> {
+        s.iter().map(|n| n.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn cidr_membership() {
+        let s = CidrSet::new(&nets(&["10.0.0.0/8", "192.168.1.0/24", "fd00::/8"]));
+        assert!(s.contains("10.1.2.3".parse().unwrap()));
+        assert!(s.contains("192.168.1.200".parse().unwrap()));
+        assert!(!s.contains("192.168.2.1".parse().unwrap()));
+        assert!(s.contains("fd12::1".parse().unwrap()));
+        assert!(!s.contains("::1".parse().unwrap()));
+        assert!(!CidrSet::new(&[]).contains("10.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn allow_deny() {
+        let a = AccessControl::new(&nets(&["10.0.0.0/8"]), &nets(&["10.9.0.0/16"]), &[]);
+        assert!(a.permits("10.1.1.1".parse().unwrap()));
+        assert!(!a.permits("10.9.1.1".parse().unwrap()));
+        assert!(!a.permits("11.0.0.1".parse().unwrap()));
+        let open = AccessControl::new(&[], &nets(&["1.2.3.4/32"]), &[]);
+        assert!(open.permits("8.8.8.8".parse().unwrap()));
+        assert!(!open.permits("1.2.3.4".parse().unwrap()));
+    }
+
+    #[test]
+    fn client_ip_through_trusted_proxies() {
+        let a = AccessControl::new(&[], &[], &nets(&["127.0.0.0/8", "10.0.0.0/8"]));
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_static("203.0.113.7, 10.0.0.2"));
+        let peer: IpAddr = "127.0.0.1".parse().unwrap();
+        assert_eq!(a.client_ip(peer, &h), "203.0.113.7".parse::<IpAddr>().unwrap());
+        // an untrusted peer's XFF is ignored
+        let untrusted: IpAddr = "198.51.100.1".parse().unwrap();
+        assert_eq!(a.client_ip(untrusted, &h), untrusted);
+        // spoofed left-most entries behind an untrusted hop are not believed
+        h.insert("x-forwarded-for", HeaderValue::from_static("1.1.1.1, 198.51.100.9, 10.0.0.2"));
+        assert_eq!(a.client_ip(peer, &h), "198.51.100.9".parse::<IpAddr>().unwrap());
+        let mut f = HeaderMap::new();
+        f.insert("forwarded", HeaderValue::from_static("for=\"[2001:db8::1]:4711\";proto=https"));
+        assert_eq!(a.client_ip(peer, &f), "2001:db8::1".parse::<IpAddr>().unwrap());
+    }
+}

@@ -1,0 +1,307 @@
+//! Configuration in three stages: [`raw`] (serde, exactly as written) →
+//! [`validate`] (every error at once, each with its field path) → the typed
+//! [`Config`] below, which [`crate::snapshot::Snapshot::compile`] turns into
+//! the runtime form.
+//!
+//! Owns: the document schema, parsing of YAML/JSON text, validation rules and
+//! the embedded default. Must not touch: files, sockets, live node state.
+
+pub mod raw;
+pub mod validate;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+pub use raw::RawConfig;
+pub use validate::validate;
+
+use crate::route::MatchSpec;
+
+/// One configuration problem, named by its field path
+/// (`routes[2].service: unknown service "apii"`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// The text format of a configuration document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Yaml,
+    Json,
+}
+
+/// Parses a document into the raw stage. Structural errors (unknown field,
+/// wrong type, bad syntax) come back with the path where they happened.
+pub fn parse(text: &str, format: Format) -> Result<RawConfig, ConfigError> {
+    match format {
+        Format::Yaml => {
+            if text.trim().is_empty() {
+                return Err(ConfigError::new("", "the configuration document is empty"));
+            }
+            let de = serde_yaml_ng::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(de).map_err(|e| {
+                let path = clean_path(&e.path().to_string());
+                let inner = e.into_inner();
+                let mut msg = inner.to_string();
+                if let Some(loc) = inner.location() {
+                    if !msg.contains("line ") {
+                        msg = format!("{msg} (line {}, column {})", loc.line(), loc.column());
+                    }
+                }
+                ConfigError::new(path, msg)
+            })
+        }
+        Format::Json => {
+            let mut de = serde_json::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(&mut de).map_err(|e| {
+                let path = clean_path(&e.path().to_string());
+                ConfigError::new(path, e.into_inner().to_string())
+            })
+        }
+    }
+}
+
+/// Guesses the format of a document: JSON if it starts with `{`.
+pub fn sniff_format(text: &str) -> Format {
+    if text.trim_start().starts_with('{') {
+        Format::Json
+    } else {
+        Format::Yaml
+    }
+}
+
+/// Parses and validates a document in one go.
+pub fn load(text: &str, format: Format) -> Result<Config, Vec<ConfigError>> {
+    let raw = parse(text, format).map_err(|e| vec![e])?;
+    validate(&raw)
+}
+
+fn clean_path(p: &str) -> String {
+    if p == "." {
+        String::new()
+    } else {
+        p.to_owned()
+    }
+}
+
+/// The configuration the gateway runs when given none: one public listener,
+/// the admin listener, and a `demo` service of two local nodes (the ones
+/// `hopgate backend` and `hopgate demo` start).
+pub const EMBEDDED_DEFAULT: &str = r#"
+listeners:
+  - name: public
+    address: 127.0.0.1:8080
+admin:
+  address: 127.0.0.1:9901
+services:
+  - name: demo
+    lb: smooth_wrr
+    nodes:
+      - { id: node-1, address: 127.0.0.1:8081, version: v1, weight: 100 }
+      - { id: node-2, address: 127.0.0.1:8082, version: v1, weight: 100 }
+routes:
+  - id: default
+    match: { path_prefix: / }
+    service: demo
+"#;
+
+// ----- stage two: the validated, typed configuration -----
+
+/// A validated configuration: every value parsed and in range.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The document this came from (serialised back by the admin API).
+    pub raw: RawConfig,
+    pub listeners: Vec<ListenerConfig>,
+    pub admin: AdminConfig,
+    pub services: Vec<ServiceConfig>,
+    pub routes: Vec<RouteConfig>,
+    pub access: AccessConfig,
+    pub timeouts: Timeouts,
+    pub limits: Limits,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenerConfig {
+    pub name: String,
+    pub address: SocketAddr,
+    pub debug_headers: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdminConfig {
+    pub address: SocketAddr,
+    pub token_env: Option<String>,
+}
+
+/// Load-balancing policy of a service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LbPolicy {
+    WrrRing,
+    SmoothWrr,
+    Random,
+    P2c,
+    Hash,
+}
+
+impl LbPolicy {
+    pub fn parse(s: &str) -> Option<LbPolicy> {
+        Some(match s {
+            "wrr_ring" => LbPolicy::WrrRing,
+            "smooth_wrr" => LbPolicy::SmoothWrr,
+            "random" => LbPolicy::Random,
+            "p2c" => LbPolicy::P2c,
+            "hash" => LbPolicy::Hash,
+            _ => return None,
+        })
+    }
+}
+
+/// What `lb: hash` hashes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HashOn {
+    Header(http::HeaderName),
+    Cookie(String),
+    SourceIp,
+}
+
+/// Protocol spoken to a service's nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpstreamProtocol {
+    Http1,
+    /// HTTP/2 with prior knowledge (h2c), as gRPC backends expect.
+    Http2,
+}
+
+#[derive(Clone, Debug)]
+pub struct ServiceConfig {
+    pub name: String,
+    pub lb: LbPolicy,
+    /// Present exactly when `lb` is [`LbPolicy::Hash`].
+    pub hash_on: Option<HashOn>,
+    pub protocol: UpstreamProtocol,
+    pub pool: PoolConfig,
+    pub nodes: Vec<NodeConfig>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    pub max_idle: usize,
+    pub idle_timeout: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeConfig {
+    pub id: String,
+    pub address: SocketAddr,
+    /// Empty when the node has no version.
+    pub version: String,
+    /// 1..=10_000.
+    pub weight: u32,
+    pub zone: Option<String>,
+}
+
+/// What a rule sends traffic to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Any node of the service.
+    Service,
+    /// Nodes of one version.
+    Version(String),
+    /// A weighted split between versions (canary); weights are > 0.
+    Split(Vec<(String, u32)>),
+}
+
+#[derive(Clone, Debug)]
+pub struct RouteConfig {
+    pub id: String,
+    pub priority: i32,
+    pub matcher: MatchSpec,
+    /// Index into [`Config::services`].
+    pub service: usize,
+    pub target: Target,
+    pub strict_version: bool,
+    pub enabled: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct AccessConfig {
+    pub allow: Vec<IpNet>,
+    pub deny: Vec<IpNet>,
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    pub connect: Duration,
+    /// Until the upstream's response head arrives.
+    pub request: Duration,
+    /// Idle client keep-alive connections and idle pooled upstream connections.
+    pub idle: Duration,
+    /// Reading a client's request head (slowloris guard).
+    pub header_read: Duration,
+    /// Graceful shutdown: how long in-flight requests may take to finish.
+    pub shutdown: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(1),
+            request: Duration::from_secs(30),
+            idle: Duration::from_secs(60),
+            header_read: Duration::from_secs(10),
+            shutdown: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    pub max_uri_bytes: usize,
+    pub max_body_bytes: u64,
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_header_bytes: 16 << 10,
+            max_headers: 100,
+            max_uri_bytes: 8 << 10,
+            max_body_bytes: 10 << 20,
+            max_connections: 10_000,
+        }
+    }
+}
+
+/// Default idle connections kept per node.
+pub const DEFAULT_POOL_MAX_IDLE: usize = 64;
+/// Default node weight.
+pub const DEFAULT_WEIGHT: u32 = 100;

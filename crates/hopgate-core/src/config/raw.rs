@@ -1,0 +1,257 @@
+//! Stage one: the configuration document exactly as written (SPEC §14).
+//!
+//! Every struct denies unknown fields so a typo is an error naming its path,
+//! not a silently ignored line. Durations, sizes and CIDRs stay text here;
+//! [`super::validate`] parses them so that *all* their errors can be reported
+//! at once, each with its field path.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// A scalar kept as text (`2s`, `64KiB`, `10`): YAML may write it as a string
+/// or a number; validation decides what it means.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Text(pub String);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Text;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or a number")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Text, E> {
+                Ok(Text(v.to_owned()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Text, E> {
+                Ok(Text(v.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Text, E> {
+                Ok(Text(v.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Text, E> {
+                Ok(Text(v.to_string()))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Text, E> {
+                Ok(Text(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl From<&str> for Text {
+    fn from(s: &str) -> Self {
+        Text(s.to_owned())
+    }
+}
+
+/// The whole configuration document.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub listeners: Vec<RawListener>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin: Option<RawAdmin>,
+    #[serde(default)]
+    pub services: Vec<RawService>,
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<RawAccess>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<RawTimeouts>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<RawLimits>,
+}
+
+/// An address clients connect to.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListener {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub address: String,
+    /// Return `X-Upstream-Addr` and `X-Route-Rule-Id` to clients too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub debug_headers: bool,
+}
+
+/// The admin listener.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    #[serde(default)]
+    pub address: String,
+    /// Environment variable holding the bearer token (required off loopback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_env: Option<String>,
+}
+
+/// A named set of nodes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawService {
+    #[serde(default)]
+    pub name: String,
+    /// `wrr_ring | smooth_wrr | random | p2c | hash` (default `smooth_wrr`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lb: Option<String>,
+    /// What `lb: hash` hashes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_on: Option<RawHashOn>,
+    /// Upstream protocol: `http1` (default) or `http2` (h2c prior knowledge, for gRPC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// Per-node connection pool tuning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<RawPool>,
+    #[serde(default)]
+    pub nodes: Vec<RawNode>,
+}
+
+/// Key for consistent hashing: exactly one of the fields.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHashOn {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_ip: Option<bool>,
+}
+
+/// Upstream connection pool settings of a service.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPool {
+    /// Idle keep-alive connections kept per node (default 64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_idle: Option<Text>,
+    /// How long an idle pooled connection is kept (default: `timeouts.idle`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<Text>,
+}
+
+/// One backend instance.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNode {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub address: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A routing rule.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Text>,
+    #[serde(default, rename = "match")]
+    pub matches: RawMatch,
+    #[serde(default)]
+    pub service: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Vec<RawSplit>>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strict_version: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+}
+
+/// Match conditions of a rule; every present condition must hold.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMatch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_prefix: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_regex: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub query: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub source_cidrs: Vec<String>,
+}
+
+/// One arm of a weighted version split.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSplit {
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub weight: Option<Text>,
+}
+
+/// Client IP access control.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAccess {
+    #[serde(default)]
+    pub allow_cidrs: Vec<String>,
+    #[serde(default)]
+    pub deny_cidrs: Vec<String>,
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+}
+
+/// Timeouts (durations).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTimeouts {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header_read: Option<Text>,
+    /// How long shutdown waits for in-flight requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shutdown: Option<Text>,
+}
+
+/// Request limits.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_header_bytes: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_headers: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_uri_bytes: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_body_bytes: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<Text>,
+}

@@ -1,0 +1,165 @@
+//! The error vocabulary of the data plane: what went wrong, whose fault it
+//! was, and whether the request may be tried again elsewhere.
+//!
+//! Owns [`ProxyError`] and [`ErrorKind`]. The single mapping from a kind to a
+//! status code lives here too ([`ErrorKind::status`]) so every component
+//! answers the same way. Must not touch: I/O.
+
+use std::fmt;
+
+/// Who caused an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The client sent something we refuse.
+    Downstream,
+    /// The backend failed.
+    Upstream,
+    /// hopgate itself (config, no route, shutting down).
+    Gateway,
+}
+
+/// What happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// No rule matched the request.
+    NoRoute,
+    /// The client IP is not allowed.
+    Forbidden,
+    /// The route's service has no node able to take the request.
+    NoLiveNode,
+    /// Connecting to the backend failed (refused, unreachable). Not sent.
+    ConnectFailed,
+    /// Connecting to the backend took longer than `timeouts.connect`. Not sent.
+    ConnectTimeout,
+    /// A pooled connection was found dead before the request was written. Not sent.
+    ConnectionLost,
+    /// The request was sent but the backend closed or reset before answering.
+    UpstreamReset,
+    /// The backend did not answer within `timeouts.request`.
+    UpstreamTimeout,
+    /// The backend answered with something that is not HTTP.
+    UpstreamProtocol,
+    /// Request head larger than `limits.max_header_bytes` or too many headers.
+    HeadersTooLarge,
+    /// Request URI longer than `limits.max_uri_bytes`.
+    UriTooLong,
+    /// Request body larger than `limits.max_body_bytes`.
+    BodyTooLarge,
+    /// The request is malformed (bad Host, bad URI).
+    BadRequest,
+    /// hopgate is shutting down.
+    ShuttingDown,
+}
+
+impl ErrorKind {
+    /// The HTTP status a client gets for this kind.
+    pub fn status(self) -> u16 {
+        match self {
+            ErrorKind::NoRoute => 404,
+            ErrorKind::Forbidden => 403,
+            ErrorKind::NoLiveNode | ErrorKind::ShuttingDown => 503,
+            ErrorKind::ConnectFailed
+            | ErrorKind::ConnectionLost
+            | ErrorKind::UpstreamReset
+            | ErrorKind::UpstreamProtocol => 502,
+            ErrorKind::ConnectTimeout | ErrorKind::UpstreamTimeout => 504,
+            ErrorKind::HeadersTooLarge => 431,
+            ErrorKind::UriTooLong => 414,
+            ErrorKind::BodyTooLarge => 413,
+            ErrorKind::BadRequest => 400,
+        }
+    }
+
+    pub fn side(self) -> Side {
+        match self {
+            ErrorKind::NoRoute | ErrorKind::NoLiveNode | ErrorKind::ShuttingDown => Side::Gateway,
+            ErrorKind::Forbidden
+            | ErrorKind::HeadersTooLarge
+            | ErrorKind::UriTooLong
+            | ErrorKind::BodyTooLarge
+            | ErrorKind::BadRequest => Side::Downstream,
+            _ => Side::Upstream,
+        }
+    }
+
+    /// True when the request never reached the backend, so any request may
+    /// be retried on another node without risk of running twice.
+    pub fn not_sent(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::ConnectFailed | ErrorKind::ConnectTimeout | ErrorKind::ConnectionLost
+        )
+    }
+
+    /// A short, stable reason phrase (used in bodies, logs and metrics).
+    pub fn reason(self) -> &'static str {
+        match self {
+            ErrorKind::NoRoute => "no route matches this request",
+            ErrorKind::Forbidden => "client address not allowed",
+            ErrorKind::NoLiveNode => "no live node for this route",
+            ErrorKind::ConnectFailed => "could not connect to the backend",
+            ErrorKind::ConnectTimeout => "timed out connecting to the backend",
+            ErrorKind::ConnectionLost => "backend connection lost before the request was sent",
+            ErrorKind::UpstreamReset => "backend closed the connection without answering",
+            ErrorKind::UpstreamTimeout => "backend did not answer in time",
+            ErrorKind::UpstreamProtocol => "backend sent an invalid response",
+            ErrorKind::HeadersTooLarge => "request headers too large",
+            ErrorKind::UriTooLong => "request URI too long",
+            ErrorKind::BodyTooLarge => "request body too large",
+            ErrorKind::BadRequest => "malformed request",
+            ErrorKind::ShuttingDown => "gateway is shutting down",
+        }
+    }
+
+    /// A label for metrics and access logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorKind::NoRoute => "no_route",
+            ErrorKind::Forbidden => "forbidden",
+            ErrorKind::NoLiveNode => "no_live_node",
+            ErrorKind::ConnectFailed => "connect_failed",
+            ErrorKind::ConnectTimeout => "connect_timeout",
+            ErrorKind::ConnectionLost => "connection_lost",
+            ErrorKind::UpstreamReset => "upstream_reset",
+            ErrorKind::UpstreamTimeout => "upstream_timeout",
+            ErrorKind::UpstreamProtocol => "upstream_protocol",
+            ErrorKind::HeadersTooLarge => "headers_too_large",
+            ErrorKind::UriTooLong => "uri_too_long",
+            ErrorKind::BodyTooLarge => "body_too_large",
+            ErrorKind::BadRequest => "bad_request",
+            ErrorKind::ShuttingDown => "shutting_down",
+        }
+    }
+}
+
+/// An error on the request path, with context for logs.
+#[derive(Debug)]
+pub struct ProxyError {
+    pub kind: ErrorKind,
+    /// Extra detail for logs (never sent to clients: it may name internals).
+    pub detail: Option<String>,
+}
+
+impl ProxyError {
+    pub fn new(kind: ErrorKind) -> Self {
+        ProxyError { kind, detail: None }
+    }
+
+    pub fn with_detail(kind: ErrorKind, detail: impl fmt::Display) -> Self {
+        ProxyError {
+            kind,
+            detail: Some(detail.to_string()),
+        }
+    }
+}
+
+impl fmt::Display for ProxyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.detail {
+            Some(d) => write!(f, "{}: {d}", self.kind.reason()),
+            None => f.write_str(self.kind.reason()),
+        }
+    }
+}
+
+impl std::error::Error for ProxyError {}

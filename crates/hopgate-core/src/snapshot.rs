@@ -1,0 +1,311 @@
+//! The snapshot: the immutable, precompiled runtime form of one config.
+//!
+//! Owns compilation ([`Snapshot::compile`]) and the per-request target
+//! selection that needs nothing but the snapshot and node state
+//! ([`Snapshot::select`]). A request loads one snapshot and keeps it until it
+//! ends, so everything it needs — routes, services, balancers, CIDR sets,
+//! prebuilt header values — lives here, behind one atomic pointer held by
+//! the control plane.
+//!
+//! Must not touch: I/O, the swap itself (the control plane owns the single
+//! writer), live state other than through [`NodeState`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::HeaderValue;
+
+use crate::access::AccessControl;
+use crate::balance::{Balancer, Member, PickCtx};
+use crate::config::{Config, HashOn, PoolConfig, Target, UpstreamProtocol};
+use crate::node::{NodeRegistry, NodeState};
+use crate::route::{Router, RuleSpec};
+
+/// Compiled form of a whole configuration.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Monotonic version assigned by the control plane.
+    pub version: u64,
+    pub config: Arc<Config>,
+    pub router: Router,
+    /// Indexed like `config.routes` (and the router's rule indices).
+    pub routes: Vec<CompiledRoute>,
+    pub services: Vec<CompiledService>,
+    pub access: AccessControl,
+}
+
+#[derive(Debug)]
+pub struct CompiledRoute {
+    pub id: String,
+    /// `id` as a header value, built once.
+    pub id_header: HeaderValue,
+    pub service: usize,
+    pub target: CompiledTarget,
+    pub strict_version: bool,
+}
+
+/// A rule's target, resolved to group indices of its service.
+#[derive(Debug)]
+pub enum CompiledTarget {
+    /// The service's `all` group.
+    All,
+    /// One version group.
+    Version(usize),
+    /// Weighted version groups: `(group, cumulative weight)`; `total` is the sum.
+    Split { arms: Vec<(usize, u32)>, total: u32 },
+}
+
+#[derive(Debug)]
+pub struct CompiledService {
+    pub name: String,
+    pub protocol: UpstreamProtocol,
+    pub pool: PoolConfig,
+    pub hash_on: Option<HashOn>,
+    pub nodes: Vec<CompiledNode>,
+    /// Every node of the service.
+    pub all: Group,
+    /// One group per distinct version, in first-seen order.
+    pub versions: Vec<Group>,
+}
+
+/// A set of nodes balanced together.
+#[derive(Debug)]
+pub struct Group {
+    /// The version name (empty for `all`).
+    pub name: String,
+    /// Member `i` of the balancer is `nodes[i]` of the service.
+    pub nodes: Vec<usize>,
+    pub balancer: Balancer,
+}
+
+#[derive(Debug)]
+pub struct CompiledNode {
+    pub id: String,
+    pub address: SocketAddr,
+    /// `address` as a header value (`X-Upstream-Addr`), built once.
+    pub address_header: HeaderValue,
+    /// `address` as an URI authority, built once.
+    pub authority: http::uri::Authority,
+    pub version: String,
+    pub weight: u32,
+    pub state: Arc<NodeState>,
+}
+
+/// The outcome of [`Snapshot::select`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Selection {
+    pub service: usize,
+    pub group: GroupRef,
+    /// True when the rule's version had no live node and the service's other
+    /// versions were used instead.
+    pub fell_back: bool,
+}
+
+/// Which group of a service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupRef {
+    All,
+    Version(usize),
+}
+
+impl CompiledService {
+    pub fn group(&self, g: GroupRef) -> &Group {
+        match g {
+            GroupRef::All => &self.all,
+            GroupRef::Version(i) => &self.versions[i],
+        }
+    }
+
+    /// Picks a node of group `g`, returning the service-level node index.
+    /// `exclude` holds service-level node indices already tried.
+    pub fn pick(&self, g: GroupRef, now_ms: u64, hash: Option<u64>, exclude: &[usize]) -> Option<usize> {
+        let group = self.group(g);
+        // Translate service-level exclusions into group member indices
+        // without allocating: groups rarely exceed a few dozen nodes.
+        let mut local = [0usize; 16];
+        let mut n = 0;
+        for &e in exclude {
+            if let Some(pos) = group.nodes.iter().position(|&x| x == e) {
+                if n < local.len() {
+                    local[n] = pos;
+                    n += 1;
+                }
+            }
+        }
+        let ctx = PickCtx {
+            now_ms,
+            hash,
+            exclude: &local[..n],
+        };
+        group.balancer.pick(&ctx).map(|m| group.nodes[m])
+    }
+}
+
+impl Snapshot {
+    /// Compiles a validated config. Node states come from `registry` (so they
+    /// outlive this snapshot); balancer counters are carried over from
+    /// `previous` for groups whose membership did not change.
+    pub fn compile(
+        config: Arc<Config>,
+        version: u64,
+        registry: &NodeRegistry,
+        previous: Option<&Snapshot>,
+    ) -> Snapshot {
+        let services: Vec<CompiledService> = config
+            .services
+            .iter()
+            .map(|svc| {
+                let prev = previous.and_then(|p| p.services.iter().find(|s| s.name == svc.name));
+                let nodes: Vec<CompiledNode> = svc
+                    .nodes
+                    .iter()
+                    .map(|n| {
+                        let addr = n.address.to_string();
+                        CompiledNode {
+                            id: n.id.clone(),
+                            address: n.address,
+                            address_header: HeaderValue::from_str(&addr)
+                                .expect("a socket address is a valid header value"),
+                            authority: addr.parse().expect("a socket address is a valid authority"),
+                            version: n.version.clone(),
+                            weight: n.weight,
+                            state: registry.get_or_create(&svc.name, &n.id),
+                        }
+                    })
+                    .collect();
+                let make_group = |name: &str, idx: Vec<usize>, prev_group: Option<&Group>| {
+                    let members: Vec<Member> = idx
+                        .iter()
+                        .map(|&i| Member {
+                            state: Arc::clone(&nodes[i].state),
+                            weight: nodes[i].weight,
+                        })
+                        .collect();
+                    let same = prev_group.filter(|g| {
+                        g.balancer.members().len() == members.len()
+                            && g.balancer.members().iter().zip(&members).all(|(a, b)| {
+                                Arc::ptr_eq(&a.state, &b.state) && a.weight == b.weight
+                            })
+                    });
+                    Group {
+                        name: name.to_owned(),
+                        balancer: Balancer::build(svc.lb, members, same.map(|g| &g.balancer)),
+                        nodes: idx,
+                    }
+                };
+                let all = make_group("", (0..nodes.len()).collect(), prev.map(|p| &p.all));
+                let mut names: Vec<&str> = Vec::new();
+                for n in &svc.nodes {
+                    if !n.version.is_empty() && !names.contains(&n.version.as_str()) {
+                        names.push(&n.version);
+                    }
+                }
+                let versions = names
+                    .iter()
+                    .map(|v| {
+                        let idx = (0..nodes.len()).filter(|&i| nodes[i].version == *v).collect();
+                        let pg = prev.and_then(|p| p.versions.iter().find(|g| g.name == *v));
+                        make_group(v, idx, pg)
+                    })
+                    .collect();
+                CompiledService {
+                    name: svc.name.clone(),
+                    protocol: svc.protocol,
+                    pool: svc.pool,
+                    hash_on: svc.hash_on.clone(),
+                    nodes,
+                    all,
+                    versions,
+                }
+            })
+            .collect();
+
+        let routes = config
+            .routes
+            .iter()
+            .map(|r| {
+                let svc = &services[r.service];
+                let group_of = |v: &str| svc.versions.iter().position(|g| g.name == v);
+                let target = match &r.target {
+                    Target::Service => CompiledTarget::All,
+                    // Validation guarantees the version exists in the service.
+                    Target::Version(v) => group_of(v).map_or(CompiledTarget::All, CompiledTarget::Version),
+                    Target::Split(arms) => {
+                        let mut total = 0u32;
+                        let arms = arms
+                            .iter()
+                            .filter_map(|(v, w)| {
+                                total += *w;
+                                group_of(v).map(|g| (g, total))
+                            })
+                            .collect();
+                        CompiledTarget::Split { arms, total }
+                    }
+                };
+                CompiledRoute {
+                    id: r.id.clone(),
+                    id_header: HeaderValue::from_str(&r.id)
+                        .unwrap_or_else(|_| HeaderValue::from_static("invalid")),
+                    service: r.service,
+                    target,
+                    strict_version: r.strict_version,
+                }
+            })
+            .collect();
+
+        let router = Router::build(
+            config
+                .routes
+                .iter()
+                .map(|r| RuleSpec {
+                    matcher: r.matcher.clone(),
+                    priority: r.priority,
+                    enabled: r.enabled,
+                })
+                .collect(),
+        );
+        let access = AccessControl::new(
+            &config.access.allow,
+            &config.access.deny,
+            &config.access.trusted_proxies,
+        );
+        Snapshot {
+            version,
+            config,
+            router,
+            routes,
+            services,
+            access,
+        }
+    }
+
+    /// Resolves a matched route to the group to balance over. `roll` is a
+    /// uniformly random number used for weighted splits. When the chosen
+    /// version group has no available node and the rule is not
+    /// `strict_version`, the service's `all` group is used (`fell_back`).
+    pub fn select(&self, route: usize, roll: u32, now_ms: u64) -> Selection {
+        let r = &self.routes[route];
+        let svc = &self.services[r.service];
+        let wanted = match &r.target {
+            CompiledTarget::All => GroupRef::All,
+            CompiledTarget::Version(g) => GroupRef::Version(*g),
+            CompiledTarget::Split { arms, total } => {
+                if *total == 0 || arms.is_empty() {
+                    GroupRef::All
+                } else {
+                    let x = roll % *total;
+                    let g = arms.iter().find(|(_, cum)| x < *cum).map_or(arms[0].0, |a| a.0);
+                    GroupRef::Version(g)
+                }
+            }
+        };
+        let fell_back = wanted != GroupRef::All
+            && !r.strict_version
+            && !svc.group(wanted).balancer.has_available(now_ms);
+        Selection {
+            service: r.service,
+            group: if fell_back { GroupRef::All } else { wanted },
+            fell_back,
+        }
+    }
+}
