@@ -36,7 +36,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if !secs.is_finite() || secs > 10.0 * 365.0 * 86400.0 {
         return Err(format!("duration {text:?} is too large"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(Duration::from_nanos((secs * 1e9).round() as u64))
 }
 
 /// Parses a size such as `64KiB`, `10MiB`, `1GiB`, `16KB` (decimal) or a bare
@@ -73,8 +73,8 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// Formats a duration the way config files write them (`250ms`, `2s`).
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 == 0 {
-        format!("{}s", ms / 1000)
+    if d.as_nanos() % 1_000_000_000 == 0 {
+        format!("{}s", d.as_secs())
     } else if d.as_nanos() % 1_000_000 == 0 {
         format!("{ms}ms")
     } else {
