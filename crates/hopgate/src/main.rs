@@ -1,1 +1,189 @@
-fn main() {}
+//! The `hopgate` binary: command line, wiring and signals.
+//!
+//! Owns process concerns only — parsing arguments, building the runtime,
+//! logging setup, and turning signals into shutdown and reload. The gateway
+//! itself lives in the library crates; `anyhow` is used here and nowhere
+//! else.
+
+mod backend;
+mod demo;
+mod gateway;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use hopgate_core::config::{self, Format};
+
+/// hopgate: a zero-downtime HTTP gateway.
+#[derive(Parser, Debug)]
+#[command(name = "hopgate", version, about, long_about = None)]
+struct Cli {
+    /// Log format for the event and access logs.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the gateway.
+    Run(RunArgs),
+    /// Check a config file offline: exit 0 when valid, else print every error
+    /// with its field path and exit 1.
+    Validate {
+        /// The config file (YAML, or JSON when it ends in .json).
+        file: PathBuf,
+    },
+    /// Start demo backends and the gateway in front of them, on loopback.
+    Demo(demo::DemoArgs),
+    /// A small demo/test backend (not a product feature).
+    Backend(backend::BackendArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Config file. Without it: ./hopgate.yaml if present, else the
+    /// embedded default (listener 127.0.0.1:8080, admin 127.0.0.1:9901).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match cli.command {
+        Command::Validate { file } => validate(&file),
+        Command::Run(args) => block_on(run(args)),
+        Command::Demo(args) => block_on(demo::run(args)),
+        Command::Backend(args) => block_on(backend::run(args)),
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+/// Builds the runtime: `HOPGATE_WORKER_THREADS` (or `TOKIO_WORKER_THREADS`)
+/// worker threads, else one per core.
+fn block_on(fut: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
+    let threads = ["HOPGATE_WORKER_THREADS", "TOKIO_WORKER_THREADS"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok())
+        .filter(|n| *n > 0);
+    let mut builder = if threads == Some(1) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        if let Some(n) = threads {
+            b.worker_threads(n);
+        }
+        b
+    };
+    let rt = match builder.enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("hopgate: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(fut) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hopgate: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn format_of(path: &Path) -> Format {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("json") => Format::Json,
+        _ => Format::Yaml,
+    }
+}
+
+fn validate(file: &Path) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{}: cannot read: {e}", file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    match config::load(&text, format_of(file)) {
+        Ok(cfg) => {
+            println!(
+                "{}: ok ({} listeners, {} services, {} routes)",
+                file.display(),
+                cfg.listeners.len(),
+                cfg.services.len(),
+                cfg.routes.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("{}: {e}", file.display());
+            }
+            eprintln!("{}: {} error(s)", file.display(), errors.len());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let (text, format, source, path) = match args.config {
+        Some(p) => {
+            let text = std::fs::read_to_string(&p)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?;
+            let f = format_of(&p);
+            (text, f, hopgate_control::Source::File(p.display().to_string()), Some(p))
+        }
+        None if Path::new("hopgate.yaml").exists() => {
+            let p = PathBuf::from("hopgate.yaml");
+            let text = std::fs::read_to_string(&p)?;
+            (text, Format::Yaml, hopgate_control::Source::File("hopgate.yaml".into()), Some(p))
+        }
+        None => {
+            tracing::info!("no --config and no ./hopgate.yaml: using the embedded default");
+            (
+                config::EMBEDDED_DEFAULT.to_owned(),
+                Format::Yaml,
+                hopgate_control::Source::Embedded,
+                None,
+            )
+        }
+    };
+    let cfg = match config::load(&text, format) {
+        Ok(c) => c,
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("config error: {e}");
+            }
+            anyhow::bail!("the config has {} error(s); not starting", errors.len());
+        }
+    };
+    let gw = gateway::Gateway::start(cfg, source, path).await?;
+    gw.print_ready();
+    gateway::wait_for_signals(&gw).await;
+    gw.shutdown().await;
+    Ok(())
+}

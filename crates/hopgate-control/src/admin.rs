@@ -1,0 +1,272 @@
+//! The admin API, on its own listener (loopback by default).
+//!
+//! Owns the HTTP surface operators and tests use: gateway health
+//! (`/livez`, `/readyz`), config read/apply/versions/rollback, node state and
+//! drain/undrain. Answers JSON; errors as `{"errors":[{"path","message"}]}`.
+//! When a token is configured every request needs `Authorization: Bearer`.
+//!
+//! Must not touch: the request path, and never the snapshot directly —
+//! changes go through [`Control`]'s single writer.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use hopgate_core::config::{sniff_format, ConfigError, Format};
+use hopgate_proxy::pool::Pool;
+
+use crate::control::{Control, Source};
+
+/// Largest config document the admin API accepts.
+const MAX_CONFIG_BYTES: usize = 10 << 20;
+
+/// State the admin handlers share.
+pub struct Admin {
+    control: Arc<Control>,
+    token: Option<String>,
+    ready: AtomicBool,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin").finish_non_exhaustive()
+    }
+}
+
+impl Admin {
+    /// `token`: the bearer token required on every request, if any.
+    pub fn new(control: Arc<Control>, token: Option<String>) -> Arc<Admin> {
+        Arc::new(Admin {
+            control,
+            token,
+            ready: AtomicBool::new(true),
+        })
+    }
+
+    /// `/readyz` answers 503 once this is false (shutdown has begun).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+}
+
+type AdminResponse = Response<Full<Bytes>>;
+
+fn json_response(status: StatusCode, v: &Value) -> AdminResponse {
+    let mut r = Response::new(Full::new(Bytes::from(
+        serde_json::to_vec_pretty(v).unwrap_or_default(),
+    )));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn errors_response(status: StatusCode, errors: &[ConfigError]) -> AdminResponse {
+    json_response(status, &json!({ "errors": errors }))
+}
+
+fn error_response(status: StatusCode, path: &str, message: &str) -> AdminResponse {
+    errors_response(status, &[ConfigError::new(path, message)])
+}
+
+fn text_response(status: StatusCode, text: &'static str) -> AdminResponse {
+    let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+/// Serves the admin API on `listener` until `shutdown` turns true.
+pub async fn serve_admin(listener: TcpListener, admin: Arc<Admin>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = stopped(&mut shutdown) => break,
+        };
+        let stream = match accepted {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let admin = Arc::clone(&admin);
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let admin = Arc::clone(&admin);
+                async move { Ok::<_, Infallible>(handle(&admin, req).await) }
+            });
+            let _ = auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+/// Resolves once shutdown has been requested.
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
+    if let Some(token) = &admin.token {
+        let ok = req
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()));
+        if !ok {
+            return error_response(StatusCode::UNAUTHORIZED, "authorization", "a valid bearer token is required");
+        }
+    }
+    let path = req.uri().path().to_owned();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let control = &admin.control;
+    match (req.method().clone(), segments.as_slice()) {
+        (Method::GET, ["livez"]) => text_response(StatusCode::OK, "ok\n"),
+        (Method::GET, ["readyz"]) => {
+            if admin.ready.load(Ordering::Relaxed) {
+                text_response(StatusCode::OK, "ready\n")
+            } else {
+                text_response(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+            }
+        }
+        (Method::GET, ["admin", "v1", "config"]) => {
+            let snap = control.snapshot().load();
+            let hash = control
+                .versions()
+                .iter()
+                .find(|v| v.version == snap.version)
+                .map(|v| v.hash.clone());
+            json_response(
+                StatusCode::OK,
+                &json!({ "version": snap.version, "hash": hash, "config": snap.config.raw }),
+            )
+        }
+        (Method::PUT, ["admin", "v1", "config"]) => {
+            let format = match req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
+                Some(ct) if ct.contains("json") => Some(Format::Json),
+                Some(ct) if ct.contains("yaml") => Some(Format::Yaml),
+                _ => None,
+            };
+            let body = match Limited::new(req.into_body(), MAX_CONFIG_BYTES).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(_) => {
+                    return error_response(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "",
+                        "config body unreadable or larger than 10 MiB",
+                    )
+                }
+            };
+            let Ok(text) = std::str::from_utf8(&body) else {
+                return error_response(StatusCode::BAD_REQUEST, "", "config body is not UTF-8");
+            };
+            let format = format.unwrap_or_else(|| sniff_format(text));
+            match control.apply_text(text, format, Source::Admin) {
+                Ok(o) => json_response(StatusCode::OK, &json!(o)),
+                Err(errors) => errors_response(StatusCode::BAD_REQUEST, &errors),
+            }
+        }
+        (Method::GET, ["admin", "v1", "config", "versions"]) => {
+            let versions: Vec<Value> = control.versions().iter().map(|v| json!(v)).collect();
+            json_response(
+                StatusCode::OK,
+                &json!({
+                    "current": control.snapshot().load().version,
+                    "versions": versions,
+                    "reload_failures": control.reload_failures(),
+                    "last_error": control.last_error(),
+                }),
+            )
+        }
+        (Method::POST, ["admin", "v1", "config", "rollback", v]) => match v.parse::<u64>() {
+            Ok(v) => match control.rollback(v) {
+                Ok(o) => json_response(StatusCode::OK, &json!(o)),
+                Err(errors) => errors_response(StatusCode::BAD_REQUEST, &errors),
+            },
+            Err(_) => error_response(StatusCode::BAD_REQUEST, "version", "version must be a number"),
+        },
+        (Method::GET, ["admin", "v1", "nodes"]) => json_response(StatusCode::OK, &nodes_json(control)),
+        (Method::POST, ["admin", "v1", "nodes", service, node, action @ ("drain" | "undrain")]) => {
+            let snap = control.snapshot().load();
+            let found = snap
+                .services
+                .iter()
+                .find(|s| s.name == *service)
+                .and_then(|s| s.nodes.iter().find(|n| n.id == *node));
+            match found {
+                None => error_response(
+                    StatusCode::NOT_FOUND,
+                    "node",
+                    &format!("no node {node:?} in service {service:?}"),
+                ),
+                Some(n) => {
+                    let drain = *action == "drain";
+                    n.state.set_draining(drain);
+                    tracing::info!(service, node, drain, "node drain state changed by admin");
+                    json_response(
+                        StatusCode::OK,
+                        &json!({ "service": service, "node": node, "draining": drain }),
+                    )
+                }
+            }
+        }
+        (_, ["livez"] | ["readyz"] | ["admin", ..]) => {
+            error_response(StatusCode::METHOD_NOT_ALLOWED, "", "method not allowed on this path")
+        }
+        _ => error_response(StatusCode::NOT_FOUND, "", "no such admin endpoint"),
+    }
+}
+
+fn nodes_json(control: &Control) -> Value {
+    let snap = control.snapshot().load();
+    let now = hopgate_core::node::now_ms();
+    let nodes: Vec<Value> = snap
+        .services
+        .iter()
+        .flat_map(|svc| {
+            svc.nodes.iter().map(move |n| {
+                let s = &n.state;
+                json!({
+                    "service": svc.name,
+                    "id": n.id,
+                    "address": n.address.to_string(),
+                    "version": n.version,
+                    "weight": n.weight,
+                    "health": s.health(),
+                    "draining": s.is_draining(),
+                    "ejected": s.is_ejected(now),
+                    "available": s.is_available(now),
+                    "in_flight": s.in_flight(),
+                    "requests": s.requests(),
+                    "failures": s.failures(),
+                    "latency_ewma_us": s.ewma_us(),
+                    "pool": s.extension_if_set::<Pool>().map(|p| p.stats()),
+                })
+            })
+        })
+        .collect();
+    json!({ "version": snap.version, "nodes": nodes })
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

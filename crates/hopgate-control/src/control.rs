@@ -1,0 +1,271 @@
+//! The single snapshot writer and the version history.
+//!
+//! Owns [`Control`]: the `ArcSwap<Snapshot>` the data plane loads, the node
+//! registry whose live state outlives snapshots, the writer lock held across
+//! validate → compile → swap, the last N applied versions (with content
+//! hash, source and time), the reload failure counter and the last error.
+//! Must not touch: sockets (the admin API and file watcher call in here).
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use hopgate_core::config::{self, Config, ConfigError, Format, RawConfig};
+use hopgate_core::node::{NodeKey, NodeRegistry};
+use hopgate_core::snapshot::Snapshot;
+use hopgate_proxy::pool::Pool;
+use hopgate_proxy::SharedSnapshot;
+
+/// How many applied versions are kept for listing and rollback.
+pub const KEEP_VERSIONS: usize = 20;
+
+/// Where a config came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Embedded,
+    File(String),
+    Signal(String),
+    Admin,
+    Rollback(u64),
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Embedded => f.write_str("embedded"),
+            Source::File(p) => write!(f, "file:{p}"),
+            Source::Signal(p) => write!(f, "sighup:{p}"),
+            Source::Admin => f.write_str("admin"),
+            Source::Rollback(v) => write!(f, "rollback:{v}"),
+        }
+    }
+}
+
+/// One applied configuration.
+#[derive(Clone, Debug, Serialize)]
+pub struct VersionRecord {
+    pub version: u64,
+    /// SHA-256 of the canonical JSON form of the document.
+    pub hash: String,
+    pub source: String,
+    /// Seconds since the Unix epoch.
+    pub applied_at: u64,
+    #[serde(skip)]
+    pub raw: RawConfig,
+}
+
+/// The result of a successful apply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ApplyOutcome {
+    pub version: u64,
+    pub hash: String,
+    /// False when the document equals the running one (nothing changed).
+    pub changed: bool,
+}
+
+/// The last reload failure, for the admin API.
+#[derive(Clone, Debug, Serialize)]
+pub struct LastError {
+    pub source: String,
+    pub at: u64,
+    pub errors: Vec<ConfigError>,
+}
+
+/// The control plane's state.
+pub struct Control {
+    snapshot: SharedSnapshot,
+    registry: NodeRegistry,
+    writer: Mutex<()>,
+    versions: Mutex<VecDeque<VersionRecord>>,
+    last_error: Mutex<Option<LastError>>,
+    next_version: AtomicU64,
+    reload_failures: AtomicU64,
+    reloads: AtomicU64,
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control")
+            .field("version", &self.snapshot.load().version)
+            .finish()
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn content_hash(raw: &RawConfig) -> String {
+    let canonical = serde_json::to_vec(raw).unwrap_or_default();
+    let digest = Sha256::digest(&canonical);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Control {
+    /// Starts the control plane with an already validated config as version 1.
+    pub fn new(config: Config, source: Source) -> Arc<Control> {
+        let registry = NodeRegistry::new();
+        let hash = content_hash(&config.raw);
+        let raw = config.raw.clone();
+        let snap = Snapshot::compile(Arc::new(config), 1, &registry, None);
+        let control = Control {
+            snapshot: Arc::new(ArcSwap::from_pointee(snap)),
+            registry,
+            writer: Mutex::new(()),
+            versions: Mutex::new(VecDeque::new()),
+            last_error: Mutex::new(None),
+            next_version: AtomicU64::new(2),
+            reload_failures: AtomicU64::new(0),
+            reloads: AtomicU64::new(0),
+        };
+        control.versions.lock().push_back(VersionRecord {
+            version: 1,
+            hash,
+            source: source.to_string(),
+            applied_at: unix_now(),
+            raw,
+        });
+        Arc::new(control)
+    }
+
+    /// The pointer the data plane loads.
+    pub fn snapshot(&self) -> &SharedSnapshot {
+        &self.snapshot
+    }
+
+    pub fn registry(&self) -> &NodeRegistry {
+        &self.registry
+    }
+
+    pub fn reload_failures(&self) -> u64 {
+        self.reload_failures.load(Ordering::Relaxed)
+    }
+
+    pub fn reloads(&self) -> u64 {
+        self.reloads.load(Ordering::Relaxed)
+    }
+
+    pub fn last_error(&self) -> Option<LastError> {
+        self.last_error.lock().clone()
+    }
+
+    pub fn versions(&self) -> Vec<VersionRecord> {
+        self.versions.lock().iter().cloned().collect()
+    }
+
+    /// Parses, validates, compiles and swaps in a document. On any error the
+    /// running snapshot stays, the failure is counted and remembered.
+    pub fn apply_text(
+        &self,
+        text: &str,
+        format: Format,
+        source: Source,
+    ) -> Result<ApplyOutcome, Vec<ConfigError>> {
+        let _writer = self.writer.lock();
+        let result = config::load(text, format);
+        self.apply_locked(result, source)
+    }
+
+    /// Re-applies an earlier version.
+    pub fn rollback(&self, version: u64) -> Result<ApplyOutcome, Vec<ConfigError>> {
+        let _writer = self.writer.lock();
+        let raw = self
+            .versions
+            .lock()
+            .iter()
+            .find(|v| v.version == version)
+            .map(|v| v.raw.clone());
+        let Some(raw) = raw else {
+            return Err(vec![ConfigError::new(
+                "version",
+                format!("version {version} is not in the kept history"),
+            )]);
+        };
+        let result = config::validate(&raw);
+        self.apply_locked(result, Source::Rollback(version))
+    }
+
+    fn apply_locked(
+        &self,
+        result: Result<Config, Vec<ConfigError>>,
+        source: Source,
+    ) -> Result<ApplyOutcome, Vec<ConfigError>> {
+        let config = match result {
+            Ok(c) => c,
+            Err(errors) => {
+                self.reload_failures.fetch_add(1, Ordering::Relaxed);
+                for e in &errors {
+                    tracing::error!(source = %source, error = %e, "config rejected; keeping the running config");
+                }
+                *self.last_error.lock() = Some(LastError {
+                    source: source.to_string(),
+                    at: unix_now(),
+                    errors: errors.clone(),
+                });
+                return Err(errors);
+            }
+        };
+        let hash = content_hash(&config.raw);
+        let current = self.snapshot.load_full();
+        if let Some(last) = self.versions.lock().back() {
+            if last.hash == hash {
+                return Ok(ApplyOutcome {
+                    version: current.version,
+                    hash,
+                    changed: false,
+                });
+            }
+        }
+        let version = self.next_version.fetch_add(1, Ordering::Relaxed);
+        let raw = config.raw.clone();
+        let shutdown = config.timeouts.shutdown;
+        let snap = Snapshot::compile(Arc::new(config), version, &self.registry, Some(&current));
+        let keep: HashSet<NodeKey> = snap
+            .services
+            .iter()
+            .flat_map(|s| s.nodes.iter().map(|n| n.state.key().clone()))
+            .collect();
+        self.snapshot.store(Arc::new(snap));
+        self.reloads.fetch_add(1, Ordering::Relaxed);
+        // Nodes that left the config drain: requests already on them finish
+        // (they hold the old snapshot), their pooled connections close by
+        // the shutdown deadline.
+        for gone in self.registry.retain(&keep) {
+            gone.set_draining(true);
+            if let Some(pool) = gone.extension_if_set::<Pool>() {
+                pool.drain(drain_deadline(shutdown));
+            }
+            tracing::info!(service = %gone.key().service, node = %gone.key().node, "node removed from config; draining");
+        }
+        let mut versions = self.versions.lock();
+        versions.push_back(VersionRecord {
+            version,
+            hash: hash.clone(),
+            source: source.to_string(),
+            applied_at: unix_now(),
+            raw,
+        });
+        while versions.len() > KEEP_VERSIONS {
+            versions.pop_front();
+        }
+        tracing::info!(version, source = %source, "config applied");
+        Ok(ApplyOutcome {
+            version,
+            hash,
+            changed: true,
+        })
+    }
+}
+
+fn drain_deadline(shutdown: Duration) -> Duration {
+    shutdown.max(Duration::from_secs(1))
+}

@@ -1,0 +1,140 @@
+//! Bodies that flow through the gateway, without boxing on the hot path.
+//!
+//! Owns [`ProxyBody`], the one body type used for upstream requests and
+//! client responses: a streamed hyper body (optionally size-limited), a body
+//! the gateway wrote itself, or nothing. Upstream response bodies carry the
+//! pooled connection they came on and give it back when they end (see
+//! [`crate::pool`]).
+//!
+//! Must not touch: routing, node state.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+
+use crate::pool::Returner;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The request body exceeded `limits.max_body_bytes`.
+#[derive(Debug, thiserror::Error)]
+#[error("request body larger than {limit} bytes")]
+pub struct BodyTooLarge {
+    pub limit: u64,
+}
+
+/// A body streaming through the gateway.
+#[derive(Debug, Default)]
+pub enum ProxyBody {
+    #[default]
+    Empty,
+    /// A complete body held in memory (error pages, replayed requests).
+    Full(Option<Bytes>),
+    /// A client request body, streamed, failing once it passes `limit` bytes.
+    Limited { inner: Incoming, seen: u64, limit: u64 },
+    /// An upstream response body; `returner` hands the connection back to
+    /// its pool once the body has been read to the end.
+    Upstream { inner: Incoming, returner: Option<Returner> },
+}
+
+impl ProxyBody {
+    pub fn full(b: impl Into<Bytes>) -> ProxyBody {
+        ProxyBody::Full(Some(b.into()))
+    }
+
+    pub fn limited(inner: Incoming, limit: u64) -> ProxyBody {
+        ProxyBody::Limited { inner, seen: 0, limit }
+    }
+
+    /// Wraps an upstream response body; if it is already complete the
+    /// connection goes back to the pool right away.
+    pub fn upstream(inner: Incoming, returner: Returner) -> ProxyBody {
+        if inner.is_end_stream() {
+            returner.give_back();
+            ProxyBody::Upstream { inner, returner: None }
+        } else {
+            ProxyBody::Upstream {
+                inner,
+                returner: Some(returner),
+            }
+        }
+    }
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            ProxyBody::Empty => Poll::Ready(None),
+            ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            ProxyBody::Limited { inner, seen, limit } => {
+                match Pin::new(inner).poll_frame(cx) {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let Some(d) = frame.data_ref() {
+                            *seen += d.len() as u64;
+                            if *seen > *limit {
+                                return Poll::Ready(Some(Err(Box::new(BodyTooLarge {
+                                    limit: *limit,
+                                }))));
+                            }
+                        }
+                        Poll::Ready(Some(Ok(frame)))
+                    }
+                    Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
+                    Poll::Ready(None) => Poll::Ready(None),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+            ProxyBody::Upstream { inner, returner } => match Pin::new(&mut *inner).poll_frame(cx) {
+                Poll::Ready(None) => {
+                    if let Some(r) = returner.take() {
+                        r.give_back();
+                    }
+                    Poll::Ready(None)
+                }
+                Poll::Ready(Some(Ok(frame))) => {
+                    if inner.is_end_stream() {
+                        if let Some(r) = returner.take() {
+                            r.give_back();
+                        }
+                    }
+                    Poll::Ready(Some(Ok(frame)))
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    // The connection is broken: dropping the returner closes it.
+                    returner.take();
+                    Poll::Ready(Some(Err(Box::new(e))))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ProxyBody::Empty => true,
+            ProxyBody::Full(b) => b.is_none(),
+            ProxyBody::Limited { inner, .. } | ProxyBody::Upstream { inner, .. } => {
+                inner.is_end_stream()
+            }
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ProxyBody::Empty => SizeHint::with_exact(0),
+            ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            ProxyBody::Limited { inner, .. } | ProxyBody::Upstream { inner, .. } => {
+                inner.size_hint()
+            }
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! Listeners: accept loops and the hyper server of each client connection.
+//!
+//! Owns accepting (with the `max_connections` limit), the per-connection
+//! HTTP/1.1 + h2c server (protocol picked from the first bytes), the
+//! server-side limits hyper enforces (header bytes → 431, header read
+//! timeout), and graceful shutdown: stop accepting, let in-flight requests
+//! finish up to a deadline, HTTP/2 GOAWAY and HTTP/1.1 `Connection: close`.
+//!
+//! Must not touch: routing or forwarding (that is [`crate::forward`]).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::body::ProxyBody;
+use crate::forward::{Forwarder, RequestCtx};
+
+/// What one listener needs to serve.
+#[derive(Debug, Clone)]
+pub struct ListenerCtx {
+    pub name: Arc<str>,
+    pub debug_headers: bool,
+    pub forwarder: Forwarder,
+    pub max_connections: usize,
+    pub max_header_bytes: usize,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    /// How long shutdown waits for in-flight requests.
+    pub shutdown_timeout: Duration,
+}
+
+/// The hyper service of one client connection.
+#[derive(Clone)]
+struct ConnService {
+    forwarder: Forwarder,
+    peer: SocketAddr,
+    ctx: Arc<RequestCtx>,
+}
+
+impl hyper::service::Service<Request<Incoming>> for ConnService {
+    type Response = Response<ProxyBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move { Ok(this.forwarder.handle(req, this.peer, &this.ctx).await) })
+    }
+}
+
+/// Accepts and serves clients on `listener` until `shutdown` turns true, then
+/// drains: open connections get GOAWAY / `Connection: close` and up to
+/// `shutdown_timeout` to finish what they are doing.
+pub async fn serve_listener(
+    listener: TcpListener,
+    ctx: ListenerCtx,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let graceful = GracefulShutdown::new();
+    let open = Arc::new(AtomicUsize::new(0));
+    let req_ctx = Arc::new(RequestCtx {
+        listener: ctx.name.clone(),
+        debug_headers: ctx.debug_headers,
+        tls: false,
+    });
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(ctx.header_read_timeout)
+        .max_buf_size(ctx.max_header_bytes.max(8192))
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(ctx.max_header_bytes as u32)
+        .keep_alive_interval(Some(Duration::from_secs(30)));
+    let builder = Arc::new(builder);
+
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = stopped(&mut shutdown) => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // EMFILE and friends: back off briefly instead of spinning.
+                tracing::warn!(listener = %ctx.name, error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if open.load(Ordering::Relaxed) >= ctx.max_connections {
+            tracing::warn!(listener = %ctx.name, %peer, "max_connections reached; closing new connection");
+            drop(stream);
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        let svc = ConnService {
+            forwarder: ctx.forwarder.clone(),
+            peer,
+            ctx: Arc::clone(&req_ctx),
+        };
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        let guard = OpenGuard::new(&open);
+        tokio::spawn(async move {
+            let _guard = guard;
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "client connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tracing::info!(listener = %ctx.name, open = open.load(Ordering::Relaxed), "listener stopped accepting; draining");
+    if tokio::time::timeout(ctx.shutdown_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(listener = %ctx.name, "shutdown deadline passed with connections still open");
+    }
+}
+
+/// Resolves once shutdown has been requested.
+pub async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+struct OpenGuard(Arc<AtomicUsize>);
+
+impl OpenGuard {
+    fn new(open: &Arc<AtomicUsize>) -> OpenGuard {
+        open.fetch_add(1, Ordering::Relaxed);
+        OpenGuard(Arc::clone(open))
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A future that is always pending; for listeners without shutdown.
+pub struct Never;
+
+impl Future for Never {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        Poll::Pending
+    }
+}

@@ -1,0 +1,530 @@
+//! Per-node upstream connection pools, built on hyper's low-level
+//! `client::conn` handshakes so the gateway controls every connection.
+//!
+//! Owns: dialing, the idle set, connection states and the pool operations
+//! the control plane needs for maintenance handoff — [`Pool::evict_idle`],
+//! [`Pool::mark_all_for_replacement`] and [`Pool::drain`]. HTTP/1.1
+//! connections carry one request at a time and return to the idle set when
+//! their response body has been read to the end; HTTP/2 (h2c) connections
+//! are shared and multiplexed.
+//!
+//! Classifies failures by whether the request could have reached the
+//! backend ([`SendFailure::NotSent`] hands the request back untouched, so any
+//! method may be retried elsewhere).
+//!
+//! Must not touch: routing, balancing, retry policy (the caller decides).
+//! The idle set is a lock-free queue; the only lock is the HTTP/2 dial lock,
+//! taken when no usable HTTP/2 connection exists.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+use crossbeam_queue::ArrayQueue;
+use hopgate_core::config::UpstreamProtocol;
+use hopgate_core::error::{ErrorKind, ProxyError};
+use http::{Request, Response};
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use crate::body::ProxyBody;
+
+/// How a pool dials and keeps connections; read from the snapshot on every
+/// request so reloads apply at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolSettings {
+    pub protocol: UpstreamProtocol,
+    pub max_idle: usize,
+    pub idle_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Until the response head arrives.
+    pub request_timeout: Duration,
+}
+
+/// The explicit state of one upstream connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnState {
+    Idle = 0,
+    InUse = 1,
+    /// Marked for replacement: finishes its current request, then closes.
+    Unusable = 2,
+    Closed = 3,
+}
+
+/// Facts about one connection shared with its driver task.
+#[derive(Debug)]
+pub struct ConnMeta {
+    pub id: u64,
+    pub addr: SocketAddr,
+    pub generation: u64,
+    state: AtomicU8,
+}
+
+impl ConnMeta {
+    pub fn state(&self) -> ConnState {
+        match self.state.load(Ordering::Relaxed) {
+            0 => ConnState::Idle,
+            1 => ConnState::InUse,
+            2 => ConnState::Unusable,
+            _ => ConnState::Closed,
+        }
+    }
+
+    fn set(&self, s: ConnState) {
+        self.state.store(s as u8, Ordering::Relaxed);
+    }
+}
+
+struct H1Conn {
+    meta: Arc<ConnMeta>,
+    sender: http1::SendRequest<ProxyBody>,
+}
+
+struct IdleConn {
+    conn: H1Conn,
+    since: Instant,
+}
+
+struct H2Conn {
+    meta: Arc<ConnMeta>,
+    sender: http2::SendRequest<ProxyBody>,
+}
+
+/// Why a send failed, and whether the request may still be sent elsewhere.
+#[derive(Debug)]
+pub enum SendFailure {
+    /// The request never reached the backend; here it is, untouched.
+    NotSent {
+        request: Box<Request<ProxyBody>>,
+        error: ProxyError,
+    },
+    /// The request may have reached the backend.
+    Sent(ProxyError),
+}
+
+/// Counters of one pool, for the admin API and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PoolStats {
+    pub open: usize,
+    pub idle: usize,
+    pub dialed: u64,
+    pub dial_failures: u64,
+    pub generation: u64,
+}
+
+/// The connection pool of one node.
+pub struct Pool {
+    idle: ArcSwap<ArrayQueue<IdleConn>>,
+    h2: ArcSwapOption<H2Conn>,
+    h2_dial: tokio::sync::Mutex<()>,
+    /// Connections older than this generation are not reused.
+    generation: AtomicU64,
+    /// Busy connections below this generation are closed by their driver.
+    kill_below: watch::Sender<u64>,
+    next_id: AtomicU64,
+    open: Arc<AtomicUsize>,
+    dialed: AtomicU64,
+    dial_failures: AtomicU64,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("stats", &self.stats()).finish()
+    }
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Pool::new(hopgate_core::config::DEFAULT_POOL_MAX_IDLE)
+    }
+}
+
+impl Pool {
+    pub fn new(max_idle: usize) -> Pool {
+        Pool {
+            idle: ArcSwap::from_pointee(ArrayQueue::new(max_idle.max(1))),
+            h2: ArcSwapOption::empty(),
+            h2_dial: tokio::sync::Mutex::new(()),
+            generation: AtomicU64::new(1),
+            kill_below: watch::channel(0).0,
+            next_id: AtomicU64::new(1),
+            open: Arc::new(AtomicUsize::new(0)),
+            dialed: AtomicU64::new(0),
+            dial_failures: AtomicU64::new(0),
+        }
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        PoolStats {
+            open: self.open.load(Ordering::Relaxed),
+            idle: self.idle.load().len(),
+            dialed: self.dialed.load(Ordering::Relaxed),
+            dial_failures: self.dial_failures.load(Ordering::Relaxed),
+            generation: self.generation.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Closes every idle connection now.
+    pub fn evict_idle(&self) -> usize {
+        let q = self.idle.load();
+        let mut n = 0;
+        while let Some(idle) = q.pop() {
+            idle.conn.meta.set(ConnState::Closed);
+            n += 1;
+        }
+        n
+    }
+
+    /// Every existing connection is replaced: idle ones are closed now, busy
+    /// ones finish their request and are closed instead of being reused.
+    /// New requests get new connections.
+    pub fn mark_all_for_replacement(&self) {
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        self.evict_idle();
+        if let Some(h2) = self.h2.swap(None) {
+            h2.meta.set(ConnState::Unusable);
+        }
+    }
+
+    /// Replaces every connection (see [`Pool::mark_all_for_replacement`])
+    /// and, once `deadline` has passed, closes any old connection still
+    /// busy. Requests started after this call use new connections.
+    pub fn drain(self: &Arc<Self>, deadline: Duration) {
+        self.mark_all_for_replacement();
+        let cut = self.generation.load(Ordering::Relaxed);
+        let kill = self.kill_below.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(deadline).await;
+            kill.send_if_modified(|k| {
+                let changed = *k < cut;
+                *k = (*k).max(cut);
+                changed
+            });
+        });
+    }
+
+    /// Sends `req` to `addr` over a pooled or new connection.
+    pub async fn send(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        req: Request<ProxyBody>,
+        settings: &PoolSettings,
+    ) -> Result<Response<ProxyBody>, SendFailure> {
+        match settings.protocol {
+            UpstreamProtocol::Http1 => self.send_h1(addr, req, settings).await,
+            UpstreamProtocol::Http2 => self.send_h2(addr, req, settings).await,
+        }
+    }
+
+    async fn send_h1(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        mut req: Request<ProxyBody>,
+        s: &PoolSettings,
+    ) -> Result<Response<ProxyBody>, SendFailure> {
+        let generation = self.generation.load(Ordering::Relaxed);
+        let queue = self.idle.load_full();
+        if queue.capacity() != s.max_idle.max(1) {
+            // A reload changed the pool size: start a queue of the new size;
+            // the old one's connections close as it is dropped.
+            self.idle.store(Arc::new(ArrayQueue::new(s.max_idle.max(1))));
+        }
+        while let Some(idle) = queue.pop() {
+            let mut conn = idle.conn;
+            if conn.meta.addr != addr
+                || conn.meta.generation < generation
+                || idle.since.elapsed() > s.idle_timeout
+                || conn.sender.is_closed()
+            {
+                conn.meta.set(ConnState::Closed);
+                continue;
+            }
+            conn.meta.set(ConnState::InUse);
+            // A pooled connection that turns out dead here was never written
+            // to: moving on to the next one is always safe.
+            match tokio::time::timeout(s.connect_timeout, conn.sender.ready()).await {
+                Ok(Ok(())) => {}
+                _ => {
+                    conn.meta.set(ConnState::Closed);
+                    continue;
+                }
+            }
+            match self.dispatch_h1(conn, req, s).await {
+                Err(SendFailure::NotSent { request, .. }) => req = *request,
+                other => return other,
+            }
+        }
+        let conn = match self.dial_h1(addr, s, generation).await {
+            Ok(c) => c,
+            Err(error) => {
+                return Err(SendFailure::NotSent {
+                    request: Box::new(req),
+                    error,
+                })
+            }
+        };
+        self.dispatch_h1(conn, req, s).await
+    }
+
+    async fn dispatch_h1(
+        self: &Arc<Self>,
+        mut conn: H1Conn,
+        req: Request<ProxyBody>,
+        s: &PoolSettings,
+    ) -> Result<Response<ProxyBody>, SendFailure> {
+        let fut = conn.sender.try_send_request(req);
+        match tokio::time::timeout(s.request_timeout, fut).await {
+            Err(_) => {
+                conn.meta.set(ConnState::Closed);
+                Err(SendFailure::Sent(ProxyError::new(ErrorKind::UpstreamTimeout)))
+            }
+            Ok(Ok(resp)) => {
+                let (parts, body) = resp.into_parts();
+                let returner = Returner {
+                    pool: Arc::clone(self),
+                    conn: Some(conn),
+                };
+                Ok(Response::from_parts(parts, ProxyBody::upstream(body, returner)))
+            }
+            Ok(Err(mut e)) => {
+                conn.meta.set(ConnState::Closed);
+                match e.take_message() {
+                    Some(request) => Err(SendFailure::NotSent {
+                        request: Box::new(request),
+                        error: ProxyError::with_detail(ErrorKind::ConnectionLost, e.error()),
+                    }),
+                    None => Err(SendFailure::Sent(classify(&e.into_error()))),
+                }
+            }
+        }
+    }
+
+    async fn dial(&self, addr: SocketAddr, s: &PoolSettings) -> Result<TcpStream, ProxyError> {
+        let res = tokio::time::timeout(s.connect_timeout, TcpStream::connect(addr)).await;
+        let stream = match res {
+            Err(_) => Err(ProxyError::with_detail(ErrorKind::ConnectTimeout, addr)),
+            Ok(Err(e)) => Err(ProxyError::with_detail(
+                ErrorKind::ConnectFailed,
+                format_args!("{addr}: {e}"),
+            )),
+            Ok(Ok(s)) => Ok(s),
+        };
+        match stream {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                self.dialed.fetch_add(1, Ordering::Relaxed);
+                Ok(s)
+            }
+            Err(e) => {
+                self.dial_failures.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    fn new_meta(&self, addr: SocketAddr, generation: u64) -> Arc<ConnMeta> {
+        Arc::new(ConnMeta {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            addr,
+            generation,
+            state: AtomicU8::new(ConnState::InUse as u8),
+        })
+    }
+
+    async fn dial_h1(
+        &self,
+        addr: SocketAddr,
+        s: &PoolSettings,
+        generation: u64,
+    ) -> Result<H1Conn, ProxyError> {
+        let stream = self.dial(addr, s).await?;
+        let (sender, conn) = http1::Builder::new()
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| ProxyError::with_detail(ErrorKind::ConnectFailed, e))?;
+        let meta = self.new_meta(addr, generation);
+        self.spawn_driver(meta.clone(), async move {
+            let _ = conn.with_upgrades().await;
+        });
+        Ok(H1Conn { meta, sender })
+    }
+
+    /// Runs a connection until it ends or is killed by [`Pool::drain`].
+    fn spawn_driver(&self, meta: Arc<ConnMeta>, conn: impl std::future::Future<Output = ()> + Send + 'static) {
+        let open = Arc::clone(&self.open);
+        open.fetch_add(1, Ordering::Relaxed);
+        let mut kill = self.kill_below.subscribe();
+        tokio::spawn(async move {
+            let generation = meta.generation;
+            tokio::select! {
+                _ = conn => {}
+                _ = kill.wait_for(|k| *k > generation) => {}
+            }
+            meta.set(ConnState::Closed);
+            open.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+
+    async fn send_h2(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        req: Request<ProxyBody>,
+        s: &PoolSettings,
+    ) -> Result<Response<ProxyBody>, SendFailure> {
+        let generation = self.generation.load(Ordering::Relaxed);
+        let current = self.h2.load_full().filter(|c| {
+            !c.sender.is_closed() && c.meta.addr == addr && c.meta.generation >= generation
+        });
+        let conn = match current {
+            Some(c) => c,
+            None => {
+                let _guard = self.h2_dial.lock().await;
+                // Someone may have dialled while we waited.
+                match self.h2.load_full().filter(|c| {
+                    !c.sender.is_closed() && c.meta.addr == addr && c.meta.generation >= generation
+                }) {
+                    Some(c) => c,
+                    None => match self.dial_h2(addr, s, generation).await {
+                        Ok(c) => {
+                            let c = Arc::new(c);
+                            self.h2.store(Some(Arc::clone(&c)));
+                            c
+                        }
+                        Err(error) => {
+                            return Err(SendFailure::NotSent {
+                                request: Box::new(req),
+                                error,
+                            })
+                        }
+                    },
+                }
+            }
+        };
+        let mut sender = conn.sender.clone();
+        let fut = sender.try_send_request(req);
+        match tokio::time::timeout(s.request_timeout, fut).await {
+            Err(_) => Err(SendFailure::Sent(ProxyError::new(ErrorKind::UpstreamTimeout))),
+            Ok(Ok(resp)) => {
+                let (parts, body) = resp.into_parts();
+                let returner = Returner {
+                    pool: Arc::clone(self),
+                    conn: None,
+                };
+                Ok(Response::from_parts(parts, ProxyBody::upstream(body, returner)))
+            }
+            Ok(Err(mut e)) => {
+                let refused = is_refused_stream(e.error());
+                match e.take_message() {
+                    Some(request) => Err(SendFailure::NotSent {
+                        request: Box::new(request),
+                        error: ProxyError::with_detail(ErrorKind::ConnectionLost, e.error()),
+                    }),
+                    None if refused => Err(SendFailure::Sent(ProxyError::with_detail(
+                        ErrorKind::ConnectionLost,
+                        "stream refused by the backend",
+                    ))),
+                    None => Err(SendFailure::Sent(classify(&e.into_error()))),
+                }
+            }
+        }
+    }
+
+    async fn dial_h2(
+        &self,
+        addr: SocketAddr,
+        s: &PoolSettings,
+        generation: u64,
+    ) -> Result<H2Conn, ProxyError> {
+        let stream = self.dial(addr, s).await?;
+        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .keep_alive_interval(Duration::from_secs(20))
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| ProxyError::with_detail(ErrorKind::ConnectFailed, e))?;
+        let meta = self.new_meta(addr, generation);
+        meta.set(ConnState::Idle);
+        self.spawn_driver(meta.clone(), async move {
+            let _ = conn.await;
+        });
+        Ok(H2Conn { meta, sender })
+    }
+}
+
+/// Is this the error an HTTP/2 peer gives for a stream it never processed
+/// (REFUSED_STREAM, or a stream above GOAWAY's last-stream-id)?
+fn is_refused_stream(e: &hyper::Error) -> bool {
+    use std::error::Error as _;
+    let mut src = e.source();
+    while let Some(s) = src {
+        let text = s.to_string();
+        if text.contains("refused stream") || text.contains("REFUSED_STREAM") {
+            return true;
+        }
+        src = s.source();
+    }
+    false
+}
+
+/// Maps a hyper error after the request may have been written.
+fn classify(e: &hyper::Error) -> ProxyError {
+    let kind = if e.is_parse() || e.is_parse_status() {
+        ErrorKind::UpstreamProtocol
+    } else if e.is_timeout() {
+        ErrorKind::UpstreamTimeout
+    } else {
+        ErrorKind::UpstreamReset
+    };
+    ProxyError::with_detail(kind, e)
+}
+
+/// Gives an HTTP/1.1 connection back to its pool once its response body
+/// has been read to the end. Dropping it without [`Returner::give_back`]
+/// closes the connection (the body was not fully read, so it cannot be
+/// reused).
+pub struct Returner {
+    pool: Arc<Pool>,
+    conn: Option<H1Conn>,
+}
+
+impl std::fmt::Debug for Returner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Returner")
+            .field("conn", &self.conn.as_ref().map(|c| c.meta.id))
+            .finish()
+    }
+}
+
+impl Returner {
+    pub fn give_back(mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        let pool = &self.pool;
+        if conn.meta.generation < pool.generation.load(Ordering::Relaxed)
+            || conn.meta.state() == ConnState::Unusable
+            || conn.sender.is_closed()
+        {
+            conn.meta.set(ConnState::Closed);
+            return;
+        }
+        conn.meta.set(ConnState::Idle);
+        let idle = IdleConn {
+            conn,
+            since: Instant::now(),
+        };
+        if let Err(rejected) = pool.idle.load().push(idle) {
+            rejected.conn.meta.set(ConnState::Closed);
+        }
+    }
+}
+
+impl Drop for Returner {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.take() {
+            c.meta.set(ConnState::Closed);
+        }
+    }
+}
