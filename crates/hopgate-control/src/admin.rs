@@ -83,13 +83,19 @@ fn error_response(status: StatusCode, path: &str, message: &str) -> AdminRespons
 fn text_response(status: StatusCode, text: &'static str) -> AdminResponse {
     let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
     *r.status_mut() = status;
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     r
 }
 
 /// Serves the admin API on `listener` until `shutdown` turns true.
-pub async fn serve_admin(listener: TcpListener, admin: Arc<Admin>, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve_admin(
+    listener: TcpListener,
+    admin: Arc<Admin>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -130,7 +136,11 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
             .and_then(|v| v.strip_prefix("Bearer "))
             .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()));
         if !ok {
-            return error_response(StatusCode::UNAUTHORIZED, "authorization", "a valid bearer token is required");
+            return error_response(
+                StatusCode::UNAUTHORIZED,
+                "authorization",
+                "a valid bearer token is required",
+            );
         }
     }
     let path = req.uri().path().to_owned();
@@ -158,12 +168,19 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
             )
         }
         (Method::PUT, ["admin", "v1", "config"]) => {
-            let format = match req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
+            let format = match req
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+            {
                 Some(ct) if ct.contains("json") => Some(Format::Json),
                 Some(ct) if ct.contains("yaml") => Some(Format::Yaml),
                 _ => None,
             };
-            let body = match Limited::new(req.into_body(), MAX_CONFIG_BYTES).collect().await {
+            let body = match Limited::new(req.into_body(), MAX_CONFIG_BYTES)
+                .collect()
+                .await
+            {
                 Ok(b) => b.to_bytes(),
                 Err(_) => {
                     return error_response(
@@ -199,9 +216,15 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                 Ok(o) => json_response(StatusCode::OK, &json!(o)),
                 Err(errors) => errors_response(StatusCode::BAD_REQUEST, &errors),
             },
-            Err(_) => error_response(StatusCode::BAD_REQUEST, "version", "version must be a number"),
+            Err(_) => error_response(
+                StatusCode::BAD_REQUEST,
+                "version",
+                "version must be a number",
+            ),
         },
-        (Method::GET, ["admin", "v1", "nodes"]) => json_response(StatusCode::OK, &nodes_json(control)),
+        (Method::GET, ["admin", "v1", "nodes"]) => {
+            json_response(StatusCode::OK, &nodes_json(control))
+        }
         (Method::POST, ["admin", "v1", "nodes", service, node, action @ ("drain" | "undrain")]) => {
             let snap = control.snapshot().load();
             let found = snap
@@ -226,9 +249,11 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                 }
             }
         }
-        (_, ["livez"] | ["readyz"] | ["admin", ..]) => {
-            error_response(StatusCode::METHOD_NOT_ALLOWED, "", "method not allowed on this path")
-        }
+        (_, ["livez"] | ["readyz"] | ["admin", ..]) => error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "",
+            "method not allowed on this path",
+        ),
         _ => error_response(StatusCode::NOT_FOUND, "", "no such admin endpoint"),
     }
 }

@@ -34,10 +34,17 @@ pub enum ProxyBody {
     /// A complete body held in memory (error pages, replayed requests).
     Full(Option<Bytes>),
     /// A client request body, streamed, failing once it passes `limit` bytes.
-    Limited { inner: Incoming, seen: u64, limit: u64 },
+    Limited {
+        inner: Incoming,
+        seen: u64,
+        limit: u64,
+    },
     /// An upstream response body; `returner` hands the connection back to
     /// its pool once the body has been read to the end.
-    Upstream { inner: Incoming, returner: Option<Returner> },
+    Upstream {
+        inner: Incoming,
+        returner: Option<Returner>,
+    },
 }
 
 impl ProxyBody {
@@ -46,7 +53,11 @@ impl ProxyBody {
     }
 
     pub fn limited(inner: Incoming, limit: u64) -> ProxyBody {
-        ProxyBody::Limited { inner, seen: 0, limit }
+        ProxyBody::Limited {
+            inner,
+            seen: 0,
+            limit,
+        }
     }
 
     /// Wraps an upstream response body; if it is already complete the
@@ -54,7 +65,10 @@ impl ProxyBody {
     pub fn upstream(inner: Incoming, returner: Returner) -> ProxyBody {
         if inner.is_end_stream() {
             returner.give_back();
-            ProxyBody::Upstream { inner, returner: None }
+            ProxyBody::Upstream {
+                inner,
+                returner: None,
+            }
         } else {
             ProxyBody::Upstream {
                 inner,
@@ -75,24 +89,22 @@ impl Body for ProxyBody {
         match self.get_mut() {
             ProxyBody::Empty => Poll::Ready(None),
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            ProxyBody::Limited { inner, seen, limit } => {
-                match Pin::new(inner).poll_frame(cx) {
-                    Poll::Ready(Some(Ok(frame))) => {
-                        if let Some(d) = frame.data_ref() {
-                            *seen += d.len() as u64;
-                            if *seen > *limit {
-                                return Poll::Ready(Some(Err(Box::new(BodyTooLarge {
-                                    limit: *limit,
-                                }))));
-                            }
+            ProxyBody::Limited { inner, seen, limit } => match Pin::new(inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(d) = frame.data_ref() {
+                        *seen += d.len() as u64;
+                        if *seen > *limit {
+                            return Poll::Ready(Some(Err(Box::new(BodyTooLarge {
+                                limit: *limit,
+                            }))));
                         }
-                        Poll::Ready(Some(Ok(frame)))
                     }
-                    Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
-                    Poll::Ready(None) => Poll::Ready(None),
-                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(Some(Ok(frame)))
                 }
-            }
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            },
             ProxyBody::Upstream { inner, returner } => match Pin::new(&mut *inner).poll_frame(cx) {
                 Poll::Ready(None) => {
                     if let Some(r) = returner.take() {

@@ -177,7 +177,9 @@ impl Forwarder {
             X_FORWARDED_PROTO.clone(),
             HeaderValue::from_static(if ctx.tls { "https" } else { "http" }),
         );
-        parts.headers.insert(X_ROUTE_RULE_ID.clone(), route.id_header.clone());
+        parts
+            .headers
+            .insert(X_ROUTE_RULE_ID.clone(), route.id_header.clone());
         if !parts.headers.contains_key(HOST) {
             if let Some(a) = parts.uri.authority() {
                 if let Ok(v) = HeaderValue::from_str(a.as_str()) {
@@ -195,7 +197,8 @@ impl Forwarder {
         let mut tried = [usize::MAX; MAX_ATTEMPTS];
         let mut last = ErrorKind::NoLiveNode;
         for attempt in 0..MAX_ATTEMPTS {
-            let Some(node_idx) = svc.pick(selection.group, now_ms(), None, &tried[..attempt]) else {
+            let Some(node_idx) = svc.pick(selection.group, now_ms(), None, &tried[..attempt])
+            else {
                 break;
             };
             tried[attempt] = node_idx;

@@ -133,7 +133,9 @@ pub struct Pool {
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool").field("stats", &self.stats()).finish()
+        f.debug_struct("Pool")
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 
@@ -231,7 +233,8 @@ impl Pool {
         if queue.capacity() != s.max_idle.max(1) {
             // A reload changed the pool size: start a queue of the new size;
             // the old one's connections close as it is dropped.
-            self.idle.store(Arc::new(ArrayQueue::new(s.max_idle.max(1))));
+            self.idle
+                .store(Arc::new(ArrayQueue::new(s.max_idle.max(1))));
         }
         while let Some(idle) = queue.pop() {
             let mut conn = idle.conn;
@@ -280,7 +283,9 @@ impl Pool {
         match tokio::time::timeout(s.request_timeout, fut).await {
             Err(_) => {
                 conn.meta.set(ConnState::Closed);
-                Err(SendFailure::Sent(ProxyError::new(ErrorKind::UpstreamTimeout)))
+                Err(SendFailure::Sent(ProxyError::new(
+                    ErrorKind::UpstreamTimeout,
+                )))
             }
             Ok(Ok(resp)) => {
                 let (parts, body) = resp.into_parts();
@@ -288,7 +293,10 @@ impl Pool {
                     pool: Arc::clone(self),
                     conn: Some(conn),
                 };
-                Ok(Response::from_parts(parts, ProxyBody::upstream(body, returner)))
+                Ok(Response::from_parts(
+                    parts,
+                    ProxyBody::upstream(body, returner),
+                ))
             }
             Ok(Err(mut e)) => {
                 conn.meta.set(ConnState::Closed);
@@ -354,7 +362,11 @@ impl Pool {
     }
 
     /// Runs a connection until it ends or is killed by [`Pool::drain`].
-    fn spawn_driver(&self, meta: Arc<ConnMeta>, conn: impl std::future::Future<Output = ()> + Send + 'static) {
+    fn spawn_driver(
+        &self,
+        meta: Arc<ConnMeta>,
+        conn: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
         let open = Arc::clone(&self.open);
         open.fetch_add(1, Ordering::Relaxed);
         let mut kill = self.kill_below.subscribe();
@@ -407,14 +419,19 @@ impl Pool {
         let mut sender = conn.sender.clone();
         let fut = sender.try_send_request(req);
         match tokio::time::timeout(s.request_timeout, fut).await {
-            Err(_) => Err(SendFailure::Sent(ProxyError::new(ErrorKind::UpstreamTimeout))),
+            Err(_) => Err(SendFailure::Sent(ProxyError::new(
+                ErrorKind::UpstreamTimeout,
+            ))),
             Ok(Ok(resp)) => {
                 let (parts, body) = resp.into_parts();
                 let returner = Returner {
                     pool: Arc::clone(self),
                     conn: None,
                 };
-                Ok(Response::from_parts(parts, ProxyBody::upstream(body, returner)))
+                Ok(Response::from_parts(
+                    parts,
+                    ProxyBody::upstream(body, returner),
+                ))
             }
             Ok(Err(mut e)) => {
                 let refused = is_refused_stream(e.error());
@@ -472,6 +489,14 @@ fn is_refused_stream(e: &hyper::Error) -> bool {
 
 /// Maps a hyper error after the request may have been written.
 fn classify(e: &hyper::Error) -> ProxyError {
+    use std::error::Error as _;
+    let mut src = e.source();
+    while let Some(s) = src {
+        if s.is::<crate::body::BodyTooLarge>() {
+            return ProxyError::with_detail(ErrorKind::BodyTooLarge, s);
+        }
+        src = s.source();
+    }
     let kind = if e.is_parse() || e.is_parse_status() {
         ErrorKind::UpstreamProtocol
     } else if e.is_timeout() {

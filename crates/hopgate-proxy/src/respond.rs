@@ -21,7 +21,10 @@ pub fn error_response(kind: ErrorKind, request_id: Option<&HeaderValue>) -> Resp
     *resp.status_mut() =
         StatusCode::from_u16(kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let h = resp.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if let Some(v) = request_id {
         h.insert(X_REQUEST_ID.clone(), v.clone());

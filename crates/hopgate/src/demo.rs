@@ -84,7 +84,11 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let cfg = config::load(&text, config::Format::Yaml).map_err(|errors| {
         anyhow::anyhow!(
             "demo config invalid: {}",
-            errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ")
+            errors
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
         )
     })?;
     let gw = Gateway::start(cfg, Source::Embedded, None).await?;
@@ -99,7 +103,10 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!("try:");
     println!("  curl -s http://{public}/hello            # JSON from the node that served it");
     println!("  curl -si http://{public}/hello | grep -i x-upstream-addr");
-    println!("  curl -s http://{}/admin/v1/nodes         # node state", gw.admin_addr);
+    println!(
+        "  curl -s http://{}/admin/v1/nodes         # node state",
+        gw.admin_addr
+    );
     println!(
         "  curl -s -X POST http://{}/admin/v1/nodes/demo/node-1/drain   # take node-1 out",
         gw.admin_addr
@@ -198,8 +205,12 @@ mod parking_lot_free {
         }
 
         pub(super) fn count(&self, body: &[u8]) {
-            let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else { return };
-            let Some(node) = v.get("node").and_then(|n| n.as_str()) else { return };
+            let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+                return;
+            };
+            let Some(node) = v.get("node").and_then(|n| n.as_str()) else {
+                return;
+            };
             if let Some(i) = self.ids.iter().position(|id| id == node) {
                 self.counts[i].fetch_add(1, Ordering::Relaxed);
             }

@@ -29,11 +29,16 @@ pub(crate) struct Gateway {
 
 impl Gateway {
     /// Binds every listener and the admin API and starts serving.
-    pub(crate) async fn start(cfg: Config, source: Source, config_path: Option<PathBuf>) -> anyhow::Result<Gateway> {
+    pub(crate) async fn start(
+        cfg: Config,
+        source: Source,
+        config_path: Option<PathBuf>,
+    ) -> anyhow::Result<Gateway> {
         let token = match &cfg.admin.token_env {
-            Some(var) => Some(std::env::var(var).with_context(|| {
-                format!("admin.token_env names {var}, which is not set")
-            })?),
+            Some(var) => Some(
+                std::env::var(var)
+                    .with_context(|| format!("admin.token_env names {var}, which is not set"))?,
+            ),
             None => None,
         };
         let control = Control::new(cfg.clone(), source);
@@ -42,9 +47,9 @@ impl Gateway {
         let mut listeners = Vec::new();
         let mut tasks = Vec::new();
         for l in &cfg.listeners {
-            let sock = TcpListener::bind(l.address)
-                .await
-                .with_context(|| format!("cannot listen on {} (listener {:?})", l.address, l.name))?;
+            let sock = TcpListener::bind(l.address).await.with_context(|| {
+                format!("cannot listen on {} (listener {:?})", l.address, l.name)
+            })?;
             let addr = sock.local_addr()?;
             let ctx = ListenerCtx {
                 name: Arc::from(l.name.as_str()),
@@ -64,7 +69,11 @@ impl Gateway {
             .with_context(|| format!("cannot listen on {} (admin)", cfg.admin.address))?;
         let admin_addr = admin_sock.local_addr()?;
         let admin = Admin::new(Arc::clone(&control), token);
-        tasks.push(tokio::spawn(serve_admin(admin_sock, Arc::clone(&admin), rx.clone())));
+        tasks.push(tokio::spawn(serve_admin(
+            admin_sock,
+            Arc::clone(&admin),
+            rx.clone(),
+        )));
         Ok(Gateway {
             control,
             listeners,
@@ -99,9 +108,15 @@ impl Gateway {
                 } else {
                     hopgate_core::config::Format::Yaml
                 };
-                let _ = self.control.apply_text(&text, format, Source::Signal(path.display().to_string()));
+                let _ = self.control.apply_text(
+                    &text,
+                    format,
+                    Source::Signal(path.display().to_string()),
+                );
             }
-            Err(e) => tracing::error!(path = %path.display(), error = %e, "SIGHUP: cannot read the config file; keeping the running config"),
+            Err(e) => {
+                tracing::error!(path = %path.display(), error = %e, "SIGHUP: cannot read the config file; keeping the running config")
+            }
         }
     }
 

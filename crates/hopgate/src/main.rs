@@ -155,12 +155,22 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             let text = std::fs::read_to_string(&p)
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?;
             let f = format_of(&p);
-            (text, f, hopgate_control::Source::File(p.display().to_string()), Some(p))
+            (
+                text,
+                f,
+                hopgate_control::Source::File(p.display().to_string()),
+                Some(p),
+            )
         }
         None if Path::new("hopgate.yaml").exists() => {
             let p = PathBuf::from("hopgate.yaml");
             let text = std::fs::read_to_string(&p)?;
-            (text, Format::Yaml, hopgate_control::Source::File("hopgate.yaml".into()), Some(p))
+            (
+                text,
+                Format::Yaml,
+                hopgate_control::Source::File("hopgate.yaml".into()),
+                Some(p),
+            )
         }
         None => {
             tracing::info!("no --config and no ./hopgate.yaml: using the embedded default");

@@ -1,0 +1,302 @@
+//! Test harness: handles for `hopgate backend` and `hopgate run` child
+//! processes on ephemeral loopback ports. Every handle kills its process on
+//! drop, so a failing test leaves nothing behind. No fixed ports, no pkill.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_hopgate");
+
+/// How long a child may take to print its ready line before the test gives
+/// up (a bound against hangs, not an assertion about speed).
+const READY_BOUND: Duration = Duration::from_secs(30);
+
+fn temp_path(ext: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    std::env::temp_dir().join(format!(
+        "hopgate-it-{}-{}.{ext}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// Reads stdout lines until one starts with `prefix`; returns the rest of
+/// the lines seen so far too (the gateway prints several ready lines).
+async fn wait_lines(child: &mut Child, want: usize) -> Vec<String> {
+    let stdout = child.stdout.take().expect("stdout piped");
+    let mut lines = BufReader::new(stdout).lines();
+    let mut got = Vec::new();
+    let read = async {
+        while got.len() < want {
+            match lines.next_line().await {
+                Ok(Some(l)) => got.push(l),
+                _ => break,
+            }
+        }
+    };
+    tokio::time::timeout(READY_BOUND, read)
+        .await
+        .expect("child did not become ready");
+    // Keep draining stdout so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    got
+}
+
+fn addr_after(line: &str, key: &str) -> SocketAddr {
+    let start = line
+        .find(key)
+        .unwrap_or_else(|| panic!("{key} not in {line:?}"))
+        + key.len();
+    line[start..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|e| panic!("bad address in {line:?}: {e}"))
+}
+
+/// A `hopgate backend` child process.
+pub struct Backend {
+    pub id: String,
+    pub addr: SocketAddr,
+    child: Option<Child>,
+}
+
+impl Backend {
+    pub async fn start(id: &str) -> Backend {
+        Backend::start_on(id, "127.0.0.1:0".parse().unwrap()).await
+    }
+
+    pub async fn start_on(id: &str, addr: SocketAddr) -> Backend {
+        // A port just released may linger briefly; retry the bind a few times.
+        for attempt in 0..50 {
+            let mut child = Command::new(BIN)
+                .args(["backend", "--id", id, "--listen", &addr.to_string()])
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("spawn hopgate backend");
+            let lines = wait_lines(&mut child, 1).await;
+            if let Some(line) = lines.first() {
+                return Backend {
+                    id: id.to_owned(),
+                    addr: addr_after(line, "listening on "),
+                    child: Some(child),
+                };
+            }
+            let _ = child.wait().await;
+            tokio::time::sleep(Duration::from_millis(100 + attempt * 10)).await;
+        }
+        panic!("backend {id} could not bind {addr}");
+    }
+
+    /// SIGKILL: the process dies at once, connections are reset.
+    pub async fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+            let _ = c.wait().await;
+        }
+    }
+
+    /// SIGTERM: graceful stop; waits for the process to exit.
+    pub async fn term(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            signal(&c, "TERM");
+            let _ = c.wait().await;
+        }
+    }
+
+    /// Starts again on the same address.
+    pub async fn restart(&mut self) {
+        self.kill().await;
+        let mut again = Backend::start_on(&self.id, self.addr).await;
+        self.child = again.child.take();
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.start_kill();
+        }
+    }
+}
+
+fn signal(child: &Child, sig: &str) {
+    if let Some(pid) = child.id() {
+        let _ = std::process::Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .status();
+    }
+}
+
+/// A `hopgate run` child process with its config in a temp file.
+pub struct Gateway {
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub config_path: PathBuf,
+    child: Option<Child>,
+    pub stderr_path: PathBuf,
+}
+
+impl Gateway {
+    /// Starts a gateway on `yaml`, which must use `127.0.0.1:0` (or any
+    /// free address) for its one listener and its admin.
+    pub async fn start(yaml: &str) -> Gateway {
+        Gateway::start_with_env(yaml, &[]).await
+    }
+
+    pub async fn start_with_env(yaml: &str, env: &[(&str, &str)]) -> Gateway {
+        let path = temp_path("yaml");
+        std::fs::write(&path, yaml).unwrap();
+        let stderr_path = temp_path("log");
+        let stderr = std::fs::File::create(&stderr_path).unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "--config"])
+            .arg(&path)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn hopgate run");
+        let lines = wait_lines(&mut child, 2).await;
+        assert_eq!(
+            lines.len(),
+            2,
+            "gateway did not start; stderr:\n{}",
+            std::fs::read_to_string(&stderr_path).unwrap_or_default()
+        );
+        Gateway {
+            addr: addr_after(&lines[0], "addr="),
+            admin: addr_after(&lines[1], "addr="),
+            config_path: path,
+            child: Some(child),
+            stderr_path,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.admin, path)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(|c| c.id())
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    pub fn sigterm(&self) {
+        if let Some(c) = self.child.as_ref() {
+            signal(c, "TERM");
+        }
+    }
+
+    pub fn sighup(&self) {
+        if let Some(c) = self.child.as_ref() {
+            signal(c, "HUP");
+        }
+    }
+
+    /// Waits for the process to exit; returns its exit code.
+    pub async fn wait(&mut self) -> Option<i32> {
+        let mut c = self.child.take()?;
+        tokio::time::timeout(Duration::from_secs(60), c.wait())
+            .await
+            .ok()?
+            .ok()?
+            .code()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.start_kill();
+        }
+        let _ = std::fs::remove_file(&self.config_path);
+        let _ = std::fs::remove_file(&self.stderr_path);
+    }
+}
+
+/// A reqwest client that never pools across tests and has no proxy.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(8)
+        .build()
+        .unwrap()
+}
+
+/// An HTTP/2 prior-knowledge client.
+pub fn h2_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap()
+}
+
+/// The JSON document a backend answered with.
+pub async fn json(resp: reqwest::Response) -> serde_json::Value {
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("status {status}, not JSON ({e}): {text}"))
+}
+
+/// Which node served a JSON response.
+pub async fn node_of(resp: reqwest::Response) -> String {
+    json(resp).await["node"].as_str().unwrap_or("?").to_owned()
+}
+
+/// Builds a config with one listener and admin on ephemeral ports.
+pub fn config(services: &str, routes: &str) -> String {
+    format!(
+        "listeners:\n  - {{ name: public, address: 127.0.0.1:0, debug_headers: true }}\nadmin: {{ address: 127.0.0.1:0 }}\ntimeouts: {{ shutdown: 10s }}\nservices:\n{services}\nroutes:\n{routes}\n"
+    )
+}
+
+/// A service entry with the given nodes `(id, addr, version)`.
+pub fn service(name: &str, nodes: &[(&str, SocketAddr, &str)]) -> String {
+    let mut s = format!("  - name: {name}\n    nodes:\n");
+    for (id, addr, version) in nodes {
+        let version = if version.is_empty() {
+            String::new()
+        } else {
+            format!(", version: \"{version}\"")
+        };
+        s.push_str(&format!(
+            "      - {{ id: {id}, address: \"{addr}\"{version} }}\n"
+        ));
+    }
+    s
+}
+
+/// A port that nothing listens on (bound, then released).
+pub fn dead_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}

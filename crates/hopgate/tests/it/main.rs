@@ -1,0 +1,14 @@
+//! Integration tests: real `hopgate` processes (gateway and backends) on
+//! 127.0.0.1:0, driven by real clients. One test binary, one module per
+//! capability; the harness lives in `it/harness.rs`.
+
+#![allow(unreachable_pub)]
+
+mod harness;
+
+mod admin;
+mod errors;
+mod routing;
+mod shutdown;
+mod transparency;
+mod validate_cli;

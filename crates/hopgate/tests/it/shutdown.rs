@@ -1,0 +1,47 @@
+//! Graceful shutdown: SIGTERM stops accepting and lets in-flight requests
+//! finish.
+
+use std::time::Duration;
+
+use crate::harness::{client, config, service, Backend, Gateway};
+
+#[tokio::test]
+async fn sigterm_lets_a_slow_request_finish() {
+    let b = Backend::start("n1").await;
+    let svc = service("svc", &[("n1", b.addr, "")]);
+    let mut gw = Gateway::start(&config(
+        &svc,
+        "  - { id: all, match: { path_prefix: / }, service: svc }",
+    ))
+    .await;
+    let c = client();
+    let url = gw.url("/slow?sleep_ms=1500");
+    let slow = tokio::spawn(async move { c.get(url).send().await });
+    // Let the request reach the backend before signalling.
+    let seen = client();
+    loop {
+        let v: serde_json::Value = seen
+            .get(b.url("/control/stats"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if v["in_flight"].as_u64().unwrap_or(0) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gw.sigterm();
+    let resp = slow
+        .await
+        .unwrap()
+        .expect("the in-flight request completes");
+    assert_eq!(resp.status(), 200);
+    let v: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(v["node"], "n1");
+    assert_eq!(gw.wait().await, Some(0), "clean exit after draining");
+    // Nothing listens any more.
+    assert!(tokio::net::TcpStream::connect(gw.addr).await.is_err());
+}
