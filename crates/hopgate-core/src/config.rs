@@ -67,6 +67,13 @@ pub fn parse(text: &str, format: Format) -> Result<RawConfig, ConfigError> {
                 let path = clean_path(&e.path().to_string());
                 let inner = e.into_inner();
                 let mut msg = inner.to_string();
+                // serde_yaml_ng prefixes its message with the path it knows;
+                // we already report the path, so drop the repetition.
+                if let Some((head, rest)) = msg.split_once(": ") {
+                    if !head.contains(' ') && (path.starts_with(head) || head == ".") {
+                        msg = rest.to_owned();
+                    }
+                }
                 if let Some(loc) = inner.location() {
                     if !msg.contains("line ") {
                         msg = format!("{msg} (line {}, column {})", loc.line(), loc.column());
@@ -101,7 +108,9 @@ pub fn load(text: &str, format: Format) -> Result<Config, Vec<ConfigError>> {
 }
 
 fn clean_path(p: &str) -> String {
-    if p == "." {
+    // A syntax error has no field to name: `a.b.?` means "somewhere in a.b".
+    let p = p.trim_end_matches('?').trim_end_matches('.');
+    if p == "." || p.is_empty() {
         String::new()
     } else {
         p.to_owned()

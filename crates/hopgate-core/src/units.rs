@@ -73,9 +73,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// Formats a duration the way config files write them (`250ms`, `2s`).
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if d.as_nanos() % 1_000_000_000 == 0 {
+    if d.as_nanos().is_multiple_of(1_000_000_000) {
         format!("{}s", d.as_secs())
-    } else if d.as_nanos() % 1_000_000 == 0 {
+    } else if d.as_nanos().is_multiple_of(1_000_000) {
         format!("{ms}ms")
     } else {
         format!("{}us", d.as_micros())

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: formatting, lints, every test
+# (unit, integration with real processes on loopback), every example config
+# through `hopgate validate`, and short smokes of the benchmarks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s ==\n' "$*"; }
+
+step "dependencies"
+bash scripts/deps.sh
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test"
+cargo test --workspace --locked
+
+step "hopgate validate examples/*"
+for f in examples/*.yaml; do
+  cargo run --quiet --locked -p hopgate -- validate "$f"
+done
+
+step "criterion benches (smoke: each bench once)"
+cargo bench --locked -p hopgate-core -- --test >/dev/null
+echo "benches ran"
+
+step "load benchmark (smoke)"
+cargo build --release --locked -p hopgate
+bash bench/run.sh --quick --only direct,nginx,haproxy,hopgate
+
+step "all green"
