@@ -22,6 +22,8 @@ use hopgate_core::snapshot::Snapshot;
 use hopgate_proxy::pool::Pool;
 use hopgate_proxy::SharedSnapshot;
 
+use crate::health::HealthChecker;
+
 /// How many applied versions are kept for listing and rollback.
 pub const KEEP_VERSIONS: usize = 20;
 
@@ -88,6 +90,7 @@ pub struct Control {
     next_version: AtomicU64,
     reload_failures: AtomicU64,
     reloads: AtomicU64,
+    health: HealthChecker,
 }
 
 impl std::fmt::Debug for Control {
@@ -126,7 +129,9 @@ impl Control {
             next_version: AtomicU64::new(2),
             reload_failures: AtomicU64::new(0),
             reloads: AtomicU64::new(0),
+            health: HealthChecker::default(),
         };
+        control.health.reconcile(&control.snapshot.load());
         control.versions.lock().push_back(VersionRecord {
             version: 1,
             hash,
@@ -234,8 +239,10 @@ impl Control {
             .iter()
             .flat_map(|s| s.nodes.iter().map(|n| n.state.key().clone()))
             .collect();
-        self.snapshot.store(Arc::new(snap));
+        let snap = Arc::new(snap);
+        self.snapshot.store(Arc::clone(&snap));
         self.reloads.fetch_add(1, Ordering::Relaxed);
+        self.health.reconcile(&snap);
         // Nodes that left the config drain: requests already on them finish
         // (they hold the old snapshot), their pooled connections close by
         // the shutdown deadline.

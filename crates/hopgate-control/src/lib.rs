@@ -11,5 +11,6 @@
 
 pub mod admin;
 pub mod control;
+pub mod health;
 
 pub use control::{ApplyOutcome, Control, Source};

@@ -15,6 +15,7 @@ pub mod balance;
 pub mod config;
 pub mod error;
 pub mod node;
+pub mod retry;
 pub mod route;
 pub mod snapshot;
 pub mod units;

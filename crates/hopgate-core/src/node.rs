@@ -53,7 +53,69 @@ pub struct NodeState {
     ejected_until_ms: AtomicU64,
     requests: AtomicU64,
     failures: AtomicU64,
+    breaker: Breaker,
+    outlier: Outlier,
     extension: OnceLock<Arc<dyn Any + Send + Sync>>,
+}
+
+/// The state of a node's circuit breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CircuitState {
+    Closed = 0,
+    Open = 1,
+    HalfOpen = 2,
+}
+
+/// Per-node circuit breaker, all atomics. Its parameters are set by the
+/// snapshot compile ([`NodeState::configure`]) so reloads retune it without
+/// resetting it.
+#[derive(Debug, Default)]
+struct Breaker {
+    state: AtomicU8,
+    /// Consecutive failures while closed.
+    failures: AtomicU32,
+    opened_at_ms: AtomicU64,
+    /// Probes admitted in the current half-open period.
+    probes: AtomicU32,
+    /// Probes that succeeded in the current half-open period.
+    successes: AtomicU32,
+    enabled: AtomicBool,
+    threshold: AtomicU32,
+    reset_ms: AtomicU64,
+    max_requests: AtomicU32,
+    /// Times the breaker opened (for the admin API).
+    opened: AtomicU64,
+}
+
+/// Passive outlier detection counters.
+#[derive(Debug, Default)]
+struct Outlier {
+    consecutive_5xx: AtomicU32,
+    consecutive_failures: AtomicU32,
+    /// Ejections in the current streak; the ejection time grows with it.
+    ejections: AtomicU32,
+    ejected_total: AtomicU64,
+}
+
+/// What one attempt on a node came to, for breaker and outlier accounting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Observation {
+    /// Answered with a status below 500.
+    Success,
+    /// Answered with a 5xx status.
+    ServerError,
+    /// Connect failure, reset, timeout, protocol error.
+    Failure,
+}
+
+/// Result of [`NodeState::observe`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Keep,
+    /// The outlier detector wants the node out for this long (the caller
+    /// applies the service's ejection cap before ejecting).
+    Eject(std::time::Duration),
 }
 
 impl std::fmt::Debug for NodeState {
@@ -78,6 +140,14 @@ impl NodeState {
             ejected_until_ms: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            breaker: Breaker {
+                enabled: AtomicBool::new(true),
+                threshold: AtomicU32::new(5),
+                reset_ms: AtomicU64::new(60_000),
+                max_requests: AtomicU32::new(3),
+                ..Breaker::default()
+            },
+            outlier: Outlier::default(),
             extension: OnceLock::new(),
         }
     }
@@ -115,9 +185,204 @@ impl NodeState {
         self.ejected_until_ms.store(until_ms, Ordering::Relaxed);
     }
 
-    /// May new requests be sent here?
+    /// May new requests be sent here? (A half-open breaker with probes
+    /// left, or an open one whose reset timeout has passed, counts as
+    /// available: the transition happens in [`NodeState::try_acquire`].)
     pub fn is_available(&self, now_ms: u64) -> bool {
-        self.health() != Health::Unhealthy && !self.is_draining() && !self.is_ejected(now_ms)
+        self.health() != Health::Unhealthy
+            && !self.is_draining()
+            && !self.is_ejected(now_ms)
+            && self.circuit_may_pass(now_ms)
+    }
+
+    /// Applies the breaker parameters of the node's service (compile time).
+    pub fn configure(&self, circuit: &crate::config::CircuitConfig) {
+        let b = &self.breaker;
+        b.enabled.store(circuit.enabled, Ordering::Relaxed);
+        b.threshold.store(circuit.failure_threshold, Ordering::Relaxed);
+        b.reset_ms
+            .store(circuit.reset_timeout.as_millis() as u64, Ordering::Relaxed);
+        b.max_requests.store(circuit.max_requests, Ordering::Relaxed);
+        if !circuit.enabled {
+            b.state.store(CircuitState::Closed as u8, Ordering::Relaxed);
+        }
+    }
+
+    pub fn circuit(&self) -> CircuitState {
+        match self.breaker.state.load(Ordering::Acquire) {
+            1 => CircuitState::Open,
+            2 => CircuitState::HalfOpen,
+            _ => CircuitState::Closed,
+        }
+    }
+
+    /// How many times the breaker has opened.
+    pub fn circuit_opened(&self) -> u64 {
+        self.breaker.opened.load(Ordering::Relaxed)
+    }
+
+    fn circuit_may_pass(&self, now_ms: u64) -> bool {
+        let b = &self.breaker;
+        match self.circuit() {
+            CircuitState::Closed => true,
+            CircuitState::Open => {
+                now_ms >= b.opened_at_ms.load(Ordering::Relaxed) + b.reset_ms.load(Ordering::Relaxed)
+            }
+            CircuitState::HalfOpen => {
+                b.probes.load(Ordering::Relaxed) < b.max_requests.load(Ordering::Relaxed)
+            }
+        }
+    }
+
+    /// The "may I send?" question, asked once per attempt after the node is
+    /// picked. An open breaker whose reset timeout has passed turns
+    /// half-open *here* (go-redis's never does, because only a path no one
+    /// calls makes that transition); a half-open breaker admits at most
+    /// `max_requests` probes.
+    pub fn try_acquire(&self, now_ms: u64) -> bool {
+        let b = &self.breaker;
+        if !b.enabled.load(Ordering::Relaxed) {
+            return true;
+        }
+        loop {
+            match self.circuit() {
+                CircuitState::Closed => return true,
+                CircuitState::Open => {
+                    let due = b.opened_at_ms.load(Ordering::Relaxed) + b.reset_ms.load(Ordering::Relaxed);
+                    if now_ms < due {
+                        return false;
+                    }
+                    if b
+                        .state
+                        .compare_exchange(
+                            CircuitState::Open as u8,
+                            CircuitState::HalfOpen as u8,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_ok()
+                    {
+                        b.probes.store(0, Ordering::Relaxed);
+                        b.successes.store(0, Ordering::Relaxed);
+                        tracing::info!(service = %self.key.service, node = %self.key.node, "circuit half-open: letting probes through");
+                    }
+                    // Re-read: we (or a racer) moved it to half-open.
+                }
+                CircuitState::HalfOpen => {
+                    let max = b.max_requests.load(Ordering::Relaxed);
+                    let n = b.probes.fetch_add(1, Ordering::AcqRel);
+                    if n < max {
+                        return true;
+                    }
+                    b.probes.fetch_sub(1, Ordering::AcqRel);
+                    return false;
+                }
+            }
+        }
+    }
+
+    fn open_circuit(&self, now_ms: u64) {
+        let b = &self.breaker;
+        b.opened_at_ms.store(now_ms, Ordering::Relaxed);
+        b.failures.store(0, Ordering::Relaxed);
+        let prev = b.state.swap(CircuitState::Open as u8, Ordering::AcqRel);
+        if prev != CircuitState::Open as u8 {
+            b.opened.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(service = %self.key.service, node = %self.key.node, "circuit open");
+        }
+    }
+
+    /// Accounts one attempt's outcome in the breaker and the outlier
+    /// detector; says whether the detector wants the node ejected.
+    pub fn observe(
+        &self,
+        what: Observation,
+        now_ms: u64,
+        outlier: &crate::config::OutlierConfig,
+    ) -> Verdict {
+        let b = &self.breaker;
+        let o = &self.outlier;
+        match what {
+            Observation::Success => {
+                o.consecutive_5xx.store(0, Ordering::Relaxed);
+                o.consecutive_failures.store(0, Ordering::Relaxed);
+                match self.circuit() {
+                    CircuitState::Closed => b.failures.store(0, Ordering::Relaxed),
+                    CircuitState::HalfOpen => {
+                        let ok = b.successes.fetch_add(1, Ordering::AcqRel) + 1;
+                        if ok >= b.max_requests.load(Ordering::Relaxed)
+                            && b
+                                .state
+                                .compare_exchange(
+                                    CircuitState::HalfOpen as u8,
+                                    CircuitState::Closed as u8,
+                                    Ordering::AcqRel,
+                                    Ordering::Acquire,
+                                )
+                                .is_ok()
+                        {
+                            b.failures.store(0, Ordering::Relaxed);
+                            tracing::info!(service = %self.key.service, node = %self.key.node, "circuit closed");
+                        }
+                    }
+                    CircuitState::Open => {}
+                }
+                // A node that serves well again starts a fresh ejection streak.
+                if !self.is_ejected(now_ms) {
+                    o.ejections.store(0, Ordering::Relaxed);
+                }
+                Verdict::Keep
+            }
+            Observation::ServerError | Observation::Failure => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                if b.enabled.load(Ordering::Relaxed) {
+                    match self.circuit() {
+                        CircuitState::Closed => {
+                            let n = b.failures.fetch_add(1, Ordering::AcqRel) + 1;
+                            if n >= b.threshold.load(Ordering::Relaxed) {
+                                self.open_circuit(now_ms);
+                            }
+                        }
+                        CircuitState::HalfOpen => self.open_circuit(now_ms),
+                        CircuitState::Open => {}
+                    }
+                }
+                let (count, limit) = if what == Observation::ServerError {
+                    (o.consecutive_5xx.fetch_add(1, Ordering::Relaxed) + 1, outlier.consecutive_5xx)
+                } else {
+                    (
+                        o.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1,
+                        outlier.consecutive_failures,
+                    )
+                };
+                if limit == 0 || count < limit || self.is_ejected(now_ms) {
+                    return Verdict::Keep;
+                }
+                let streak = o.ejections.load(Ordering::Relaxed).min(16);
+                let time = outlier
+                    .base_ejection
+                    .saturating_mul(1u32 << streak)
+                    .min(outlier.max_ejection);
+                Verdict::Eject(time)
+            }
+        }
+    }
+
+    /// Ejects the node for `time` (after the caller checked the service's
+    /// cap) and starts counting afresh.
+    pub fn eject_for(&self, time: std::time::Duration, now_ms: u64) {
+        let o = &self.outlier;
+        o.ejections.fetch_add(1, Ordering::Relaxed);
+        o.ejected_total.fetch_add(1, Ordering::Relaxed);
+        o.consecutive_5xx.store(0, Ordering::Relaxed);
+        o.consecutive_failures.store(0, Ordering::Relaxed);
+        self.eject_until(now_ms + time.as_millis() as u64);
+        tracing::warn!(service = %self.key.service, node = %self.key.node, seconds = time.as_secs_f64(), "node ejected by outlier detection");
+    }
+
+    /// How many times the node was ejected.
+    pub fn ejected_total(&self) -> u64 {
+        self.outlier.ejected_total.load(Ordering::Relaxed)
     }
 
     pub fn in_flight(&self) -> u32 {
@@ -137,10 +402,6 @@ impl NodeState {
 
     pub fn failures(&self) -> u64 {
         self.failures.load(Ordering::Relaxed)
-    }
-
-    pub fn record_failure(&self) {
-        self.failures.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Latency EWMA in microseconds (0 before the first sample).
@@ -267,6 +528,107 @@ mod tests {
         drop(g2);
         assert_eq!(n.in_flight(), 0);
         assert_eq!(n.requests(), 2);
+    }
+
+    fn node() -> NodeState {
+        NodeState::new(NodeKey {
+            service: "s".into(),
+            node: "n".into(),
+        })
+    }
+
+    #[test]
+    fn breaker_full_cycle_half_opens_on_the_asking_path() {
+        let n = node();
+        let cfg = crate::config::CircuitConfig {
+            enabled: true,
+            failure_threshold: 3,
+            reset_timeout: std::time::Duration::from_millis(1000),
+            max_requests: 2,
+        };
+        n.configure(&cfg);
+        let out = crate::config::OutlierConfig {
+            consecutive_5xx: 0,
+            consecutive_failures: 0,
+            ..Default::default()
+        };
+        let t0 = 10_000;
+        for _ in 0..2 {
+            assert!(n.try_acquire(t0));
+            n.observe(Observation::Failure, t0, &out);
+        }
+        assert_eq!(n.circuit(), CircuitState::Closed);
+        n.observe(Observation::Failure, t0, &out);
+        assert_eq!(n.circuit(), CircuitState::Open);
+        assert!(!n.is_available(t0 + 999));
+        assert!(!n.try_acquire(t0 + 999));
+        // Due: the asking path itself turns it half-open.
+        assert!(n.is_available(t0 + 1000));
+        assert!(n.try_acquire(t0 + 1000));
+        assert_eq!(n.circuit(), CircuitState::HalfOpen);
+        assert!(n.try_acquire(t0 + 1000));
+        assert!(!n.try_acquire(t0 + 1000), "only max_requests probes");
+        assert!(!n.is_available(t0 + 1000));
+        // A half-open failure reopens.
+        n.observe(Observation::Failure, t0 + 1001, &out);
+        assert_eq!(n.circuit(), CircuitState::Open);
+        assert!(!n.try_acquire(t0 + 1500));
+        assert!(n.try_acquire(t0 + 2001));
+        assert!(n.try_acquire(t0 + 2001));
+        n.observe(Observation::Success, t0 + 2002, &out);
+        assert_eq!(n.circuit(), CircuitState::HalfOpen);
+        n.observe(Observation::Success, t0 + 2002, &out);
+        assert_eq!(n.circuit(), CircuitState::Closed);
+        assert_eq!(n.circuit_opened(), 2);
+        // A success while closed resets the count.
+        n.observe(Observation::Failure, t0, &out);
+        n.observe(Observation::Failure, t0, &out);
+        n.observe(Observation::Success, t0, &out);
+        n.observe(Observation::Failure, t0, &out);
+        assert_eq!(n.circuit(), CircuitState::Closed);
+    }
+
+    #[test]
+    fn outlier_ejection_grows_and_resets() {
+        let n = node();
+        n.configure(&crate::config::CircuitConfig {
+            enabled: false,
+            ..Default::default()
+        });
+        let out = crate::config::OutlierConfig {
+            consecutive_5xx: 3,
+            consecutive_failures: 1,
+            base_ejection: std::time::Duration::from_secs(2),
+            max_ejection: std::time::Duration::from_secs(5),
+            max_ejected_percent: 100,
+        };
+        let now = 1_000;
+        assert_eq!(n.observe(Observation::ServerError, now, &out), Verdict::Keep);
+        assert_eq!(n.observe(Observation::ServerError, now, &out), Verdict::Keep);
+        let Verdict::Eject(t) = n.observe(Observation::ServerError, now, &out) else {
+            panic!("third 5xx ejects")
+        };
+        assert_eq!(t, std::time::Duration::from_secs(2));
+        n.eject_for(t, now);
+        assert!(!n.is_available(now + 1));
+        assert!(n.is_available(now + 2_000));
+        // Repeat ejection: longer, capped at max.
+        let Verdict::Eject(t) = n.observe(Observation::Failure, now + 2_000, &out) else {
+            panic!("a connect failure ejects at once")
+        };
+        assert_eq!(t, std::time::Duration::from_secs(4));
+        n.eject_for(t, now + 2_000);
+        let Verdict::Eject(t) = n.observe(Observation::Failure, now + 7_000, &out) else {
+            panic!()
+        };
+        assert_eq!(t, std::time::Duration::from_secs(5));
+        // Serving well again resets the streak.
+        n.observe(Observation::Success, now + 20_000, &out);
+        let Verdict::Eject(t) = n.observe(Observation::Failure, now + 20_000, &out) else {
+            panic!()
+        };
+        assert_eq!(t, std::time::Duration::from_secs(2));
+        assert_eq!(n.ejected_total(), 2);
     }
 
     #[test]

@@ -17,7 +17,11 @@ use http::HeaderValue;
 
 use crate::access::AccessControl;
 use crate::balance::{Balancer, Member, PickCtx};
-use crate::config::{Config, HashOn, PoolConfig, Target, UpstreamProtocol};
+use crate::config::{
+    CircuitConfig, Config, HashOn, HealthConfig, OutlierConfig, PoolConfig, Target, UpstreamProtocol,
+};
+use crate::node::Health;
+use crate::retry::RetryBudget;
 use crate::node::{NodeRegistry, NodeState};
 use crate::route::{Router, RuleSpec};
 
@@ -61,6 +65,11 @@ pub struct CompiledService {
     pub protocol: UpstreamProtocol,
     pub pool: PoolConfig,
     pub hash_on: Option<HashOn>,
+    pub health: Option<HealthConfig>,
+    pub outlier: OutlierConfig,
+    pub circuit: CircuitConfig,
+    /// Shared with the same service in the previous snapshot.
+    pub retry_budget: Arc<RetryBudget>,
     pub nodes: Vec<CompiledNode>,
     /// Every node of the service.
     pub all: Group,
@@ -161,6 +170,13 @@ impl Snapshot {
                     .iter()
                     .map(|n| {
                         let addr = n.address.to_string();
+                        let state = registry.get_or_create(&svc.name, &n.id);
+                        state.configure(&svc.circuit);
+                        if let Some(h) = &svc.health {
+                            if h.initial == Health::Healthy && state.health() == Health::Unknown {
+                                state.set_health(Health::Healthy);
+                            }
+                        }
                         CompiledNode {
                             id: n.id.clone(),
                             address: n.address,
@@ -169,7 +185,7 @@ impl Snapshot {
                             authority: addr.parse().expect("a socket address is a valid authority"),
                             version: n.version.clone(),
                             weight: n.weight,
-                            state: registry.get_or_create(&svc.name, &n.id),
+                            state,
                         }
                     })
                     .collect();
@@ -213,6 +229,10 @@ impl Snapshot {
                     protocol: svc.protocol,
                     pool: svc.pool,
                     hash_on: svc.hash_on.clone(),
+                    health: svc.health.clone(),
+                    outlier: svc.outlier,
+                    circuit: svc.circuit,
+                    retry_budget: prev.map_or_else(Default::default, |p| Arc::clone(&p.retry_budget)),
                     nodes,
                     all,
                     versions,

@@ -11,14 +11,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
-use http::header::{HeaderValue, HOST};
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderValue, HOST};
+use http_body_util::BodyExt;
 use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 
 use hopgate_core::config::UpstreamProtocol;
 use hopgate_core::error::{ErrorKind, ProxyError};
-use hopgate_core::node::now_ms;
+use hopgate_core::node::{now_ms, Observation, Verdict};
+use hopgate_core::retry;
 use hopgate_core::route::RequestView;
 use hopgate_core::snapshot::{CompiledNode, CompiledService, Snapshot};
 
@@ -33,9 +36,9 @@ use crate::respond::error_response;
 /// The snapshot pointer the control plane writes and the data plane loads.
 pub type SharedSnapshot = Arc<ArcSwap<Snapshot>>;
 
-/// Most attempts a request makes when its earlier attempts never reached a
-/// backend (connect refused, pooled connection dead).
-pub const MAX_ATTEMPTS: usize = 3;
+/// Most nodes one request remembers having tried (`retries.attempts` is at
+/// most 10).
+const MAX_TRACKED: usize = 16;
 
 /// Per-listener facts a request needs.
 #[derive(Debug, Clone)]
@@ -177,9 +180,7 @@ impl Forwarder {
             X_FORWARDED_PROTO.clone(),
             HeaderValue::from_static(if ctx.tls { "https" } else { "http" }),
         );
-        parts
-            .headers
-            .insert(X_ROUTE_RULE_ID.clone(), route.id_header.clone());
+        parts.headers.insert(X_ROUTE_RULE_ID.clone(), route.id_header.clone());
         if !parts.headers.contains_key(HOST) {
             if let Some(a) = parts.uri.authority() {
                 if let Ok(v) = HeaderValue::from_str(a.as_str()) {
@@ -187,25 +188,59 @@ impl Forwarder {
                 }
             }
         }
-        let body = if body_is_empty(&body) {
-            ProxyBody::Empty
+        let policy = &snap.config.retries;
+        svc.retry_budget.deposit(policy.budget);
+        // A request that may have reached a backend can be replayed only if
+        // it is replay-safe and its body is small enough to keep.
+        let replay_safe = retry::replay_safe(&parts.method, &parts.headers);
+        let (body, kept) = if body_is_empty(&body) {
+            (ProxyBody::Empty, replay_safe.then(Bytes::new))
+        } else if replay_safe && content_length_of(&parts.headers).is_some_and(|n| n <= policy.buffer_body) {
+            match ProxyBody::limited(body, policy.buffer_body).collect().await {
+                Ok(b) => {
+                    let b = b.to_bytes();
+                    (ProxyBody::full(b.clone()), Some(b))
+                }
+                Err(_) => return fail(out, ErrorKind::BadRequest),
+            }
         } else {
-            ProxyBody::limited(body, limits.max_body_bytes)
+            (ProxyBody::limited(body, limits.max_body_bytes), None)
         };
-        let mut upstream = Request::from_parts(parts, body);
+        let template = kept.map(|b| (parts.clone(), b));
+        let mut upstream = Some(Request::from_parts(parts, body));
 
-        let mut tried = [usize::MAX; MAX_ATTEMPTS];
+        let attempts = (policy.attempts as usize).min(MAX_TRACKED);
+        let mut tried = [usize::MAX; MAX_TRACKED];
+        let mut n_tried = 0;
+        let mut refused = 0; // picks turned away by an open breaker
         let mut last = ErrorKind::NoLiveNode;
-        for attempt in 0..MAX_ATTEMPTS {
-            let Some(node_idx) = svc.pick(selection.group, now_ms(), None, &tried[..attempt])
-            else {
+        let mut sent_attempts = 0;
+        while sent_attempts < attempts {
+            let now = now_ms();
+            let Some(node_idx) = svc.pick(selection.group, now, None, &tried[..n_tried]) else {
                 break;
             };
-            tried[attempt] = node_idx;
-            out.attempts = attempt + 1;
-            out.node = Some(node_idx);
             let node = &svc.nodes[node_idx];
-            retarget(&mut upstream, node, svc);
+            if n_tried < MAX_TRACKED && !tried[..n_tried].contains(&node_idx) {
+                tried[n_tried] = node_idx;
+                n_tried += 1;
+            }
+            if !node.state.try_acquire(now) {
+                refused += 1;
+                if refused > svc.nodes.len() {
+                    break;
+                }
+                continue;
+            }
+            if sent_attempts > 0 && !svc.retry_budget.try_withdraw() {
+                tracing::warn!(service = %svc.name, "retry budget exhausted; not retrying");
+                break;
+            }
+            sent_attempts += 1;
+            out.attempts = sent_attempts;
+            out.node = Some(node_idx);
+            let Some(mut request) = upstream.take() else { break };
+            retarget(&mut request, node, svc);
             let settings = pool_settings(snap, svc);
             let pool = node
                 .state
@@ -213,36 +248,80 @@ impl Forwarder {
                 .expect("the node extension slot holds the pool");
             let inflight = node.state.begin_request();
             let sent_at = Instant::now();
-            match pool.send(node.address, upstream, &settings).await {
+            let result = pool.send(node.address, request, &settings).await;
+            drop(inflight);
+            match result {
                 Ok(mut resp) => {
-                    node.state
-                        .observe_latency_us(sent_at.elapsed().as_micros() as u64);
-                    drop(inflight);
+                    let status = resp.status().as_u16();
+                    let seen = if status >= 500 {
+                        Observation::ServerError
+                    } else {
+                        node.state
+                            .observe_latency_us(sent_at.elapsed().as_micros() as u64);
+                        Observation::Success
+                    };
+                    account(svc, node, seen);
                     strip_hop_by_hop(resp.headers_mut(), false);
                     if ctx.debug_headers {
                         let h = resp.headers_mut();
                         h.insert(X_ROUTE_RULE_ID.clone(), route.id_header.clone());
                         h.insert(X_UPSTREAM_ADDR.clone(), node.address_header.clone());
                     }
-                    out.status = resp.status().as_u16();
+                    out.status = status;
                     return (Ok(resp), out);
                 }
                 Err(SendFailure::NotSent { request, error }) => {
-                    drop(inflight);
-                    node.state.record_failure();
-                    log_upstream_failure(&svc.name, node, &error, attempt, true);
+                    account(svc, node, Observation::Failure);
+                    log_upstream_failure(&svc.name, node, &error, sent_attempts, true);
                     last = error.kind;
-                    upstream = *request;
+                    upstream = Some(*request);
                 }
                 Err(SendFailure::Sent(error)) => {
-                    drop(inflight);
-                    node.state.record_failure();
-                    log_upstream_failure(&svc.name, node, &error, attempt, false);
-                    return fail(out, error.kind);
+                    log_upstream_failure(&svc.name, node, &error, sent_attempts, false);
+                    last = error.kind;
+                    if error.kind == ErrorKind::BodyTooLarge {
+                        return fail(out, error.kind);
+                    }
+                    account(svc, node, Observation::Failure);
+                    match &template {
+                        // Replay-safe with its body kept: send a copy elsewhere.
+                        Some((parts, body)) => {
+                            let body = if body.is_empty() {
+                                ProxyBody::Empty
+                            } else {
+                                ProxyBody::full(body.clone())
+                            };
+                            upstream = Some(Request::from_parts(parts.clone(), body));
+                        }
+                        // May have run on the backend; never send it twice.
+                        None => return fail(out, error.kind),
+                    }
                 }
             }
         }
         fail(out, last)
+    }
+}
+
+/// Records an attempt's outcome on the node; ejects it when the outlier
+/// detector asks and the service's ejection cap allows (the panic
+/// threshold: never eject so much that the service has nowhere to go).
+fn account(svc: &CompiledService, node: &CompiledNode, seen: Observation) {
+    let now = now_ms();
+    if let Verdict::Eject(time) = node.state.observe(seen, now, &svc.outlier) {
+        let total = svc.nodes.len();
+        let ejected = svc.nodes.iter().filter(|n| n.state.is_ejected(now)).count();
+        if (ejected + 1) * 100 <= total * usize::from(svc.outlier.max_ejected_percent) {
+            node.state.eject_for(time, now);
+        } else {
+            tracing::warn!(
+                service = %svc.name,
+                node = %node.id,
+                ejected,
+                total,
+                "not ejecting: the service's max_ejected_percent is reached"
+            );
+        }
     }
 }
 
@@ -303,7 +382,11 @@ fn host_of<B>(req: &Request<B>) -> Option<&str> {
 }
 
 fn content_length<B>(req: &Request<B>) -> Option<u64> {
-    req.headers()
+    content_length_of(req.headers())
+}
+
+fn content_length_of(headers: &HeaderMap) -> Option<u64> {
+    headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
@@ -325,7 +408,7 @@ fn log_upstream_failure(
         service,
         node = %node.id,
         addr = %node.address,
-        attempt = attempt + 1,
+        attempt,
         not_sent,
         error = %error,
         "upstream attempt failed"

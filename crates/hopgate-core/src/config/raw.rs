@@ -67,6 +67,8 @@ pub struct RawConfig {
     pub timeouts: Option<RawTimeouts>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<RawLimits>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<RawRetries>,
 }
 
 /// An address clients connect to.
@@ -111,6 +113,15 @@ pub struct RawService {
     /// Per-node connection pool tuning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<RawPool>,
+    /// Active health checks (none when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<RawHealth>,
+    /// Passive outlier detection (on with defaults when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier: Option<RawOutlier>,
+    /// Per-node circuit breaker (on with defaults when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit: Option<RawCircuit>,
     #[serde(default)]
     pub nodes: Vec<RawNode>,
 }
@@ -254,4 +265,74 @@ pub struct RawLimits {
     pub max_body_bytes: Option<Text>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<Text>,
+}
+
+/// Active health checks of a service's nodes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealth {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rise: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fall: Option<Text>,
+    /// `200`, or a class like `2xx`, or a range `200-399` (default `2xx`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_status: Option<Text>,
+    /// `unknown` (default) or `healthy`: the state before the first check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial: Option<String>,
+}
+
+/// Passive outlier detection.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOutlier {
+    /// Consecutive 5xx answers that eject a node (0 = never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_5xx: Option<Text>,
+    /// Consecutive failed connects or resets that eject a node (0 = never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_failures: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_ejection: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ejection: Option<Text>,
+    /// Most of a service that may be ejected at once, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ejected_percent: Option<Text>,
+}
+
+/// Per-node circuit breaker.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCircuit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_threshold: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_timeout: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_requests: Option<Text>,
+}
+
+/// Retry policy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetries {
+    /// Most attempts per request, the first included (1..=10, default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<Text>,
+    /// Retries allowed as a share of recent requests (0..=1, default 0.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Text>,
+    /// Largest request body kept to replay a retry (default 64KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffer_body: Option<Text>,
 }

@@ -32,6 +32,7 @@ use super::{
 use crate::route::{HostMatch, MatchSpec, PathMatch};
 use crate::units;
 
+mod resilience;
 #[cfg(test)]
 mod tests;
 
@@ -61,6 +62,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
     let access = v.access(raw.access.as_ref());
     v.errors.append(&mut tv.errors);
     let limits = v.limits(raw.limits.as_ref());
+    let retries = v.retries(raw.retries.as_ref());
     if !v.errors.is_empty() {
         return Err(v.errors);
     }
@@ -73,6 +75,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         access,
         timeouts,
         limits,
+        retries,
     })
 }
 
@@ -298,6 +301,9 @@ impl Validator {
             }
         };
         let pool = self.pool(&format!("{p}.pool"), s.pool.as_ref(), default_idle);
+        let health = s.health.as_ref().map(|h| self.health(&format!("{p}.health"), h));
+        let outlier = self.outlier(&format!("{p}.outlier"), s.outlier.as_ref());
+        let circuit = self.circuit(&format!("{p}.circuit"), s.circuit.as_ref());
 
         if s.nodes.is_empty() {
             self.err(format!("{p}.nodes"), "a service needs at least one node");
@@ -326,6 +332,9 @@ impl Validator {
             hash_on,
             protocol,
             pool,
+            health,
+            outlier,
+            circuit,
             nodes,
         }
     }

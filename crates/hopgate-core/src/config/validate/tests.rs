@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::raw::{RawCircuit, RawHealth, RawOutlier, RawRetries};
 use crate::config::{load, Format, EMBEDDED_DEFAULT};
 
 const LISTENER: &str = "listeners:\n  - name: public\n    address: 127.0.0.1:8080\n";
@@ -1619,6 +1620,28 @@ fn nasty_values_never_panic() {
                     max_idle: t(),
                     idle_timeout: t(),
                 }),
+                health: Some(RawHealth {
+                    path: Some(s.into()),
+                    interval: t(),
+                    timeout: t(),
+                    rise: t(),
+                    fall: t(),
+                    expect_status: t(),
+                    initial: Some(s.into()),
+                }),
+                outlier: Some(RawOutlier {
+                    consecutive_5xx: t(),
+                    consecutive_failures: t(),
+                    base_ejection: t(),
+                    max_ejection: t(),
+                    max_ejected_percent: t(),
+                }),
+                circuit: Some(RawCircuit {
+                    enabled: Some(true),
+                    failure_threshold: t(),
+                    reset_timeout: t(),
+                    max_requests: t(),
+                }),
                 nodes: vec![RawNode {
                     id: s.into(),
                     address: s.into(),
@@ -1668,6 +1691,11 @@ fn nasty_values_never_panic() {
                 max_uri_bytes: t(),
                 max_body_bytes: t(),
                 max_connections: t(),
+            }),
+            retries: Some(RawRetries {
+                attempts: t(),
+                budget: t(),
+                buffer_body: t(),
             }),
         };
         let errs = validate(&raw).expect_err("every field is nonsense");
@@ -1719,6 +1747,9 @@ fn random_documents_never_panic() {
                     max_idle: Some(Text(v())),
                     idle_timeout: Some(Text(v())),
                 }),
+                health: None,
+                outlier: None,
+                circuit: None,
                 nodes: vec![RawNode {
                     id: v(),
                     address: v(),

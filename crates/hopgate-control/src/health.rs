@@ -1,0 +1,170 @@
+//! Active health checks.
+//!
+//! Owns one checking task per node of every service that has a `health`
+//! section: an HTTP GET of the configured path on a fresh connection every
+//! `interval` (jittered ±10 % so checks of many nodes do not align), bounded
+//! by `timeout`; `rise` consecutive passes make a node healthy, `fall`
+//! consecutive failures make it unhealthy. Results go into the node's live
+//! state, which the balancers read.
+//!
+//! Must not touch: the snapshot (it is handed in), the request path. Tasks
+//! are reconciled after every applied config: unchanged nodes keep their
+//! task and counters, changed ones restart, removed ones stop.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
+use tokio::task::JoinHandle;
+
+use hopgate_core::config::HealthConfig;
+use hopgate_core::node::{Health, NodeKey, NodeState};
+use hopgate_core::snapshot::Snapshot;
+
+/// The running checks, keyed by node identity.
+#[derive(Default)]
+pub struct HealthChecker {
+    tasks: Mutex<HashMap<NodeKey, (Probe, JoinHandle<()>)>>,
+}
+
+impl std::fmt::Debug for HealthChecker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HealthChecker")
+            .field("tasks", &self.tasks.lock().len())
+            .finish()
+    }
+}
+
+/// What one task checks; a change restarts the task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Probe {
+    addr: SocketAddr,
+    cfg: HealthConfig,
+}
+
+impl HealthChecker {
+    /// Starts, keeps, restarts or stops tasks to match `snap`. Must be
+    /// called from within a tokio runtime.
+    pub fn reconcile(&self, snap: &Snapshot) {
+        let mut wanted: HashMap<NodeKey, (Probe, Arc<NodeState>)> = HashMap::new();
+        for svc in &snap.services {
+            let Some(cfg) = &svc.health else { continue };
+            for n in &svc.nodes {
+                wanted.insert(
+                    n.state.key().clone(),
+                    (
+                        Probe {
+                            addr: n.address,
+                            cfg: cfg.clone(),
+                        },
+                        Arc::clone(&n.state),
+                    ),
+                );
+            }
+        }
+        let mut tasks = self.tasks.lock();
+        tasks.retain(|key, (probe, handle)| {
+            let keep = wanted.get(key).is_some_and(|(p, _)| p == probe);
+            if !keep {
+                handle.abort();
+            }
+            keep
+        });
+        for (key, (probe, state)) in wanted {
+            if tasks.contains_key(&key) {
+                continue;
+            }
+            let handle = tokio::spawn(run(probe.clone(), state));
+            tasks.insert(key, (probe, handle));
+        }
+    }
+
+    /// Number of running checks.
+    pub fn len(&self) -> usize {
+        self.tasks.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for HealthChecker {
+    fn drop(&mut self) {
+        for (_, (_, h)) in self.tasks.lock().drain() {
+            h.abort();
+        }
+    }
+}
+
+async fn run(probe: Probe, state: Arc<NodeState>) {
+    let cfg = &probe.cfg;
+    let mut passes = 0u32;
+    let mut failures = 0u32;
+    // A first check soon after start, spread over one interval.
+    tokio::time::sleep(jitter(cfg.interval / 4)).await;
+    loop {
+        let result = tokio::time::timeout(cfg.timeout, check(probe.addr, &cfg.path)).await;
+        let ok = match &result {
+            Ok(Ok(status)) => (cfg.expect_status.0..=cfg.expect_status.1).contains(status),
+            _ => false,
+        };
+        let key = state.key();
+        if ok {
+            passes += 1;
+            failures = 0;
+            if passes >= cfg.rise && state.health() != Health::Healthy {
+                state.set_health(Health::Healthy);
+                tracing::info!(service = %key.service, node = %key.node, "health check: node healthy");
+            }
+        } else {
+            failures += 1;
+            passes = 0;
+            if failures >= cfg.fall && state.health() != Health::Unhealthy {
+                state.set_health(Health::Unhealthy);
+                let why = match result {
+                    Err(_) => "timeout".to_owned(),
+                    Ok(Err(e)) => e,
+                    Ok(Ok(s)) => format!("status {s}"),
+                };
+                tracing::warn!(service = %key.service, node = %key.node, reason = %why, "health check: node unhealthy");
+            }
+        }
+        tokio::time::sleep(jitter(cfg.interval)).await;
+    }
+}
+
+/// `d` ± 10 %.
+fn jitter(d: Duration) -> Duration {
+    d.mul_f64(0.9 + fastrand::f64() * 0.2)
+}
+
+/// One check: GET `path` on a new connection; the status, or why it failed.
+async fn check(addr: SocketAddr, path: &str) -> Result<u16, String> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    let driver = tokio::spawn(conn);
+    let req = http::Request::get(path)
+        .header(http::header::HOST, addr.to_string())
+        .header(http::header::USER_AGENT, "hopgate-health-check")
+        .header(http::header::CONNECTION, "close")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| format!("request: {e}"))?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| format!("request: {e}"))?;
+    let status = resp.status().as_u16();
+    let _ = resp.into_body().collect().await;
+    driver.abort();
+    Ok(status)
+}

@@ -1,0 +1,276 @@
+//! Validation of the resilience sections: `services[].health`,
+//! `services[].outlier`, `services[].circuit` and `retries`. Same contract
+//! as the parent module: every error with its path, never a silent default
+//! for a present value, no I/O, no panic.
+
+use std::time::Duration;
+
+use super::super::raw::{RawCircuit, RawHealth, RawOutlier, RawRetries, Text};
+use super::super::{CircuitConfig, HealthConfig, OutlierConfig, RetryConfig};
+use super::{check_path, int_in, positive_duration, size_in, Validator};
+use crate::node::Health;
+use crate::units;
+
+impl Validator {
+    fn int_or(&mut self, p: String, t: Option<&Text>, min: i64, max: i64, default: u32) -> u32 {
+        match t {
+            None => default,
+            Some(t) => self
+                .check(p, int_in(t, min, max))
+                .map_or(default, |n| n as u32),
+        }
+    }
+
+    fn duration_or(&mut self, p: String, t: Option<&Text>, max: Duration, default: Duration) -> Duration {
+        match t {
+            None => default,
+            Some(t) => {
+                let r = positive_duration(t).and_then(|d| {
+                    if d > max {
+                        Err(format!(
+                            "duration {:?} is too long: at most {}",
+                            t.0,
+                            units::format_duration(max)
+                        ))
+                    } else {
+                        Ok(d)
+                    }
+                });
+                self.check(p, r).unwrap_or(default)
+            }
+        }
+    }
+
+    pub(super) fn health(&mut self, p: &str, h: &RawHealth) -> HealthConfig {
+        let path = match &h.path {
+            None => "/health".to_owned(),
+            Some(s) => self
+                .check(format!("{p}.path"), check_path(s))
+                .unwrap_or_default(),
+        };
+        let hour = Duration::from_secs(3600);
+        let interval = self.duration_or(format!("{p}.interval"), h.interval.as_ref(), hour, Duration::from_secs(2));
+        let timeout = self.duration_or(format!("{p}.timeout"), h.timeout.as_ref(), hour, Duration::from_secs(1));
+        if h.timeout.is_some() && h.interval.is_some() && timeout > interval {
+            self.err(
+                format!("{p}.timeout"),
+                format!(
+                    "timeout {} is longer than the interval {}",
+                    units::format_duration(timeout),
+                    units::format_duration(interval)
+                ),
+            );
+        }
+        let rise = self.int_or(format!("{p}.rise"), h.rise.as_ref(), 1, 100, 2);
+        let fall = self.int_or(format!("{p}.fall"), h.fall.as_ref(), 1, 100, 2);
+        let expect_status = match &h.expect_status {
+            None => (200, 299),
+            Some(t) => self
+                .check(format!("{p}.expect_status"), parse_status_range(&t.0))
+                .unwrap_or((200, 299)),
+        };
+        let initial = match h.initial.as_deref() {
+            None | Some("unknown") => Health::Unknown,
+            Some("healthy") => Health::Healthy,
+            Some(other) => {
+                self.err(
+                    format!("{p}.initial"),
+                    format!("unknown initial state {other:?}: expected \"unknown\" or \"healthy\""),
+                );
+                Health::Unknown
+            }
+        };
+        HealthConfig {
+            path,
+            interval,
+            timeout,
+            rise,
+            fall,
+            expect_status,
+            initial,
+        }
+    }
+
+    pub(super) fn outlier(&mut self, p: &str, o: Option<&RawOutlier>) -> OutlierConfig {
+        let d = OutlierConfig::default();
+        let Some(o) = o else { return d };
+        let day = Duration::from_secs(86_400);
+        let base = self.duration_or(format!("{p}.base_ejection"), o.base_ejection.as_ref(), day, d.base_ejection);
+        let max = self.duration_or(format!("{p}.max_ejection"), o.max_ejection.as_ref(), day, d.max_ejection.max(base));
+        if o.max_ejection.is_some() && max < base {
+            self.err(
+                format!("{p}.max_ejection"),
+                format!(
+                    "max_ejection {} is shorter than base_ejection {}",
+                    units::format_duration(max),
+                    units::format_duration(base)
+                ),
+            );
+        }
+        OutlierConfig {
+            consecutive_5xx: self.int_or(format!("{p}.consecutive_5xx"), o.consecutive_5xx.as_ref(), 0, 1000, d.consecutive_5xx),
+            consecutive_failures: self.int_or(
+                format!("{p}.consecutive_failures"),
+                o.consecutive_failures.as_ref(),
+                0,
+                1000,
+                d.consecutive_failures,
+            ),
+            base_ejection: base,
+            max_ejection: max,
+            max_ejected_percent: self.int_or(
+                format!("{p}.max_ejected_percent"),
+                o.max_ejected_percent.as_ref(),
+                0,
+                100,
+                u32::from(d.max_ejected_percent),
+            ) as u8,
+        }
+    }
+
+    pub(super) fn circuit(&mut self, p: &str, c: Option<&RawCircuit>) -> CircuitConfig {
+        let d = CircuitConfig::default();
+        let Some(c) = c else { return d };
+        CircuitConfig {
+            enabled: c.enabled.unwrap_or(true),
+            failure_threshold: self.int_or(format!("{p}.failure_threshold"), c.failure_threshold.as_ref(), 1, 1000, d.failure_threshold),
+            reset_timeout: self.duration_or(
+                format!("{p}.reset_timeout"),
+                c.reset_timeout.as_ref(),
+                Duration::from_secs(86_400),
+                d.reset_timeout,
+            ),
+            max_requests: self.int_or(format!("{p}.max_requests"), c.max_requests.as_ref(), 1, 1000, d.max_requests),
+        }
+    }
+
+    pub(super) fn retries(&mut self, r: Option<&RawRetries>) -> RetryConfig {
+        let d = RetryConfig::default();
+        let Some(r) = r else { return d };
+        let budget = match &r.budget {
+            None => d.budget,
+            Some(t) => match t.0.trim().parse::<f64>() {
+                Ok(b) if (0.0..=1.0).contains(&b) => b,
+                _ => {
+                    self.err(
+                        "retries.budget",
+                        format!("{:?} is not a share from 0 to 1 (like 0.2)", t.0),
+                    );
+                    d.budget
+                }
+            },
+        };
+        RetryConfig {
+            attempts: self.int_or("retries.attempts".into(), r.attempts.as_ref(), 1, 10, d.attempts),
+            budget,
+            buffer_body: match &r.buffer_body {
+                None => d.buffer_body,
+                Some(t) => self
+                    .check("retries.buffer_body", size_in(t, 0, 16 << 20, "0", "16MiB"))
+                    .unwrap_or(d.buffer_body),
+            },
+        }
+    }
+}
+
+/// `200`, `2xx`, or `200-399`.
+fn parse_status_range(s: &str) -> Result<(u16, u16), String> {
+    let s = s.trim();
+    let bad = || {
+        format!("invalid status {s:?}: expected a code like 200, a class like 2xx, or a range like 200-399")
+    };
+    let code = |t: &str| -> Result<u16, String> {
+        match t.parse::<u16>() {
+            Ok(n) if (100..=599).contains(&n) => Ok(n),
+            _ => Err(bad()),
+        }
+    };
+    if let Some(class) = s.strip_suffix("xx") {
+        let c = code(&format!("{class}00"))?;
+        return Ok((c, c + 99));
+    }
+    if let Some((a, b)) = s.split_once('-') {
+        let (a, b) = (code(a.trim())?, code(b.trim())?);
+        if a > b {
+            return Err(bad());
+        }
+        return Ok((a, b));
+    }
+    let c = code(s)?;
+    Ok((c, c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_status_range;
+    use crate::config::{load, Format};
+
+    #[test]
+    fn status_ranges() {
+        assert_eq!(parse_status_range("200"), Ok((200, 200)));
+        assert_eq!(parse_status_range("2xx"), Ok((200, 299)));
+        assert_eq!(parse_status_range("200-399"), Ok((200, 399)));
+        assert!(parse_status_range("7xx").is_err());
+        assert!(parse_status_range("399-200").is_err());
+        assert!(parse_status_range("ok").is_err());
+    }
+
+    const BASE: &str = "listeners: [ { name: p, address: 127.0.0.1:0 } ]\nadmin: { address: 127.0.0.1:0 }\nroutes: [ { id: r, service: s } ]\n";
+
+    fn errors(services: &str, extra: &str) -> Vec<String> {
+        let doc = format!("{BASE}services:\n{services}{extra}");
+        match load(&doc, Format::Yaml) {
+            Ok(_) => vec![],
+            Err(e) => e.iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn defaults_apply_and_values_parse() {
+        let doc = format!(
+            "{BASE}services:\n  - name: s\n    health: {{ path: /hz, interval: 3s, timeout: 500ms, rise: 3, fall: 1, expect_status: 204, initial: healthy }}\n    outlier: {{ consecutive_5xx: 0, base_ejection: 1s, max_ejection: 10s }}\n    circuit: {{ failure_threshold: 2, reset_timeout: 5s, max_requests: 1 }}\n    nodes: [ {{ id: n, address: 127.0.0.1:1 }} ]\nretries: {{ attempts: 5, budget: 0.5, buffer_body: 1MiB }}\n"
+        );
+        let c = load(&doc, Format::Yaml).unwrap();
+        let s = &c.services[0];
+        let h = s.health.as_ref().unwrap();
+        assert_eq!((h.path.as_str(), h.rise, h.fall, h.expect_status), ("/hz", 3, 1, (204, 204)));
+        assert_eq!(h.initial, crate::node::Health::Healthy);
+        assert_eq!(s.outlier.consecutive_5xx, 0);
+        assert_eq!(s.outlier.consecutive_failures, 1);
+        assert_eq!(s.circuit.failure_threshold, 2);
+        assert_eq!(c.retries.attempts, 5);
+        assert_eq!(c.retries.buffer_body, 1 << 20);
+        let plain = load(&format!("{BASE}services: [ {{ name: s, nodes: [ {{ id: n, address: 127.0.0.1:1 }} ] }} ]\n"), Format::Yaml).unwrap();
+        assert!(plain.services[0].health.is_none());
+        assert_eq!(plain.services[0].circuit.max_requests, 3);
+        assert_eq!(plain.retries.attempts, 3);
+    }
+
+    #[test]
+    fn every_bad_value_is_named() {
+        let errs = errors(
+            "  - name: s\n    health: { path: hz, interval: 0s, timeout: x, rise: 0, fall: 101, expect_status: 7xx, initial: sick }\n    outlier: { consecutive_5xx: -1, base_ejection: 10s, max_ejection: 1s, max_ejected_percent: 101 }\n    circuit: { failure_threshold: 0, reset_timeout: 2, max_requests: 0 }\n    nodes: [ { id: n, address: 127.0.0.1:1 } ]\n",
+            "retries: { attempts: 11, budget: 1.5, buffer_body: 1GiB }\n",
+        );
+        for path in [
+            "services[0].health.path",
+            "services[0].health.interval",
+            "services[0].health.timeout",
+            "services[0].health.rise",
+            "services[0].health.fall",
+            "services[0].health.expect_status",
+            "services[0].health.initial",
+            "services[0].outlier.consecutive_5xx",
+            "services[0].outlier.max_ejection",
+            "services[0].outlier.max_ejected_percent",
+            "services[0].circuit.failure_threshold",
+            "services[0].circuit.reset_timeout",
+            "services[0].circuit.max_requests",
+            "retries.attempts",
+            "retries.budget",
+            "retries.buffer_body",
+        ] {
+            assert!(errs.iter().any(|e| e.starts_with(&format!("{path}:"))), "{path} missing in {errs:#?}");
+        }
+    }
+}

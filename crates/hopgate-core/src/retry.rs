@@ -1,0 +1,128 @@
+//! Retry policy: which failed attempts may be tried again, and how many
+//! retries the fleet can afford.
+//!
+//! Owns the idempotency rule (SPEC §3 step 9) and [`RetryBudget`], a
+//! lock-free token bucket: every request deposits `budget` of a token, every
+//! retry withdraws one, so retries stay below `budget` × recent requests
+//! (plus a small floor, so a quiet service can still retry). A dying fleet
+//! is therefore not stormed by its own clients' retries.
+//!
+//! Must not touch: I/O; the proxy runs the loop, this module only decides.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use http::{HeaderMap, Method};
+
+/// One retry, in milli-tokens.
+const TOKEN: i64 = 1000;
+/// Retries always affordable, even without recent traffic.
+const FLOOR_TOKENS: i64 = 10 * TOKEN;
+/// At most this many retries can be banked.
+const MAX_TOKENS: i64 = 1000 * TOKEN;
+
+/// Methods RFC 9110 calls idempotent.
+pub fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
+    )
+}
+
+/// May a request that possibly reached a backend be sent again? Only an
+/// idempotent method, or one carrying `Idempotency-Key`.
+pub fn replay_safe(method: &Method, headers: &HeaderMap) -> bool {
+    is_idempotent(method) || headers.contains_key("idempotency-key")
+}
+
+/// A service's retry budget.
+#[derive(Debug)]
+pub struct RetryBudget {
+    tokens: AtomicI64,
+}
+
+impl Default for RetryBudget {
+    fn default() -> Self {
+        RetryBudget {
+            tokens: AtomicI64::new(FLOOR_TOKENS),
+        }
+    }
+}
+
+impl RetryBudget {
+    /// Called once per request: earns `ratio` of a retry.
+    pub fn deposit(&self, ratio: f64) {
+        let add = (ratio * TOKEN as f64) as i64;
+        if add <= 0 {
+            return;
+        }
+        let prev = self.tokens.fetch_add(add, Ordering::Relaxed);
+        if prev + add > MAX_TOKENS {
+            // Clamp; a racing deposit may overshoot a little, harmlessly.
+            self.tokens.fetch_sub(prev + add - MAX_TOKENS, Ordering::Relaxed);
+        }
+    }
+
+    /// Called before each retry: false when the budget is spent.
+    pub fn try_withdraw(&self) -> bool {
+        let prev = self.tokens.fetch_sub(TOKEN, Ordering::Relaxed);
+        if prev >= TOKEN {
+            true
+        } else {
+            self.tokens.fetch_add(TOKEN, Ordering::Relaxed);
+            false
+        }
+    }
+
+    /// Whole retries currently affordable.
+    pub fn available(&self) -> i64 {
+        self.tokens.load(Ordering::Relaxed) / TOKEN
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency() {
+        for m in [Method::GET, Method::HEAD, Method::OPTIONS, Method::PUT, Method::DELETE, Method::TRACE] {
+            assert!(is_idempotent(&m), "{m}");
+        }
+        assert!(!is_idempotent(&Method::POST));
+        assert!(!is_idempotent(&Method::PATCH));
+        let mut h = HeaderMap::new();
+        assert!(!replay_safe(&Method::POST, &h));
+        h.insert("idempotency-key", "k1".parse().unwrap());
+        assert!(replay_safe(&Method::POST, &h));
+    }
+
+    #[test]
+    fn budget_bounds_retries_by_traffic() {
+        let b = RetryBudget::default();
+        // The floor: 10 retries without any traffic.
+        let mut n = 0;
+        while b.try_withdraw() {
+            n += 1;
+        }
+        assert_eq!(n, 10);
+        // 100 requests at 20 % earn 20 retries.
+        for _ in 0..100 {
+            b.deposit(0.2);
+        }
+        let mut n = 0;
+        while b.try_withdraw() {
+            n += 1;
+        }
+        assert_eq!(n, 20);
+        // A zero budget earns nothing.
+        for _ in 0..100 {
+            b.deposit(0.0);
+        }
+        assert!(!b.try_withdraw());
+        // Banked retries are capped.
+        for _ in 0..100_000 {
+            b.deposit(1.0);
+        }
+        assert_eq!(b.available(), 1000);
+    }
+}
