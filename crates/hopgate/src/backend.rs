@@ -96,6 +96,10 @@ pub(crate) struct BackendArgs {
     /// Address to listen on; port 0 picks a free port (printed on stdout).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub(crate) listen: SocketAddr,
+    /// Append the `X-Request-Id` of every request received to this file, one
+    /// per line, written before answering (survives `kill -9`).
+    #[arg(long)]
+    pub(crate) record: Option<std::path::PathBuf>,
 }
 
 /// Binds, prints exactly one line `hopgate backend <id> listening on <addr>`
@@ -115,7 +119,17 @@ pub(crate) async fn run(args: BackendArgs) -> anyhow::Result<()> {
         writeln!(out, "hopgate backend {} listening on {}", args.id, addr)?;
         out.flush()?;
     }
-    serve(listener, args.id, signals.recv()).await
+    let record = match &args.record {
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("opening {}", path.display()))?,
+        ),
+        None => None,
+    };
+    serve_state(listener, State::new(args.id, record), signals.recv()).await
 }
 
 /// Serves on an already-bound listener until `shutdown` resolves, then shuts
@@ -126,7 +140,15 @@ pub(crate) async fn serve(
     id: String,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let state = Arc::new(State::new(id));
+    serve_state(listener, State::new(id, None), shutdown).await
+}
+
+async fn serve_state(
+    listener: TcpListener,
+    state: State,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let state = Arc::new(state);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new());
     builder.http2().timer(TokioTimer::new());
@@ -226,6 +248,8 @@ struct State {
     requests: AtomicU64,
     in_flight: AtomicU64,
     seen: Mutex<VecDeque<String>>,
+    /// `--record`: every request id, appended as it arrives.
+    record: Option<Mutex<std::fs::File>>,
     /// Flips to true once when shutdown starts; WebSockets watch it.
     shutting_down: watch::Sender<bool>,
     /// Number of open WebSockets; shutdown waits for zero.
@@ -233,8 +257,9 @@ struct State {
 }
 
 impl State {
-    fn new(id: String) -> Self {
+    fn new(id: String, record: Option<std::fs::File>) -> Self {
         Self {
+            record: record.map(Mutex::new),
             id,
             failing: AtomicBool::new(false),
             healthy: AtomicBool::new(true),
@@ -247,6 +272,10 @@ impl State {
     }
 
     async fn remember(&self, request_id: &str) {
+        if let Some(file) = &self.record {
+            let mut f = file.lock().await;
+            let _ = writeln!(f, "{request_id}");
+        }
         let mut seen = self.seen.lock().await;
         if seen.len() >= SEEN_CAP {
             seen.pop_front();
