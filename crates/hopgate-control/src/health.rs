@@ -118,6 +118,12 @@ async fn run(probe: Probe, state: Arc<NodeState>) {
         if ok {
             passes += 1;
             failures = 0;
+            // A passing check is evidence too: end a passive ejection and
+            // let an open breaker's probes decide (like Envoy's
+            // successful_active_health_check_uneject_host).
+            if passes >= cfg.rise {
+                state.recover();
+            }
             if passes >= cfg.rise && state.health() != Health::Healthy {
                 state.set_health(Health::Healthy);
                 tracing::info!(service = %key.service, node = %key.node, "health check: node healthy");

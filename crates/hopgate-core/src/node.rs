@@ -195,6 +195,37 @@ impl NodeState {
             && self.circuit_may_pass(now_ms)
     }
 
+    /// Could this node serve if the gateway ignored passive verdicts
+    /// (ejection, open breaker)? Used as a last resort when no available
+    /// node is left: a node that was ejected while restarting may well be
+    /// back, and trying it beats failing the request.
+    pub fn last_resort_ok(&self) -> bool {
+        self.health() != Health::Unhealthy && !self.is_draining()
+    }
+
+    /// Evidence that the node serves again (a last-resort request or an
+    /// active health check succeeded): the ejection ends and an open breaker
+    /// goes half-open, so its probes decide.
+    pub fn recover(&self) {
+        self.ejected_until_ms.store(0, Ordering::Relaxed);
+        let b = &self.breaker;
+        if b
+            .state
+            .compare_exchange(
+                CircuitState::Open as u8,
+                CircuitState::HalfOpen as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+        {
+            b.opened_at_ms.store(now_ms(), Ordering::Relaxed);
+            b.probes.store(0, Ordering::Relaxed);
+            b.successes.store(0, Ordering::Relaxed);
+            tracing::info!(service = %self.key.service, node = %self.key.node, "node answers again: circuit half-open");
+        }
+    }
+
     /// Applies the breaker parameters of the node's service (compile time).
     pub fn configure(&self, circuit: &crate::config::CircuitConfig) {
         let b = &self.breaker;
@@ -230,6 +261,8 @@ impl NodeState {
             }
             CircuitState::HalfOpen => {
                 b.probes.load(Ordering::Relaxed) < b.max_requests.load(Ordering::Relaxed)
+                    || now_ms
+                        >= b.opened_at_ms.load(Ordering::Relaxed) + b.reset_ms.load(Ordering::Relaxed)
             }
         }
     }
@@ -262,6 +295,7 @@ impl NodeState {
                         )
                         .is_ok()
                     {
+                        b.opened_at_ms.store(now_ms, Ordering::Relaxed);
                         b.probes.store(0, Ordering::Relaxed);
                         b.successes.store(0, Ordering::Relaxed);
                         tracing::info!(service = %self.key.service, node = %self.key.node, "circuit half-open: letting probes through");
@@ -275,6 +309,20 @@ impl NodeState {
                         return true;
                     }
                     b.probes.fetch_sub(1, Ordering::AcqRel);
+                    // Probes whose outcome never came back (a client gave
+                    // up mid-request) must not wedge the breaker: after a
+                    // reset timeout in half-open, admit a fresh round.
+                    let since = b.opened_at_ms.load(Ordering::Relaxed);
+                    if now_ms >= since + b.reset_ms.load(Ordering::Relaxed)
+                        && b
+                            .opened_at_ms
+                            .compare_exchange(since, now_ms, Ordering::AcqRel, Ordering::Acquire)
+                            .is_ok()
+                    {
+                        b.probes.store(1, Ordering::Relaxed);
+                        b.successes.store(0, Ordering::Relaxed);
+                        return true;
+                    }
                     return false;
                 }
             }
@@ -580,6 +628,18 @@ mod tests {
         n.observe(Observation::Success, t0 + 2002, &out);
         assert_eq!(n.circuit(), CircuitState::Closed);
         assert_eq!(n.circuit_opened(), 2);
+        // Probes whose outcome never arrives do not wedge half-open.
+        n.observe(Observation::Failure, t0 + 3000, &out);
+        n.observe(Observation::Failure, t0 + 3000, &out);
+        n.observe(Observation::Failure, t0 + 3000, &out);
+        assert_eq!(n.circuit(), CircuitState::Open);
+        assert!(n.try_acquire(t0 + 4000));
+        assert!(n.try_acquire(t0 + 4000));
+        assert!(!n.try_acquire(t0 + 4500), "both probes out, no answer yet");
+        assert!(n.try_acquire(t0 + 5000), "a fresh round after reset_timeout");
+        n.observe(Observation::Success, t0 + 5000, &out);
+        n.observe(Observation::Success, t0 + 5000, &out);
+        assert_eq!(n.circuit(), CircuitState::Closed);
         // A success while closed resets the count.
         n.observe(Observation::Failure, t0, &out);
         n.observe(Observation::Failure, t0, &out);

@@ -150,6 +150,20 @@ impl CompiledService {
     }
 }
 
+impl CompiledService {
+    /// When no available node is left: a node of group `g`, not in
+    /// `exclude`, that only passive verdicts keep out (ejected, breaker
+    /// open) — see [`NodeState::last_resort_ok`]. Starts at a random member
+    /// so last-resort traffic spreads.
+    pub fn pick_last_resort(&self, g: GroupRef, exclude: &[usize], roll: usize) -> Option<usize> {
+        let group = self.group(g);
+        let n = group.nodes.len();
+        (0..n)
+            .map(|k| group.nodes[(roll + k) % n.max(1)])
+            .find(|i| !exclude.contains(i) && self.nodes[*i].state.last_resort_ok())
+    }
+}
+
 impl Snapshot {
     /// Compiles a validated config. Node states come from `registry` (so they
     /// outlive this snapshot); balancer counters are carried over from

@@ -18,7 +18,8 @@ use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 
-use hopgate_core::config::UpstreamProtocol;
+use hopgate_core::balance::hash_key;
+use hopgate_core::config::{HashOn, UpstreamProtocol};
 use hopgate_core::error::{ErrorKind, ProxyError};
 use hopgate_core::node::{now_ms, Observation, Verdict};
 use hopgate_core::retry;
@@ -172,6 +173,7 @@ impl Forwarder {
             );
         }
 
+        let hash = svc.hash_on.as_ref().and_then(|h| hash_of(h, &req, client_ip));
         // Build the upstream request once; retries re-target it.
         let (mut parts, body) = req.into_parts();
         strip_hop_by_hop(&mut parts.headers, true);
@@ -217,15 +219,29 @@ impl Forwarder {
         let mut sent_attempts = 0;
         while sent_attempts < attempts {
             let now = now_ms();
-            let Some(node_idx) = svc.pick(selection.group, now, None, &tried[..n_tried]) else {
-                break;
+            // The balancer's choice, unless it can only offer nodes this
+            // request already tried; then, as a last resort, a node that only
+            // passive verdicts (ejection, open breaker) keep out.
+            let mut last_resort = false;
+            let node_idx = match svc.pick(selection.group, now, hash, &tried[..n_tried]) {
+                Some(i) if !tried[..n_tried].contains(&i) => i,
+                picked => match svc.pick_last_resort(selection.group, &tried[..n_tried], fastrand::usize(..)) {
+                    Some(i) => {
+                        last_resort = true;
+                        i
+                    }
+                    None => match picked {
+                        Some(i) => i,
+                        None => break,
+                    },
+                },
             };
             let node = &svc.nodes[node_idx];
             if n_tried < MAX_TRACKED && !tried[..n_tried].contains(&node_idx) {
                 tried[n_tried] = node_idx;
                 n_tried += 1;
             }
-            if !node.state.try_acquire(now) {
+            if !last_resort && !node.state.try_acquire(now) {
                 refused += 1;
                 if refused > svc.nodes.len() {
                     break;
@@ -258,6 +274,9 @@ impl Forwarder {
                     } else {
                         node.state
                             .observe_latency_us(sent_at.elapsed().as_micros() as u64);
+                        if last_resort {
+                            node.state.recover();
+                        }
                         Observation::Success
                     };
                     account(svc, node, seen);
@@ -372,6 +391,27 @@ fn retarget(req: &mut Request<ProxyBody>, node: &CompiledNode, svc: &CompiledSer
     }
     req.headers_mut()
         .insert(X_UPSTREAM_ADDR.clone(), node.address_header.clone());
+}
+
+/// The consistent-hashing key of a request, if it carries one.
+fn hash_of<B>(on: &HashOn, req: &Request<B>, client_ip: std::net::IpAddr) -> Option<u64> {
+    match on {
+        HashOn::Header(name) => req.headers().get(name).map(|v| hash_key(v.as_bytes())),
+        HashOn::Cookie(name) => req
+            .headers()
+            .get_all(http::header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .find_map(|c| {
+                let (k, v) = c.trim().split_once('=')?;
+                (k == name).then(|| hash_key(v.as_bytes()))
+            }),
+        HashOn::SourceIp => Some(match client_ip {
+            std::net::IpAddr::V4(a) => hash_key(&a.octets()),
+            std::net::IpAddr::V6(a) => hash_key(&a.octets()),
+        }),
+    }
 }
 
 fn host_of<B>(req: &Request<B>) -> Option<&str> {

@@ -19,7 +19,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_hopgate");
 /// up (a bound against hangs, not an assertion about speed).
 const READY_BOUND: Duration = Duration::from_secs(30);
 
-fn temp_path(ext: &str) -> PathBuf {
+pub fn temp_path(ext: &str) -> PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
     std::env::temp_dir().join(format!(
         "hopgate-it-{}-{}.{ext}",
@@ -76,10 +76,23 @@ impl Backend {
     }
 
     pub async fn start_on(id: &str, addr: SocketAddr) -> Backend {
+        Backend::start_with(id, addr, None).await
+    }
+
+    /// Starts a backend that appends every request id it receives to `record`.
+    pub async fn start_recording(id: &str, addr: SocketAddr, record: &std::path::Path) -> Backend {
+        Backend::start_with(id, addr, Some(record)).await
+    }
+
+    async fn start_with(id: &str, addr: SocketAddr, record: Option<&std::path::Path>) -> Backend {
         // A port just released may linger briefly; retry the bind a few times.
         for attempt in 0..50 {
-            let mut child = Command::new(BIN)
-                .args(["backend", "--id", id, "--listen", &addr.to_string()])
+            let mut cmd = Command::new(BIN);
+            cmd.args(["backend", "--id", id, "--listen", &addr.to_string()]);
+            if let Some(r) = record {
+                cmd.arg("--record").arg(r);
+            }
+            let mut child = cmd
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
