@@ -33,6 +33,7 @@ use crate::headers::{
 };
 use crate::pool::{Pool, PoolSettings, SendFailure};
 use crate::respond::error_response;
+use crate::tunnel;
 
 /// The snapshot pointer the control plane writes and the data plane loads.
 pub type SharedSnapshot = Arc<ArcSwap<Snapshot>>;
@@ -174,9 +175,16 @@ impl Forwarder {
         }
 
         let hash = svc.hash_on.as_ref().and_then(|h| hash_of(h, &req, client_ip));
+        // An HTTP/1.1 Upgrade (WebSocket): forwarded with its upgrade
+        // headers, then tunnelled as bytes once the backend says 101.
+        let mut req = req;
+        let upgrade = tunnel::upgrade_request(&req).map(|proto| (proto, hyper::upgrade::on(&mut req)));
         // Build the upstream request once; retries re-target it.
         let (mut parts, body) = req.into_parts();
         strip_hop_by_hop(&mut parts.headers, true);
+        if let Some((proto, _)) = &upgrade {
+            tunnel::restore_upgrade_headers(&mut parts.headers, proto);
+        }
         append_forwarded_for(&mut parts.headers, peer.ip());
         parts.headers.insert(
             X_FORWARDED_PROTO.clone(),
@@ -257,7 +265,11 @@ impl Forwarder {
             out.node = Some(node_idx);
             let Some(mut request) = upstream.take() else { break };
             retarget(&mut request, node, svc);
-            let settings = pool_settings(snap, svc);
+            let mut settings = pool_settings(snap, svc);
+            if upgrade.is_some() {
+                // Upgrades need a connection of their own, spoken in HTTP/1.1.
+                settings.protocol = UpstreamProtocol::Http1;
+            }
             let pool = node
                 .state
                 .extension(|| Arc::new(Pool::new(settings.max_idle)))
@@ -280,6 +292,16 @@ impl Forwarder {
                         Observation::Success
                     };
                     account(svc, node, seen);
+                    if status == 101 {
+                        if let Some((proto, on_client)) = upgrade {
+                            let on_upstream = hyper::upgrade::on(&mut resp);
+                            strip_hop_by_hop(resp.headers_mut(), false);
+                            tunnel::restore_upgrade_headers(resp.headers_mut(), &proto);
+                            tunnel::spawn(on_client, on_upstream, snap.config.timeouts.idle, node.state.begin_request());
+                            out.status = status;
+                            return (Ok(resp), out);
+                        }
+                    }
                     strip_hop_by_hop(resp.headers_mut(), false);
                     if ctx.debug_headers {
                         let h = resp.headers_mut();

@@ -16,6 +16,7 @@ pub mod headers;
 pub mod listener;
 pub mod pool;
 pub mod respond;
+pub mod tunnel;
 
 pub use forward::{Forwarder, SharedSnapshot};
 pub use listener::{serve_listener, ListenerCtx};

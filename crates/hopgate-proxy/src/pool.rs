@@ -289,9 +289,16 @@ impl Pool {
             }
             Ok(Ok(resp)) => {
                 let (parts, body) = resp.into_parts();
+                // An upgraded connection leaves the pool for good.
+                let conn = if parts.status == http::StatusCode::SWITCHING_PROTOCOLS {
+                    conn.meta.set(ConnState::Closed);
+                    None
+                } else {
+                    Some(conn)
+                };
                 let returner = Returner {
                     pool: Arc::clone(self),
-                    conn: Some(conn),
+                    conn,
                 };
                 Ok(Response::from_parts(
                     parts,

@@ -13,3 +13,4 @@ mod routing;
 mod shutdown;
 mod transparency;
 mod validate_cli;
+mod websocket;
