@@ -91,6 +91,7 @@ pub struct Control {
     reload_failures: AtomicU64,
     reloads: AtomicU64,
     health: HealthChecker,
+    applied: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Control {
@@ -130,6 +131,7 @@ impl Control {
             reload_failures: AtomicU64::new(0),
             reloads: AtomicU64::new(0),
             health: HealthChecker::default(),
+            applied: tokio::sync::watch::Sender::new(1),
         };
         control.health.reconcile(&control.snapshot.load());
         control.versions.lock().push_back(VersionRecord {
@@ -145,6 +147,12 @@ impl Control {
     /// The pointer the data plane loads.
     pub fn snapshot(&self) -> &SharedSnapshot {
         &self.snapshot
+    }
+
+    /// Notified with the version of every applied snapshot (the wiring
+    /// uses it to add, remove or retune listeners).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.applied.subscribe()
     }
 
     pub fn registry(&self) -> &NodeRegistry {
@@ -243,6 +251,7 @@ impl Control {
         self.snapshot.store(Arc::clone(&snap));
         self.reloads.fetch_add(1, Ordering::Relaxed);
         self.health.reconcile(&snap);
+        self.applied.send_replace(version);
         // Nodes that left the config drain: requests already on them finish
         // (they hold the old snapshot), their pooled connections close by
         // the shutdown deadline.

@@ -12,5 +12,6 @@
 pub mod admin;
 pub mod control;
 pub mod health;
+pub mod watch;
 
 pub use control::{ApplyOutcome, Control, Source};

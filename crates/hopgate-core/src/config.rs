@@ -152,6 +152,25 @@ pub struct Config {
     pub access: AccessConfig,
     pub timeouts: Timeouts,
     pub limits: Limits,
+    pub retries: RetryConfig,
+    pub sources: SourcesConfig,
+}
+
+/// `sources:`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourcesConfig {
+    /// Watch the `--config` file and re-apply it when it changes.
+    pub file_watch: bool,
+    pub file_interval: Duration,
+}
+
+impl Default for SourcesConfig {
+    fn default() -> Self {
+        SourcesConfig {
+            file_watch: true,
+            file_interval: Duration::from_secs(1),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -214,7 +233,92 @@ pub struct ServiceConfig {
     pub hash_on: Option<HashOn>,
     pub protocol: UpstreamProtocol,
     pub pool: PoolConfig,
+    /// Active health checks, when configured.
+    pub health: Option<HealthConfig>,
+    pub outlier: OutlierConfig,
+    pub circuit: CircuitConfig,
     pub nodes: Vec<NodeConfig>,
+}
+
+/// Active health checks of a service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthConfig {
+    pub path: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive passes that make a node healthy.
+    pub rise: u32,
+    /// Consecutive failures that make a node unhealthy.
+    pub fall: u32,
+    /// Inclusive range of statuses that pass.
+    pub expect_status: (u16, u16),
+    /// Health before the first check: `Unknown` or `Healthy` (both routable).
+    pub initial: crate::node::Health,
+}
+
+/// Passive outlier detection of a service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutlierConfig {
+    /// 0 = never eject on 5xx.
+    pub consecutive_5xx: u32,
+    /// 0 = never eject on connect failures/resets.
+    pub consecutive_failures: u32,
+    pub base_ejection: Duration,
+    pub max_ejection: Duration,
+    pub max_ejected_percent: u8,
+}
+
+impl Default for OutlierConfig {
+    fn default() -> Self {
+        OutlierConfig {
+            consecutive_5xx: 5,
+            consecutive_failures: 1,
+            base_ejection: Duration::from_secs(5),
+            max_ejection: Duration::from_secs(60),
+            max_ejected_percent: 50,
+        }
+    }
+}
+
+/// Per-node circuit breaker of a service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CircuitConfig {
+    pub enabled: bool,
+    pub failure_threshold: u32,
+    pub reset_timeout: Duration,
+    pub max_requests: u32,
+}
+
+impl Default for CircuitConfig {
+    fn default() -> Self {
+        CircuitConfig {
+            enabled: true,
+            failure_threshold: 5,
+            reset_timeout: Duration::from_secs(60),
+            max_requests: 3,
+        }
+    }
+}
+
+/// Retry policy (`retries:`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryConfig {
+    /// Most attempts per request, the first included.
+    pub attempts: u32,
+    /// Retries allowed as a share of recent requests.
+    pub budget: f64,
+    /// Largest request body buffered so a sent request can be replayed.
+    pub buffer_body: u64,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            attempts: 3,
+            budget: 0.2,
+            buffer_body: 64 << 10,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,4 +19,4 @@ pub mod respond;
 pub mod tunnel;
 
 pub use forward::{Forwarder, SharedSnapshot};
-pub use listener::{serve_listener, ListenerCtx};
+pub use listener::{serve_listener, ListenerCtx, ListenerSettings};

@@ -17,6 +17,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
+use hopgate_core::config::{Config, ListenerConfig};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -32,14 +34,51 @@ use crate::forward::{Forwarder, RequestCtx};
 #[derive(Debug, Clone)]
 pub struct ListenerCtx {
     pub name: Arc<str>,
-    pub debug_headers: bool,
     pub forwarder: Forwarder,
+    /// Read at each accept; the control plane stores new settings on reload
+    /// without restarting the listener.
+    pub settings: Arc<ArcSwap<ListenerSettings>>,
+}
+
+/// The per-listener knobs a reload may change without re-binding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerSettings {
+    pub debug_headers: bool,
     pub max_connections: usize,
     pub max_header_bytes: usize,
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
     /// How long shutdown waits for in-flight requests.
     pub shutdown_timeout: Duration,
+}
+
+impl ListenerSettings {
+    pub fn from_config(l: &ListenerConfig, cfg: &Config) -> ListenerSettings {
+        ListenerSettings {
+            debug_headers: l.debug_headers,
+            max_connections: cfg.limits.max_connections,
+            max_header_bytes: cfg.limits.max_header_bytes,
+            header_read_timeout: cfg.timeouts.header_read,
+            idle_timeout: cfg.timeouts.idle,
+            shutdown_timeout: cfg.timeouts.shutdown,
+        }
+    }
+}
+
+fn server_builder(s: &ListenerSettings) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(s.header_read_timeout)
+        .max_buf_size(s.max_header_bytes.max(8192))
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(s.max_header_bytes as u32)
+        .keep_alive_interval(Some(Duration::from_secs(30)));
+    builder
 }
 
 /// The hyper service of one client connection.
@@ -71,24 +110,13 @@ pub async fn serve_listener(
 ) {
     let graceful = GracefulShutdown::new();
     let open = Arc::new(AtomicUsize::new(0));
-    let req_ctx = Arc::new(RequestCtx {
+    let mut current = ctx.settings.load_full();
+    let mut builder = Arc::new(server_builder(&current));
+    let mut req_ctx = Arc::new(RequestCtx {
         listener: ctx.name.clone(),
-        debug_headers: ctx.debug_headers,
+        debug_headers: current.debug_headers,
         tls: false,
     });
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(ctx.header_read_timeout)
-        .max_buf_size(ctx.max_header_bytes.max(8192))
-        .keep_alive(true);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(ctx.max_header_bytes as u32)
-        .keep_alive_interval(Some(Duration::from_secs(30)));
-    let builder = Arc::new(builder);
 
     loop {
         let accepted = tokio::select! {
@@ -104,7 +132,17 @@ pub async fn serve_listener(
                 continue;
             }
         };
-        if open.load(Ordering::Relaxed) >= ctx.max_connections {
+        let latest = ctx.settings.load();
+        if !Arc::ptr_eq(&latest, &current) {
+            current = arc_swap::Guard::into_inner(latest);
+            builder = Arc::new(server_builder(&current));
+            req_ctx = Arc::new(RequestCtx {
+                listener: ctx.name.clone(),
+                debug_headers: current.debug_headers,
+                tls: false,
+            });
+        }
+        if open.load(Ordering::Relaxed) >= current.max_connections {
             tracing::warn!(listener = %ctx.name, %peer, "max_connections reached; closing new connection");
             drop(stream);
             continue;
@@ -129,7 +167,8 @@ pub async fn serve_listener(
     }
     drop(listener);
     tracing::info!(listener = %ctx.name, open = open.load(Ordering::Relaxed), "listener stopped accepting; draining");
-    if tokio::time::timeout(ctx.shutdown_timeout, graceful.shutdown())
+    let deadline = ctx.settings.load().shutdown_timeout;
+    if tokio::time::timeout(deadline, graceful.shutdown())
         .await
         .is_err()
     {

@@ -69,6 +69,8 @@ pub struct RawConfig {
     pub limits: Option<RawLimits>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retries: Option<RawRetries>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<RawSources>,
 }
 
 /// An address clients connect to.
@@ -335,4 +337,24 @@ pub struct RawRetries {
     /// Largest request body kept to replay a retry (default 64KiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffer_body: Option<Text>,
+}
+
+/// Where configuration comes from besides the command line.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSources {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<RawFileSource>,
+}
+
+/// The config file given with `--config`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFileSource {
+    /// Re-apply the file when it changes (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<bool>,
+    /// How often the file is looked at (default 1s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Text>,
 }

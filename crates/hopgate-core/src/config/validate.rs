@@ -63,6 +63,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
     v.errors.append(&mut tv.errors);
     let limits = v.limits(raw.limits.as_ref());
     let retries = v.retries(raw.retries.as_ref());
+    let sources = v.sources(raw.sources.as_ref());
     if !v.errors.is_empty() {
         return Err(v.errors);
     }
@@ -76,6 +77,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         timeouts,
         limits,
         retries,
+        sources,
     })
 }
 

@@ -30,7 +30,14 @@ pub fn temp_path(ext: &str) -> PathBuf {
 
 /// Reads stdout lines until one starts with `prefix`; returns the rest of
 /// the lines seen so far too (the gateway prints several ready lines).
+/// Every stdout line a child printed after its ready lines.
+pub type Lines = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
 async fn wait_lines(child: &mut Child, want: usize) -> Vec<String> {
+    wait_lines_into(child, want, Lines::default()).await
+}
+
+async fn wait_lines_into(child: &mut Child, want: usize, rest: Lines) -> Vec<String> {
     let stdout = child.stdout.take().expect("stdout piped");
     let mut lines = BufReader::new(stdout).lines();
     let mut got = Vec::new();
@@ -46,11 +53,15 @@ async fn wait_lines(child: &mut Child, want: usize) -> Vec<String> {
         .await
         .expect("child did not become ready");
     // Keep draining stdout so the child never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    tokio::spawn(async move {
+        while let Ok(Some(l)) = lines.next_line().await {
+            rest.lock().unwrap().push(l);
+        }
+    });
     got
 }
 
-fn addr_after(line: &str, key: &str) -> SocketAddr {
+pub fn addr_after(line: &str, key: &str) -> SocketAddr {
     let start = line
         .find(key)
         .unwrap_or_else(|| panic!("{key} not in {line:?}"))
@@ -164,6 +175,8 @@ pub struct Gateway {
     pub config_path: PathBuf,
     child: Option<Child>,
     pub stderr_path: PathBuf,
+    /// stdout lines printed after the ready lines (e.g. listeners added by a reload).
+    pub stdout: Lines,
 }
 
 impl Gateway {
@@ -189,7 +202,8 @@ impl Gateway {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("spawn hopgate run");
-        let lines = wait_lines(&mut child, 2).await;
+        let stdout = Lines::default();
+        let lines = wait_lines_into(&mut child, 2, stdout.clone()).await;
         assert_eq!(
             lines.len(),
             2,
@@ -202,6 +216,7 @@ impl Gateway {
             config_path: path,
             child: Some(child),
             stderr_path,
+            stdout,
         }
     }
 
@@ -211,6 +226,25 @@ impl Gateway {
 
     pub fn admin_url(&self, path: &str) -> String {
         format!("http://{}{}", self.admin, path)
+    }
+
+    /// Waits (bounded) for a later stdout line containing `needle`.
+    pub async fn wait_stdout(&self, needle: &str) -> String {
+        for _ in 0..400 {
+            if let Some(l) = self.stdout.lock().unwrap().iter().find(|l| l.contains(needle)) {
+                return l.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("no stdout line with {needle:?}");
+    }
+
+    /// Rewrites the config file the way editors do: a new file renamed over
+    /// the old one.
+    pub fn rewrite_config(&self, yaml: &str) {
+        let tmp = self.config_path.with_extension("tmp");
+        std::fs::write(&tmp, yaml).unwrap();
+        std::fs::rename(&tmp, &self.config_path).unwrap();
     }
 
     pub fn pid(&self) -> Option<u32> {

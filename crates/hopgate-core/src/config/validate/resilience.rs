@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use super::super::raw::{RawCircuit, RawHealth, RawOutlier, RawRetries, Text};
-use super::super::{CircuitConfig, HealthConfig, OutlierConfig, RetryConfig};
+use super::super::raw::{RawCircuit, RawHealth, RawOutlier, RawRetries, RawSources, Text};
+use super::super::{CircuitConfig, HealthConfig, OutlierConfig, RetryConfig, SourcesConfig};
 use super::{check_path, int_in, positive_duration, size_in, Validator};
 use crate::node::Health;
 use crate::units;
@@ -169,6 +169,22 @@ impl Validator {
                     .check("retries.buffer_body", size_in(t, 0, 16 << 20, "0", "16MiB"))
                     .unwrap_or(d.buffer_body),
             },
+        }
+    }
+}
+
+impl Validator {
+    pub(super) fn sources(&mut self, r: Option<&RawSources>) -> SourcesConfig {
+        let d = SourcesConfig::default();
+        let Some(f) = r.and_then(|r| r.file.as_ref()) else { return d };
+        SourcesConfig {
+            file_watch: f.watch.unwrap_or(d.file_watch),
+            file_interval: self.duration_or(
+                "sources.file.interval".into(),
+                f.interval.as_ref(),
+                Duration::from_secs(3600),
+                d.file_interval,
+            ),
         }
     }
 }

@@ -1697,6 +1697,12 @@ fn nasty_values_never_panic() {
                 budget: t(),
                 buffer_body: t(),
             }),
+            sources: Some(crate::config::raw::RawSources {
+                file: Some(crate::config::raw::RawFileSource {
+                    watch: Some(true),
+                    interval: t(),
+                }),
+            }),
         };
         let errs = validate(&raw).expect_err("every field is nonsense");
         for e in &errs {

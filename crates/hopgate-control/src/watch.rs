@@ -1,0 +1,86 @@
+//! Watching the config file.
+//!
+//! Owns the poll loop that notices a changed `--config` file — by size,
+//! modification time and inode, so editors that write a new file and rename
+//! it over the old one are seen — waits until the file has been stable for
+//! one more interval (debounce: a half-written file is never applied), and
+//! hands the text to [`Control::apply_text`]. Identical content is a no-op
+//! there. A missing or unreadable file is logged and retried; the running
+//! config stays.
+//!
+//! Must not touch: the snapshot (only through `Control`).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use hopgate_core::config::Format;
+
+use crate::control::{Control, Source};
+
+/// What identifies one version of the file on disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    mtime_ns: i128,
+    inode: u64,
+}
+
+fn stamp(path: &PathBuf) -> Option<Stamp> {
+    let m = std::fs::metadata(path).ok()?;
+    Some(Stamp {
+        len: m.len(),
+        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        inode: m.ino(),
+    })
+}
+
+/// Watches `path` until `shutdown` turns true. `sources.file.watch` and
+/// `sources.file.interval` are read from the running config at every
+/// tick, so a reload can turn watching off or on.
+pub async fn watch_file(control: Arc<Control>, path: PathBuf, mut shutdown: watch::Receiver<bool>) {
+    let format = if path.extension().is_some_and(|e| e == "json") {
+        Format::Json
+    } else {
+        Format::Yaml
+    };
+    let mut applied = stamp(&path);
+    let mut pending: Option<Stamp> = None;
+    loop {
+        let sources = control.snapshot().load().config.sources;
+        tokio::select! {
+            _ = tokio::time::sleep(sources.file_interval) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        if !sources.file_watch {
+            // Off: changes wait for SIGHUP; remember what is on disk so
+            // turning watching back on does not replay old edits.
+            applied = stamp(&path);
+            pending = None;
+            continue;
+        }
+        let now = stamp(&path);
+        if now.is_none() || now == applied {
+            // Missing (mid-rename) or unchanged.
+            pending = None;
+            continue;
+        }
+        if pending != now {
+            // Changed since the last look: wait until it holds still.
+            pending = now;
+            continue;
+        }
+        pending = None;
+        applied = now;
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let _ = control.apply_text(&text, format, Source::File(path.display().to_string()));
+            }
+            Err(e) => {
+                tracing::error!(path = %path.display(), error = %e, "config file changed but cannot be read; keeping the running config");
+            }
+        }
+    }
+}
