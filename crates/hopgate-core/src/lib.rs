@@ -17,6 +17,7 @@ pub mod error;
 pub mod node;
 pub mod retry;
 pub mod route;
+pub mod session;
 pub mod snapshot;
 pub mod units;
 

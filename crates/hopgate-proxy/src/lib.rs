@@ -14,6 +14,7 @@ pub mod body;
 pub mod forward;
 pub mod headers;
 pub mod listener;
+pub mod metrics;
 pub mod pool;
 pub mod respond;
 pub mod tunnel;

@@ -1,0 +1,180 @@
+//! The data plane's counters, in one place.
+//!
+//! Owns every number the request path records: requests and responses by
+//! status class, upstream failures by kind, retries, last-resort picks,
+//! session tokens accepted or replaced (and why), hops by service and
+//! reason with their duration, context handoffs, and the ring of recent
+//! hops the admin API shows. Request-path counters are plain atomics (no
+//! lock); hop accounting takes a short lock, but hops are rare by nature.
+//!
+//! Must not touch: exposition formats (the admin API renders these), I/O.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use hopgate_core::error::ErrorKind;
+
+/// Upper bounds (seconds) of the hop-duration histogram buckets.
+pub const HOP_BUCKETS: [f64; 10] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+
+/// How many recent hops the admin API can show.
+pub const RECENT_HOPS: usize = 1000;
+
+/// Why a token was not accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenRejection {
+    Malformed = 0,
+    BadSignature = 1,
+    Expired = 2,
+    FromTheFuture = 3,
+}
+
+impl TokenRejection {
+    pub const ALL: [TokenRejection; 4] = [
+        TokenRejection::Malformed,
+        TokenRejection::BadSignature,
+        TokenRejection::Expired,
+        TokenRejection::FromTheFuture,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            TokenRejection::Malformed => "malformed",
+            TokenRejection::BadSignature => "bad_signature",
+            TokenRejection::Expired => "expired",
+            TokenRejection::FromTheFuture => "from_the_future",
+        }
+    }
+}
+
+/// One hop, as the admin API lists it.
+#[derive(Clone, Debug, Serialize)]
+pub struct HopRecord {
+    /// Seconds since the Unix epoch.
+    pub at: u64,
+    pub session: String,
+    pub service: String,
+    pub from: String,
+    pub to: String,
+    pub reason: &'static str,
+    pub duration_us: u64,
+}
+
+#[derive(Default)]
+struct HopStats {
+    /// (service, reason) → count.
+    by_reason: BTreeMap<(String, &'static str), u64>,
+    buckets: [u64; HOP_BUCKETS.len()],
+    count: u64,
+    sum_seconds: f64,
+    recent: VecDeque<HopRecord>,
+}
+
+/// All data-plane counters.
+#[derive(Default)]
+pub struct Metrics {
+    pub requests: AtomicU64,
+    /// Index: status / 100 (1..=5); 0 unused.
+    pub responses: [AtomicU64; 6],
+    pub upstream_errors: [AtomicU64; ERROR_KINDS],
+    pub retries: AtomicU64,
+    pub last_resort_picks: AtomicU64,
+    pub sessions_created: AtomicU64,
+    pub tokens_rejected: [AtomicU64; 4],
+    pub contexts_stored: AtomicU64,
+    pub contexts_oversized: AtomicU64,
+    pub contexts_delivered: AtomicU64,
+    hops: Mutex<HopStats>,
+}
+
+/// Number of [`ErrorKind`]s tracked (index = `error_index`).
+pub const ERROR_KINDS: usize = 14;
+
+/// Every error kind, in the index order of `upstream_errors`.
+pub const ERROR_KIND_LIST: [ErrorKind; ERROR_KINDS] = [
+    ErrorKind::NoRoute,
+    ErrorKind::Forbidden,
+    ErrorKind::NoLiveNode,
+    ErrorKind::ConnectFailed,
+    ErrorKind::ConnectTimeout,
+    ErrorKind::ConnectionLost,
+    ErrorKind::UpstreamReset,
+    ErrorKind::UpstreamTimeout,
+    ErrorKind::UpstreamProtocol,
+    ErrorKind::HeadersTooLarge,
+    ErrorKind::UriTooLong,
+    ErrorKind::BodyTooLarge,
+    ErrorKind::BadRequest,
+    ErrorKind::ShuttingDown,
+];
+
+fn error_index(kind: ErrorKind) -> usize {
+    ERROR_KIND_LIST.iter().position(|k| *k == kind).unwrap_or(0)
+}
+
+/// The process-wide counters.
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::default);
+
+impl Metrics {
+    pub fn response(&self, status: u16) {
+        let class = usize::from(status / 100).min(5);
+        self.responses[class].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn error(&self, kind: ErrorKind) {
+        self.upstream_errors[error_index(kind)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn token_rejected(&self, why: TokenRejection) {
+        self.tokens_rejected[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts, times and remembers one hop.
+    pub fn hop(&self, record: HopRecord) {
+        let secs = record.duration_us as f64 / 1e6;
+        let mut h = self.hops.lock();
+        *h.by_reason
+            .entry((record.service.clone(), record.reason))
+            .or_insert(0) += 1;
+        for (i, le) in HOP_BUCKETS.iter().enumerate() {
+            if secs <= *le {
+                h.buckets[i] += 1;
+            }
+        }
+        h.count += 1;
+        h.sum_seconds += secs;
+        if h.recent.len() >= RECENT_HOPS {
+            h.recent.pop_front();
+        }
+        h.recent.push_back(record);
+    }
+
+    /// The most recent hops, newest first.
+    pub fn recent_hops(&self, limit: usize) -> Vec<HopRecord> {
+        self.hops.lock().recent.iter().rev().take(limit).cloned().collect()
+    }
+
+    /// `(service, reason, count)` for every hop counter.
+    pub fn hops_by_reason(&self) -> Vec<(String, &'static str, u64)> {
+        self.hops
+            .lock()
+            .by_reason
+            .iter()
+            .map(|((s, r), n)| (s.clone(), *r, *n))
+            .collect()
+    }
+
+    /// Cumulative bucket counts, total count and sum of hop durations.
+    pub fn hop_histogram(&self) -> ([u64; HOP_BUCKETS.len()], u64, f64) {
+        let h = self.hops.lock();
+        (h.buckets, h.count, h.sum_seconds)
+    }
+}
+
+pub fn get(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
