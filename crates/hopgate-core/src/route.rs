@@ -3,7 +3,8 @@
 //! Owns the compiled match structures and the lookup. Lookup is pure and
 //! allocation-free; its cost does not grow with the number of rules (hosts
 //! are hashed, paths are walked through a trie, each candidate list is
-//! pre-sorted by precedence).
+//! pre-sorted by precedence), except for regex paths, which are tried one by
+//! one within the request's host tier.
 //!
 //! Precedence: the host tier is chosen first (exact host, then `*.suffix`
 //! wildcards from the longest suffix, then rules without a host); within a
@@ -11,13 +12,35 @@
 //! to declaration order. A tier with no matching rule falls through to the
 //! next one. Disabled rules never match.
 //!
-//! Must not touch: node state, balancing, I/O.
+//! Layout: this file holds the public types, the lookup and the reference
+//! [`linear_lookup`]; `route/compile.rs` builds the [`Router`],
+//! `route/table.rs` is the frozen hash table for hosts and exact paths,
+//! `route/trie.rs` the path-prefix radix tree, `route/predicate.rs` the
+//! precompiled method/header/query/source conditions, and `route/tests.rs`
+//! checks the router against `linear_lookup` (matrix + randomized).
+//!
+//! Must not touch: node state, balancing, I/O. The meaning of a rule is
+//! defined by `linear_lookup`; the compiled router may only be faster.
 
+mod compile;
+mod predicate;
+mod table;
+mod trie;
+
+#[cfg(test)]
+mod tests;
+
+use std::cmp::Reverse;
 use std::net::IpAddr;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use ipnet::IpNet;
 use regex::Regex;
+
+use compile::{Cand, RegexRule, Span, Tier};
+use predicate::Predicates;
+use table::ByteMap;
+use trie::Trie;
 
 /// Host condition of a rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,10 +130,7 @@ impl MatchSpec {
                 .headers
                 .iter()
                 .all(|(name, value)| req.headers.get_all(name).iter().any(|v| v == value))
-            && self
-                .query
-                .iter()
-                .all(|(k, v)| query_has(req.query, k, v))
+            && self.query.iter().all(|(k, v)| query_has(req.query, k, v))
             && (self.source_cidrs.is_empty()
                 || self.source_cidrs.iter().any(|n| n.contains(&req.source_ip)))
     }
@@ -134,7 +154,9 @@ pub fn query_has(query: Option<&str>, key: &str, value: &str) -> bool {
     })
 }
 
-/// Lowercase host without port; `None` if it would need a copy (uppercase).
+/// The host without its port (`[::1]:8080` → `[::1]`), case untouched.
+/// An IPv6 literal keeps its brackets; anything else loses a trailing
+/// `:digits` (or a bare trailing `:`).
 pub fn host_without_port(host: &str) -> &str {
     if let Some(rest) = host.strip_prefix('[') {
         // IPv6 literal: [::1]:8080
@@ -143,35 +165,212 @@ pub fn host_without_port(host: &str) -> &str {
             None => host,
         };
     }
-    match host.rfind(':') {
-        Some(i) if host[i + 1..].bytes().all(|b| b.is_ascii_digit()) => &host[..i],
+    // Equivalent to "strip from the last `:` if only digits follow it", in
+    // one backwards pass: the last `:` is followed by digits only exactly
+    // when it precedes the trailing run of digits.
+    let b = host.as_bytes();
+    let digits = b.iter().rev().take_while(|c| c.is_ascii_digit()).count();
+    match b.len().checked_sub(digits + 1) {
+        Some(i) if b[i] == b':' => &host[..i],
         _ => host,
     }
 }
 
 /// The compiled routing table.
+///
+/// Layout: host keys in two hash tables (exact hosts, wildcard suffixes),
+/// each pointing at a tier; one more tier holds the rules without a host.
+/// A tier has an exact-path hash table, the root of its path-prefix trie
+/// (all tries share one arena) and its regex rules. Every candidate list is
+/// sorted by precedence, so a scan stops at the first rule whose predicates
+/// hold, or as soon as no later rule could win.
+///
+/// Lookup cost: O(host length) for the host tables (the wildcard table is
+/// probed at most once per `.` of the host, longest suffix first), O(path
+/// length) for the exact-path table and the trie walk, plus the candidates
+/// actually examined, plus one `Regex::find` per regex rule of the tier
+/// that could still win. Regex rules are the one linear part (they cannot
+/// be indexed): keep them few per host.
 #[derive(Debug, Default)]
 pub struct Router {
-    rules: Vec<RuleSpec>,
+    /// Number of input rules, disabled ones included.
+    rules: usize,
+    /// Lowercase exact host → tier.
+    exact_hosts: ByteMap<u32>,
+    /// Lowercase wildcard suffix (`.example.com`) → tier.
+    suffix_hosts: ByteMap<u32>,
+    /// Length of the longest suffix key starting with `.`.
+    max_dotted_suffix: usize,
+    /// Distinct lengths of suffix keys *not* starting with `.` (the reference
+    /// allows them), longest first; usually empty.
+    undotted_suffix_lens: Box<[usize]>,
+    /// The tier of rules without a host condition.
+    any_host: Option<u32>,
+    tiers: Box<[Tier]>,
+    /// Per tier: exact path → candidates.
+    exact_paths: Box<[ByteMap<Span>]>,
+    trie: Trie,
+    /// Regex rules, one run per tier, each sorted by precedence.
+    regexes: Box<[RegexRule]>,
+    /// Candidate lists, referenced by [`Span`]s from tiers and trie nodes.
+    cands: Box<[Cand]>,
+    /// Precompiled predicates, indexed by rule.
+    preds: Box<[Predicates]>,
+}
+
+/// The best rule found so far in a tier.
+#[derive(Clone, Copy, Debug)]
+struct Best {
+    priority: i32,
+    len: usize,
+    rule: u32,
+}
+
+/// Would a rule with this `priority`, match length and index beat `best`?
+fn outranks(priority: i32, len: usize, rule: u32, best: Option<Best>) -> bool {
+    match best {
+        None => true,
+        Some(b) => (priority, len, Reverse(rule)) > (b.priority, b.len, Reverse(b.rule)),
+    }
 }
 
 impl Router {
     /// Compiles the rules; rule `i` of the input is reported as `i` by [`Router::lookup`].
     pub fn build(rules: Vec<RuleSpec>) -> Router {
-        Router { rules }
+        compile::compile(rules)
     }
 
-    /// The index of the rule that wins for this request, if any.
+    /// The index of the rule that wins for this request, if any. Same
+    /// answer as [`linear_lookup`]. Never allocates (the regex crate keeps a
+    /// match cache per regex and thread, created on first use).
     pub fn lookup(&self, req: &RequestView<'_>) -> Option<usize> {
-        linear_lookup(&self.rules, req)
+        if self.tiers.is_empty() {
+            return None;
+        }
+        let host = host_without_port(req.host).as_bytes();
+        let method_bit = predicate::method_bit(req.method);
+        let in_tier = |t: u32| self.best_in(t as usize, req, method_bit);
+
+        if let Some(&t) = self.exact_hosts.get(host) {
+            if let Some(rule) = in_tier(t) {
+                return Some(rule);
+            }
+        }
+
+        if !self.suffix_hosts.is_empty() {
+            // Probe the host's suffixes, longest first: those starting at a
+            // `.` (if short enough to be a key), merged with the lengths of
+            // undotted keys.
+            let n = host.len();
+            let mut undotted = &self.undotted_suffix_lens[..];
+            while undotted.first().is_some_and(|&l| l > n) {
+                undotted = &undotted[1..];
+            }
+            let probe = |len: usize| match self.suffix_hosts.get(&host[n - len..]) {
+                Some(&t) => in_tier(t),
+                None => None,
+            };
+            let first = n.saturating_sub(self.max_dotted_suffix);
+            let dots = host
+                .iter()
+                .enumerate()
+                .skip(first)
+                .filter(|&(_, &b)| b == b'.');
+            for (p, _) in dots {
+                let len = n - p;
+                while let Some((&l, rest)) = undotted.split_first() {
+                    if l < len {
+                        break;
+                    }
+                    undotted = rest;
+                    if l > len {
+                        if let Some(rule) = probe(l) {
+                            return Some(rule);
+                        }
+                    }
+                }
+                if let Some(rule) = probe(len) {
+                    return Some(rule);
+                }
+            }
+            for &l in undotted {
+                if let Some(rule) = probe(l) {
+                    return Some(rule);
+                }
+            }
+        }
+
+        self.any_host.and_then(in_tier)
+    }
+
+    /// The winner among one tier's rules.
+    fn best_in(&self, t: usize, req: &RequestView<'_>, method_bit: u16) -> Option<usize> {
+        let tier = &self.tiers[t];
+        let path = req.path.as_bytes();
+        let mut best = None;
+        if ByteMap::<Span>::may_hold(tier.exact_lens, path.len()) {
+            if let Some(&span) = self.exact_paths[t].get(path) {
+                self.scan(span, path.len(), req, method_bit, &mut best);
+            }
+        }
+        if let Some(root) = tier.trie_root {
+            self.trie.walk(root, path, |span, depth| {
+                self.scan(span, depth, req, method_bit, &mut best);
+            });
+        }
+        for r in &self.regexes[tier.regexes.range()] {
+            if best.is_some_and(|b: Best| r.priority < b.priority) {
+                break; // sorted: no later regex rule can win either
+            }
+            if !(r.plain || self.preds[r.rule as usize].hold(req, method_bit)) {
+                continue;
+            }
+            if let Some(m) = r.regex.find(req.path) {
+                if outranks(r.priority, m.len(), r.rule, best) {
+                    best = Some(Best {
+                        priority: r.priority,
+                        len: m.len(),
+                        rule: r.rule,
+                    });
+                }
+            }
+        }
+        best.map(|b| b.rule as usize)
+    }
+
+    /// Scans a precedence-sorted candidate list whose path matched with
+    /// length `len`: the first candidate that cannot beat `best` ends the
+    /// scan (nor can any after it), the first whose predicates hold wins.
+    #[inline]
+    fn scan(
+        &self,
+        span: Span,
+        len: usize,
+        req: &RequestView<'_>,
+        method_bit: u16,
+        best: &mut Option<Best>,
+    ) {
+        for c in &self.cands[span.range()] {
+            if !outranks(c.priority, len, c.rule, *best) {
+                return;
+            }
+            if c.plain || self.preds[c.rule as usize].hold(req, method_bit) {
+                *best = Some(Best {
+                    priority: c.priority,
+                    len,
+                    rule: c.rule,
+                });
+                return;
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.rules.len()
+        self.rules
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
+        self.rules == 0
     }
 }
 
@@ -183,7 +382,9 @@ pub fn linear_lookup(rules: &[RuleSpec], req: &RequestView<'_>) -> Option<usize>
     let tier = |m: &HostMatch| -> Option<(u8, usize)> {
         match m {
             HostMatch::Exact(h) => (*h == host).then_some((0, 0)),
-            HostMatch::Suffix(s) => host.ends_with(s.as_str()).then_some((1, usize::MAX - s.len())),
+            HostMatch::Suffix(s) => host
+                .ends_with(s.as_str())
+                .then_some((1, usize::MAX - s.len())),
             HostMatch::Any => Some((2, 0)),
         }
     };
@@ -192,8 +393,12 @@ pub fn linear_lookup(rules: &[RuleSpec], req: &RequestView<'_>) -> Option<usize>
         if !r.enabled {
             continue;
         }
-        let Some(t) = tier(&r.matcher.host) else { continue };
-        let Some(len) = r.matcher.path_match_len(req.path) else { continue };
+        let Some(t) = tier(&r.matcher.host) else {
+            continue;
+        };
+        let Some(len) = r.matcher.path_match_len(req.path) else {
+            continue;
+        };
         if !r.matcher.predicates_hold(req) {
             continue;
         }

@@ -1,0 +1,230 @@
+//! Turns a list of [`RuleSpec`]s into a [`Router`]: groups enabled rules by
+//! host tier, then per tier by path kind (exact map, prefix trie, regex
+//! list), with every candidate list sorted by precedence (priority
+//! descending, then declaration order).
+//!
+//! Owns the build-time grouping and the shared index types ([`Span`],
+//! [`Cand`], [`Tier`]). Must not touch: the lookup (`route.rs`), which relies
+//! on the invariants documented here:
+//! - host keys are lowercase; a rule whose host contains an ASCII uppercase
+//!   letter can never match (the reference lowercases the request host and
+//!   compares exactly), so it is left out;
+//! - every candidate list is sorted by `(priority desc, rule asc)`.
+
+use std::cmp::Reverse;
+use std::collections::HashMap;
+use std::ops::Range;
+
+use regex::Regex;
+
+use super::predicate::Predicates;
+use super::table::ByteMap;
+use super::trie::{Trie, TrieBuilder};
+use super::{HostMatch, PathMatch, Router, RuleSpec};
+
+/// A run of entries of a router-wide array.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Span {
+    pub(super) start: u32,
+    pub(super) len: u32,
+}
+
+impl Span {
+    pub(super) const EMPTY: Span = Span { start: 0, len: 0 };
+
+    /// `n` as an index; tables past `u32::MAX` entries are not supported.
+    pub(super) fn index(n: usize) -> u32 {
+        u32::try_from(n).expect("routing table larger than u32::MAX entries")
+    }
+
+    pub(super) fn of(start: usize, end: usize) -> Span {
+        Span {
+            start: Span::index(start),
+            len: Span::index(end - start),
+        }
+    }
+
+    pub(super) fn range(self) -> Range<usize> {
+        self.start as usize..(self.start + self.len) as usize
+    }
+
+    /// Sorts `list` by precedence and appends it to `out`.
+    pub(super) fn push_sorted(out: &mut Vec<Cand>, mut list: Vec<Cand>) -> Span {
+        list.sort_unstable_by_key(|c| (Reverse(c.priority), c.rule));
+        let start = out.len();
+        out.extend(list);
+        Span::of(start, out.len())
+    }
+}
+
+/// A rule that may win once its path matched, with what a scan needs
+/// inline so that it can decide without touching the rule's predicates.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Cand {
+    pub(super) priority: i32,
+    pub(super) rule: u32,
+    /// The rule has no predicates (methods, headers, query, sources).
+    pub(super) plain: bool,
+}
+
+#[derive(Debug)]
+pub(super) struct RegexRule {
+    pub(super) priority: i32,
+    pub(super) rule: u32,
+    pub(super) plain: bool,
+    pub(super) regex: Regex,
+}
+
+/// The rules sharing one host condition: only what every lookup in the
+/// tier reads, so that it fits in a fraction of a cache line.
+#[derive(Debug)]
+pub(super) struct Tier {
+    /// Bit `min(len, 63)` is set if an exact-path rule has a path of that
+    /// length (then look in `Router::exact_paths[tier]`).
+    pub(super) exact_lens: u64,
+    /// Root of this tier's prefix trie, if it has prefix rules.
+    pub(super) trie_root: Option<u32>,
+    /// This tier's run of `Router::regexes`.
+    pub(super) regexes: Span,
+}
+
+#[derive(Default)]
+struct TierBuilder {
+    exact: HashMap<Box<[u8]>, Vec<Cand>>,
+    prefixes: TrieBuilder,
+    regexes: Vec<RegexRule>,
+}
+
+/// A tier's frozen parts, before they are split into the router's arrays.
+struct BuiltTier {
+    tier: Tier,
+    exact_paths: ByteMap<Span>,
+}
+
+impl TierBuilder {
+    fn finish(
+        self,
+        trie: &mut Trie,
+        cands: &mut Vec<Cand>,
+        regexes: &mut Vec<RegexRule>,
+    ) -> BuiltTier {
+        let exact = self
+            .exact
+            .into_iter()
+            .map(|(path, list)| (path, Span::push_sorted(cands, list)))
+            .collect();
+        let exact_paths = ByteMap::new(false, exact);
+        let trie_root = (!self.prefixes.is_empty()).then(|| self.prefixes.finish(trie, cands));
+        let mut own = self.regexes;
+        // Sorted by precedence, so a scan can stop at the first rule of
+        // lower priority than the best so far.
+        own.sort_unstable_by_key(|r| (Reverse(r.priority), r.rule));
+        let start = regexes.len();
+        regexes.extend(own);
+        BuiltTier {
+            tier: Tier {
+                exact_lens: exact_paths.lens(),
+                trie_root,
+                regexes: Span::of(start, regexes.len()),
+            },
+            exact_paths,
+        }
+    }
+}
+
+fn tier_of(map: &mut HashMap<Box<[u8]>, u32>, key: String, tiers: &mut Vec<TierBuilder>) -> u32 {
+    *map.entry(key.into_bytes().into()).or_insert_with(|| {
+        tiers.push(TierBuilder::default());
+        Span::index(tiers.len() - 1)
+    })
+}
+
+fn has_upper(s: &str) -> bool {
+    s.bytes().any(|b| b.is_ascii_uppercase())
+}
+
+pub(super) fn compile(rules: Vec<RuleSpec>) -> Router {
+    let count = rules.len();
+    let preds: Vec<Predicates> = rules
+        .iter()
+        .map(|r| Predicates::compile(&r.matcher))
+        .collect();
+    let mut exact_hosts = HashMap::new();
+    let mut suffix_hosts = HashMap::new();
+    let mut any_host = None;
+    let mut tiers: Vec<TierBuilder> = Vec::new();
+
+    for (i, r) in rules.into_iter().enumerate() {
+        if !r.enabled {
+            continue;
+        }
+        let tier = match r.matcher.host {
+            HostMatch::Any => *any_host.get_or_insert_with(|| {
+                tiers.push(TierBuilder::default());
+                Span::index(tiers.len() - 1)
+            }),
+            HostMatch::Exact(h) if !has_upper(&h) => tier_of(&mut exact_hosts, h, &mut tiers),
+            HostMatch::Suffix(s) if !has_upper(&s) => tier_of(&mut suffix_hosts, s, &mut tiers),
+            HostMatch::Exact(_) | HostMatch::Suffix(_) => continue,
+        };
+        let tb = &mut tiers[tier as usize];
+        let cand = Cand {
+            priority: r.priority,
+            rule: Span::index(i),
+            plain: preds[i].none(),
+        };
+        match r.matcher.path {
+            PathMatch::Exact(p) => tb
+                .exact
+                .entry(p.into_bytes().into())
+                .or_default()
+                .push(cand),
+            PathMatch::Prefix(p) => tb.prefixes.add(p.as_bytes(), cand),
+            PathMatch::Regex(regex) => tb.regexes.push(RegexRule {
+                priority: r.priority,
+                rule: cand.rule,
+                plain: cand.plain,
+                regex,
+            }),
+        }
+    }
+
+    let max_suffix = suffix_hosts
+        .keys()
+        .filter(|k| k.first() == Some(&b'.'))
+        .map(|k| k.len())
+        .max()
+        .unwrap_or(0);
+    let mut undotted: Vec<usize> = suffix_hosts
+        .keys()
+        .filter(|k| k.first() != Some(&b'.'))
+        .map(|k| k.len())
+        .collect();
+    undotted.sort_unstable_by(|a, b| b.cmp(a));
+    undotted.dedup();
+
+    let mut trie = Trie::default();
+    let mut cands = Vec::new();
+    let mut regexes = Vec::new();
+    let (tiers, exact_paths): (Vec<_>, Vec<_>) = tiers
+        .into_iter()
+        .map(|t| {
+            let built = t.finish(&mut trie, &mut cands, &mut regexes);
+            (built.tier, built.exact_paths)
+        })
+        .unzip();
+    Router {
+        rules: count,
+        exact_hosts: ByteMap::new(true, exact_hosts.into_iter().collect()),
+        suffix_hosts: ByteMap::new(true, suffix_hosts.into_iter().collect()),
+        max_dotted_suffix: max_suffix,
+        undotted_suffix_lens: undotted.into(),
+        any_host,
+        tiers: tiers.into(),
+        exact_paths: exact_paths.into(),
+        trie,
+        regexes: regexes.into(),
+        cands: cands.into(),
+        preds: preds.into(),
+    }
+}
