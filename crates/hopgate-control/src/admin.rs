@@ -24,7 +24,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use hopgate_core::config::{sniff_format, ConfigError, Format};
+use hopgate_core::session::SessionId;
+use hopgate_proxy::metrics::METRICS;
 use hopgate_proxy::pool::Pool;
+use hopgate_proxy::session::{binding_key, unix_now, Sessions};
 
 use crate::control::{Control, Source};
 
@@ -36,6 +39,7 @@ pub struct Admin {
     control: Arc<Control>,
     token: Option<String>,
     ready: AtomicBool,
+    sessions: Option<Arc<Sessions>>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -46,11 +50,12 @@ impl std::fmt::Debug for Admin {
 
 impl Admin {
     /// `token`: the bearer token required on every request, if any.
-    pub fn new(control: Arc<Control>, token: Option<String>) -> Arc<Admin> {
+    pub fn new(control: Arc<Control>, token: Option<String>, sessions: Option<Arc<Sessions>>) -> Arc<Admin> {
         Arc::new(Admin {
             control,
             token,
             ready: AtomicBool::new(true),
+            sessions,
         })
     }
 
@@ -223,8 +228,20 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
             ),
         },
         (Method::GET, ["admin", "v1", "nodes"]) => {
-            json_response(StatusCode::OK, &nodes_json(control))
+            json_response(StatusCode::OK, &nodes_json(control, admin.sessions.as_deref()))
         }
+        (Method::GET, ["admin", "v1", "sessions", id]) => session_json(admin, id),
+        (Method::GET, ["admin", "v1", "hops"]) => {
+            let limit = req
+                .uri()
+                .query()
+                .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("limit=")))
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(100)
+                .min(hopgate_proxy::metrics::RECENT_HOPS);
+            json_response(StatusCode::OK, &json!({ "hops": METRICS.recent_hops(limit) }))
+        }
+        (Method::GET, ["metrics"]) => crate::metrics::render(control, admin.sessions.as_deref()),
         (Method::POST, ["admin", "v1", "nodes", service, node, action @ ("drain" | "undrain")]) => {
             let snap = control.snapshot().load();
             let found = snap
@@ -258,7 +275,45 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
     }
 }
 
-fn nodes_json(control: &Control) -> Value {
+/// A session's bindings (one per service it talked to). `id` is the
+/// session id (32 hex digits) or a token.
+fn session_json(admin: &Admin, id: &str) -> AdminResponse {
+    let Some(sessions) = &admin.sessions else {
+        return error_response(StatusCode::NOT_FOUND, "sessions", "sessions are not enabled");
+    };
+    let parsed = SessionId::parse_hex(id).ok().or_else(|| {
+        let snap = admin.control.snapshot().load();
+        hopgate_core::session::verify(&sessions.keys, id, unix_now(), snap.config.sessions.ttl.as_secs())
+            .ok()
+            .map(|t| t.id)
+    });
+    let Some(sid) = parsed else {
+        return error_response(StatusCode::BAD_REQUEST, "id", "not a session id (32 hex digits) or a valid token");
+    };
+    let snap = admin.control.snapshot().load();
+    let now = unix_now();
+    let bindings: Vec<Value> = snap
+        .services
+        .iter()
+        .filter_map(|svc| {
+            let b = sessions.store.get(&binding_key(&sid, &svc.name), now)?;
+            Some(json!({
+                "service": &*b.service,
+                "node": &*b.node,
+                "bound_at": b.bound_at,
+                "hops": b.hops,
+                "context_bytes": b.context_len(),
+                "expires_at": b.expires_at,
+            }))
+        })
+        .collect();
+    if bindings.is_empty() {
+        return error_response(StatusCode::NOT_FOUND, "id", "no binding for this session");
+    }
+    json_response(StatusCode::OK, &json!({ "session": sid.to_string(), "bindings": bindings }))
+}
+
+fn nodes_json(control: &Control, sessions: Option<&Sessions>) -> Value {
     let snap = control.snapshot().load();
     let now = hopgate_core::node::now_ms();
     let nodes: Vec<Value> = snap
@@ -285,6 +340,7 @@ fn nodes_json(control: &Control) -> Value {
                     "failures": s.failures(),
                     "latency_ewma_us": s.ewma_us(),
                     "pool": s.extension_if_set::<Pool>().map(|p| p.stats()),
+                    "sessions_bound": sessions.map_or(0, |x| x.store.bindings_to(&svc.name, &n.id)),
                 })
             })
         })

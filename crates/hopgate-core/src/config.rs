@@ -154,6 +154,78 @@ pub struct Config {
     pub limits: Limits,
     pub retries: RetryConfig,
     pub sources: SourcesConfig,
+    pub sessions: SessionsConfig,
+    pub store: StoreConfig,
+}
+
+/// `sessions:`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionsConfig {
+    pub enabled: bool,
+    pub cookie: String,
+    pub header: http::HeaderName,
+    pub ttl: Duration,
+    pub secret_env: String,
+    pub previous_secrets_env: Option<String>,
+    pub context_max: usize,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        SessionsConfig {
+            enabled: false,
+            cookie: "hop_session".to_owned(),
+            header: http::HeaderName::from_static("hop-session"),
+            ttl: Duration::from_secs(24 * 3600),
+            secret_env: "HOPGATE_SESSION_SECRET".to_owned(),
+            previous_secrets_env: None,
+            context_max: 4096,
+        }
+    }
+}
+
+/// `store:`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// Persistence file of the memory store.
+    pub path: Option<std::path::PathBuf>,
+    pub max_sessions: usize,
+    pub persist_interval: Duration,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            path: None,
+            max_sessions: 1_000_000,
+            persist_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What draining a node does to the sessions bound to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DrainMode {
+    /// Bound sessions hop on their next request; in-flight requests finish.
+    Migrate,
+    /// Bound sessions stay until the deadline, then hop.
+    Finish,
+}
+
+/// `services[].drain`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DrainConfig {
+    pub mode: DrainMode,
+    pub deadline: Duration,
+}
+
+impl Default for DrainConfig {
+    fn default() -> Self {
+        DrainConfig {
+            mode: DrainMode::Migrate,
+            deadline: Duration::from_secs(30),
+        }
+    }
 }
 
 /// `sources:`.
@@ -237,6 +309,7 @@ pub struct ServiceConfig {
     pub health: Option<HealthConfig>,
     pub outlier: OutlierConfig,
     pub circuit: CircuitConfig,
+    pub drain: DrainConfig,
     pub nodes: Vec<NodeConfig>,
 }
 

@@ -46,6 +46,8 @@ pub struct NodeState {
     key: NodeKey,
     health: AtomicU8,
     draining: AtomicBool,
+    /// `now_ms()` when draining began (0 = not draining).
+    draining_since_ms: AtomicU64,
     in_flight: AtomicU32,
     /// Latency EWMA in microseconds (0 = no sample yet).
     ewma_us: AtomicU64,
@@ -135,6 +137,7 @@ impl NodeState {
             key,
             health: AtomicU8::new(Health::Unknown as u8),
             draining: AtomicBool::new(false),
+            draining_since_ms: AtomicU64::new(0),
             in_flight: AtomicU32::new(0),
             ewma_us: AtomicU64::new(0),
             ejected_until_ms: AtomicU64::new(0),
@@ -173,7 +176,26 @@ impl NodeState {
     }
 
     pub fn set_draining(&self, on: bool) {
+        if on {
+            // Keep the first start time when asked twice.
+            let _ = self.draining_since_ms.compare_exchange(
+                0,
+                now_ms().max(1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        } else {
+            self.draining_since_ms.store(0, Ordering::Relaxed);
+        }
         self.draining.store(on, Ordering::Relaxed);
+    }
+
+    /// When draining began (`now_ms()` scale), if it is draining.
+    pub fn draining_since(&self) -> Option<u64> {
+        match self.draining_since_ms.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(t),
+        }
     }
 
     pub fn is_ejected(&self, now_ms: u64) -> bool {

@@ -18,7 +18,7 @@ use http::HeaderValue;
 use crate::access::AccessControl;
 use crate::balance::{Balancer, Member, PickCtx};
 use crate::config::{
-    CircuitConfig, Config, HashOn, HealthConfig, OutlierConfig, PoolConfig, Target, UpstreamProtocol,
+    CircuitConfig, Config, DrainConfig, HashOn, HealthConfig, OutlierConfig, PoolConfig, Target, UpstreamProtocol,
 };
 use crate::node::Health;
 use crate::retry::RetryBudget;
@@ -62,12 +62,15 @@ pub enum CompiledTarget {
 #[derive(Debug)]
 pub struct CompiledService {
     pub name: String,
+    /// `name`, shared (session bindings hold it without copying).
+    pub shared_name: Arc<str>,
     pub protocol: UpstreamProtocol,
     pub pool: PoolConfig,
     pub hash_on: Option<HashOn>,
     pub health: Option<HealthConfig>,
     pub outlier: OutlierConfig,
     pub circuit: CircuitConfig,
+    pub drain: DrainConfig,
     /// Shared with the same service in the previous snapshot.
     pub retry_budget: Arc<RetryBudget>,
     pub nodes: Vec<CompiledNode>,
@@ -90,6 +93,8 @@ pub struct Group {
 #[derive(Debug)]
 pub struct CompiledNode {
     pub id: String,
+    /// `id`, shared (session bindings hold it without copying).
+    pub shared_id: Arc<str>,
     pub address: SocketAddr,
     /// `address` as a header value (`X-Upstream-Addr`), built once.
     pub address_header: HeaderValue,
@@ -165,6 +170,21 @@ impl CompiledService {
 }
 
 impl Snapshot {
+    /// May a session bound to node `node` of the route's service stay there
+    /// under the route's version rules? (Any node of any group the rule can
+    /// send to; for a split, any arm — a bound session keeps its version.)
+    pub fn route_allows_node(&self, route: usize, node: usize) -> bool {
+        let r = &self.routes[route];
+        let svc = &self.services[r.service];
+        match &r.target {
+            CompiledTarget::All => true,
+            CompiledTarget::Version(g) => svc.versions[*g].nodes.contains(&node),
+            CompiledTarget::Split { arms, .. } => {
+                arms.iter().any(|(g, _)| svc.versions[*g].nodes.contains(&node))
+            }
+        }
+    }
+
     /// Compiles a validated config. Node states come from `registry` (so they
     /// outlive this snapshot); balancer counters are carried over from
     /// `previous` for groups whose membership did not change.
@@ -193,6 +213,7 @@ impl Snapshot {
                         }
                         CompiledNode {
                             id: n.id.clone(),
+                            shared_id: Arc::from(n.id.as_str()),
                             address: n.address,
                             address_header: HeaderValue::from_str(&addr)
                                 .expect("a socket address is a valid header value"),
@@ -240,12 +261,14 @@ impl Snapshot {
                     .collect();
                 CompiledService {
                     name: svc.name.clone(),
+                    shared_name: Arc::from(svc.name.as_str()),
                     protocol: svc.protocol,
                     pool: svc.pool,
                     hash_on: svc.hash_on.clone(),
                     health: svc.health.clone(),
                     outlier: svc.outlier,
                     circuit: svc.circuit,
+                    drain: svc.drain,
                     retry_budget: prev.map_or_else(Default::default, |p| Arc::clone(&p.retry_budget)),
                     nodes,
                     all,

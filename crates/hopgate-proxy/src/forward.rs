@@ -7,6 +7,7 @@
 //! a lock: everything on this path is an atomic load or a lock-free queue.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,7 +20,9 @@ use http::{Method, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 
 use hopgate_core::balance::hash_key;
-use hopgate_core::config::{HashOn, UpstreamProtocol};
+use hopgate_core::config::{HashOn, SessionsConfig, UpstreamProtocol};
+use hopgate_core::session::{HopReason, SessionId};
+use hopgate_store::Binding;
 use hopgate_core::error::{ErrorKind, ProxyError};
 use hopgate_core::node::{now_ms, Observation, Verdict};
 use hopgate_core::retry;
@@ -28,11 +31,13 @@ use hopgate_core::snapshot::{CompiledNode, CompiledService, Snapshot};
 
 use crate::body::ProxyBody;
 use crate::headers::{
-    append_forwarded_for, new_request_id, strip_hop_by_hop, X_FORWARDED_PROTO, X_REQUEST_ID,
-    X_ROUTE_RULE_ID, X_UPSTREAM_ADDR,
+    append_forwarded_for, new_request_id, strip_hop_by_hop, HOP_SESSION_CONTEXT, X_FORWARDED_PROTO,
+    X_HOP_FROM, X_REQUEST_ID, X_ROUTE_RULE_ID, X_UPSTREAM_ADDR,
 };
 use crate::pool::{Pool, PoolSettings, SendFailure};
+use crate::metrics::{HopRecord, METRICS};
 use crate::respond::error_response;
+use crate::session::{self, ClientSession, Sessions, Stickiness};
 use crate::tunnel;
 
 /// The snapshot pointer the control plane writes and the data plane loads.
@@ -54,6 +59,14 @@ pub struct RequestCtx {
 #[derive(Debug, Clone)]
 pub struct Forwarder {
     snapshot: SharedSnapshot,
+    sessions: Option<Arc<Sessions>>,
+}
+
+/// A hop decided for this request, completed when a new node answers.
+struct PendingHop {
+    from: Arc<str>,
+    reason: HopReason,
+    started: Instant,
 }
 
 struct Outcome {
@@ -66,8 +79,14 @@ struct Outcome {
 }
 
 impl Forwarder {
-    pub fn new(snapshot: SharedSnapshot) -> Forwarder {
-        Forwarder { snapshot }
+    /// `sessions`: keys and store when the gateway mints sessions
+    /// (`sessions.enabled` in the running config still decides per request).
+    pub fn new(snapshot: SharedSnapshot, sessions: Option<Arc<Sessions>>) -> Forwarder {
+        Forwarder { snapshot, sessions }
+    }
+
+    pub fn sessions(&self) -> Option<&Arc<Sessions>> {
+        self.sessions.as_ref()
     }
 
     pub fn snapshot(&self) -> &SharedSnapshot {
@@ -94,11 +113,16 @@ impl Forwarder {
                 id
             }
         };
+        METRICS.requests.fetch_add(1, Ordering::Relaxed);
         let (resp, outcome) = self.route_and_forward(&snap, req, peer, ctx).await;
         let resp = match resp {
             Ok(r) => r,
-            Err(kind) => error_response(kind, Some(&request_id)),
+            Err(kind) => {
+                METRICS.error(kind);
+                error_response(kind, Some(&request_id))
+            }
         };
+        METRICS.response(resp.status().as_u16());
         log_access(&snap, &method, &request_id, &outcome, started, peer, ctx);
         resp
     }
@@ -175,6 +199,26 @@ impl Forwarder {
         }
 
         let hash = svc.hash_on.as_ref().and_then(|h| hash_of(h, &req, client_ip));
+        // Sessions: who is this, where is it bound, must it hop?
+        let scfg = &snap.config.sessions;
+        let now_unix = session::unix_now();
+        let sessions = self.sessions.as_deref().filter(|_| scfg.enabled);
+        let client_session = sessions.map(|s| session::identify(s, scfg, req.headers(), now_unix));
+        let key = client_session
+            .as_ref()
+            .map(|cs| session::binding_key(&cs.id, &svc.name));
+        let stick = match (sessions, &key) {
+            (Some(s), Some(k)) => session::stickiness(snap, route_idx, svc, s.store.get(k, now_unix), now),
+            _ => Stickiness::Unbound,
+        };
+        let (mut sticky, prior, mut hop) = match stick {
+            Stickiness::Unbound => (None, None, None),
+            Stickiness::Stay { node, binding } => (Some(node), Some(binding), None),
+            Stickiness::Hop { binding, reason } => {
+                let from = Arc::clone(&binding.node);
+                (None, Some(binding), Some(PendingHop { from, reason, started: Instant::now() }))
+            }
+        };
         // An HTTP/1.1 Upgrade (WebSocket): forwarded with its upgrade
         // headers, then tunnelled as bytes once the backend says 101.
         let mut req = req;
@@ -184,6 +228,12 @@ impl Forwarder {
         strip_hop_by_hop(&mut parts.headers, true);
         if let Some((proto, _)) = &upgrade {
             tunnel::restore_upgrade_headers(&mut parts.headers, proto);
+        }
+        // Only the gateway speaks these to backends.
+        parts.headers.remove(&X_HOP_FROM);
+        parts.headers.remove(&HOP_SESSION_CONTEXT);
+        if let Some(cs) = &client_session {
+            parts.headers.insert(scfg.header.clone(), cs.token.clone());
         }
         append_forwarded_for(&mut parts.headers, peer.ip());
         parts.headers.insert(
@@ -231,7 +281,9 @@ impl Forwarder {
             // request already tried; then, as a last resort, a node that only
             // passive verdicts (ejection, open breaker) keep out.
             let mut last_resort = false;
-            let node_idx = match svc.pick(selection.group, now, hash, &tried[..n_tried]) {
+            let node_idx = match sticky.take() {
+                Some(i) => i,
+                None => match svc.pick(selection.group, now, hash, &tried[..n_tried]) {
                 Some(i) if !tried[..n_tried].contains(&i) => i,
                 picked => match svc.pick_last_resort(selection.group, &tried[..n_tried], fastrand::usize(..)) {
                     Some(i) => {
@@ -243,6 +295,7 @@ impl Forwarder {
                         None => break,
                     },
                 },
+                },
             };
             let node = &svc.nodes[node_idx];
             if n_tried < MAX_TRACKED && !tried[..n_tried].contains(&node_idx) {
@@ -250,6 +303,9 @@ impl Forwarder {
                 n_tried += 1;
             }
             if !last_resort && !node.state.try_acquire(now) {
+                if hop.is_none() && prior.as_ref().is_some_and(|b| *b.node == *node.id) {
+                    hop = Some(PendingHop { from: Arc::clone(&node.shared_id), reason: HopReason::CircuitOpen, started: Instant::now() });
+                }
                 refused += 1;
                 if refused > svc.nodes.len() {
                     break;
@@ -261,10 +317,28 @@ impl Forwarder {
                 break;
             }
             sent_attempts += 1;
+            if sent_attempts > 1 {
+                METRICS.retries.fetch_add(1, Ordering::Relaxed);
+            }
+            if last_resort {
+                METRICS.last_resort_picks.fetch_add(1, Ordering::Relaxed);
+            }
             out.attempts = sent_attempts;
             out.node = Some(node_idx);
             let Some(mut request) = upstream.take() else { break };
             retarget(&mut request, node, svc);
+            if let Some(h) = hop.as_ref().filter(|h| *h.from != *node.id) {
+                let headers = request.headers_mut();
+                if let Ok(v) = HeaderValue::from_str(&h.from) {
+                    headers.insert(X_HOP_FROM.clone(), v);
+                }
+                if let Some(ctx) = prior.as_ref().and_then(|b| b.context.as_deref()) {
+                    if let Ok(v) = HeaderValue::from_bytes(ctx) {
+                        headers.insert(HOP_SESSION_CONTEXT.clone(), v);
+                        METRICS.contexts_delivered.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
             let mut settings = pool_settings(snap, svc);
             if upgrade.is_some() {
                 // Upgrades need a connection of their own, spoken in HTTP/1.1.
@@ -303,6 +377,21 @@ impl Forwarder {
                         }
                     }
                     strip_hop_by_hop(resp.headers_mut(), false);
+                    if let (Some(s), Some(cs), Some(k)) = (sessions, &client_session, &key) {
+                        settle_session(SessionOutcome {
+                            sessions: s,
+                            cfg: scfg,
+                            svc,
+                            node,
+                            key: k,
+                            client: cs,
+                            prior: prior.as_ref(),
+                            hop: hop.as_ref(),
+                            status,
+                            now_unix,
+                            tls: ctx.tls,
+                        }, resp.headers_mut());
+                    }
                     if ctx.debug_headers {
                         let h = resp.headers_mut();
                         h.insert(X_ROUTE_RULE_ID.clone(), route.id_header.clone());
@@ -312,6 +401,9 @@ impl Forwarder {
                     return (Ok(resp), out);
                 }
                 Err(SendFailure::NotSent { request, error }) => {
+                    if hop.is_none() && prior.as_ref().is_some_and(|b| *b.node == *node.id) {
+                        hop = Some(PendingHop { from: Arc::clone(&node.shared_id), reason: HopReason::Unhealthy, started: Instant::now() });
+                    }
                     account(svc, node, Observation::Failure);
                     log_upstream_failure(&svc.name, node, &error, sent_attempts, true);
                     last = error.kind;
@@ -324,6 +416,9 @@ impl Forwarder {
                         return fail(out, error.kind);
                     }
                     account(svc, node, Observation::Failure);
+                    if hop.is_none() && prior.as_ref().is_some_and(|b| *b.node == *node.id) {
+                        hop = Some(PendingHop { from: Arc::clone(&node.shared_id), reason: HopReason::Unhealthy, started: Instant::now() });
+                    }
                     match &template {
                         // Replay-safe with its body kept: send a copy elsewhere.
                         Some((parts, body)) => {
@@ -341,6 +436,76 @@ impl Forwarder {
             }
         }
         fail(out, last)
+    }
+}
+
+/// Everything [`settle_session`] needs about an answered request.
+struct SessionOutcome<'a> {
+    sessions: &'a Sessions,
+    cfg: &'a SessionsConfig,
+    svc: &'a CompiledService,
+    node: &'a CompiledNode,
+    key: &'a SessionId,
+    client: &'a ClientSession,
+    prior: Option<&'a Binding>,
+    hop: Option<&'a PendingHop>,
+    status: u16,
+    now_unix: u64,
+    tls: bool,
+}
+
+/// After a backend answered: keep the context it sent (and hide it from
+/// the client), bind or rebind the session, complete a hop (log, count,
+/// time), and hand the client its token when it needs one.
+fn settle_session(o: SessionOutcome<'_>, headers: &mut HeaderMap) {
+    let mut context = None;
+    if let Some(v) = headers.remove(&HOP_SESSION_CONTEXT) {
+        if v.len() <= o.cfg.context_max {
+            context = Some(Arc::<[u8]>::from(v.as_bytes()));
+            METRICS.contexts_stored.fetch_add(1, Ordering::Relaxed);
+        } else {
+            METRICS.contexts_oversized.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(service = %o.svc.name, node = %o.node.id, bytes = v.len(), limit = o.cfg.context_max, "Hop-Session-Context too large; not stored");
+        }
+    }
+    let moved = o.prior.is_none_or(|b| *b.node != *o.node.id);
+    let ttl = o.cfg.ttl.as_secs();
+    let stale = o.prior.is_some_and(|b| b.expires_at.saturating_sub(o.now_unix) < ttl / 2);
+    if o.status < 500 && (moved || context.is_some() || stale || o.client.issue) {
+        let mut b = Binding::new(
+            Arc::clone(&o.svc.shared_name),
+            Arc::clone(&o.node.shared_id),
+            if moved { o.now_unix } else { o.prior.map_or(o.now_unix, |b| b.bound_at) },
+            o.now_unix + ttl,
+        );
+        b.hops = o.prior.map_or(0, |p| p.hops) + u32::from(moved && o.prior.is_some());
+        b.context = context.or_else(|| o.prior.and_then(|p| p.context.clone()));
+        o.sessions.store.put(*o.key, b);
+    }
+    if let (Some(h), true) = (o.hop, moved && o.status < 500) {
+        let duration_us = h.started.elapsed().as_micros() as u64;
+        tracing::info!(
+            "hop session={} from={} to={} reason={}",
+            o.client.id,
+            h.from,
+            o.node.id,
+            h.reason.label()
+        );
+        METRICS.hop(HopRecord {
+            at: o.now_unix,
+            session: o.client.id.to_string(),
+            service: o.svc.name.clone(),
+            from: h.from.to_string(),
+            to: o.node.id.clone(),
+            reason: h.reason.label(),
+            duration_us,
+        });
+    }
+    if o.client.issue {
+        if let Some(c) = session::set_cookie(o.cfg, &o.client.token, o.tls) {
+            headers.append(http::header::SET_COOKIE, c);
+        }
+        headers.insert(o.cfg.header.clone(), o.client.token.clone());
     }
 }
 

@@ -17,6 +17,7 @@ pub mod listener;
 pub mod metrics;
 pub mod pool;
 pub mod respond;
+pub mod session;
 pub mod tunnel;
 
 pub use forward::{Forwarder, SharedSnapshot};

@@ -17,7 +17,10 @@ use hopgate_control::admin::{serve_admin, Admin};
 use hopgate_control::watch::watch_file;
 use hopgate_control::{Control, Source};
 use hopgate_core::config::{Config, ListenerConfig};
+use hopgate_core::session::SessionKeys;
+use hopgate_proxy::session::{unix_now, Sessions};
 use hopgate_proxy::{serve_listener, Forwarder, ListenerCtx, ListenerSettings};
+use hopgate_store::MemoryStore;
 
 /// One running listener.
 struct Running {
@@ -99,6 +102,84 @@ impl Listeners {
     }
 }
 
+/// Session keys (from the environment) and the store (loaded from its
+/// file when `store.path` is set), plus the tasks that expire bindings and
+/// persist them. Keys and store are fixed at start; `sessions.enabled` and
+/// the cookie settings follow reloads.
+fn start_sessions(cfg: &Config, mut stop: watch::Receiver<bool>) -> (Arc<Sessions>, JoinHandle<()>) {
+    let scfg = &cfg.sessions;
+    let previous: Vec<Vec<u8>> = scfg
+        .previous_secrets_env
+        .as_ref()
+        .and_then(|v| std::env::var(v).ok())
+        .map(|v| v.split(',').filter(|s| !s.is_empty()).map(|s| s.as_bytes().to_vec()).collect())
+        .unwrap_or_default();
+    let keys = match std::env::var(&scfg.secret_env) {
+        Ok(secret) if !secret.is_empty() => {
+            let prev: Vec<&[u8]> = previous.iter().map(Vec::as_slice).collect();
+            SessionKeys::from_secrets(secret.as_bytes(), &prev)
+        }
+        _ => {
+            if scfg.enabled {
+                tracing::warn!(
+                    env = %scfg.secret_env,
+                    "sessions: no secret in the environment; using a random per-process key (tokens will not survive a restart)"
+                );
+            }
+            SessionKeys::random()
+        }
+    };
+    let now = unix_now();
+    let store = match &cfg.store.path {
+        Some(path) => {
+            let (store, report) = MemoryStore::load_with_limit(path, now, cfg.store.max_sessions);
+            if report.warning.is_some() {
+                tracing::warn!("{report}");
+            } else {
+                tracing::info!("{report}");
+            }
+            store
+        }
+        None => MemoryStore::new(cfg.store.max_sessions),
+    };
+    let store = Arc::new(store);
+    let sessions = Arc::new(Sessions {
+        keys,
+        store: Arc::clone(&store) as Arc<dyn hopgate_store::SessionStore>,
+    });
+    let path = cfg.store.path.clone();
+    let interval = cfg.store.persist_interval;
+    let task = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval.min(std::time::Duration::from_secs(60)));
+        tick.tick().await;
+        loop {
+            let stopping = tokio::select! {
+                _ = tick.tick() => false,
+                _ = stop.wait_for(|s| *s) => true,
+            };
+            use hopgate_store::SessionStore as _;
+            let expired = store.sweep(unix_now());
+            if expired > 0 {
+                tracing::debug!(expired, "expired session bindings removed");
+            }
+            if let Some(p) = &path {
+                let store = Arc::clone(&store);
+                let p = p.clone();
+                let saved = tokio::task::spawn_blocking(move || store.save(&p)).await;
+                match saved {
+                    Ok(Ok(n)) => tracing::debug!(bindings = n, "sessions persisted"),
+                    Ok(Err(e)) => tracing::warn!(error = %e, "cannot persist sessions"),
+                    Err(e) => tracing::warn!(error = %e, "session persistence task failed"),
+                }
+            }
+            if stopping {
+                return;
+            }
+        }
+    });
+    (sessions, task)
+}
+
 fn print_line(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
@@ -116,6 +197,8 @@ pub(crate) struct Gateway {
     live: Arc<Listeners>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    session_stop: watch::Sender<bool>,
+    session_task: JoinHandle<()>,
 }
 
 impl Gateway {
@@ -129,8 +212,12 @@ impl Gateway {
         };
         let control = Control::new(cfg.clone(), source);
         let (shutdown, rx) = watch::channel(false);
+        // Sessions stop after the listeners have drained, so the final save
+        // includes the bindings of the last requests.
+        let (session_stop, session_rx) = watch::channel(false);
+        let (sessions, session_task) = start_sessions(&cfg, session_rx);
         let live = Arc::new(Listeners {
-            forwarder: Forwarder::new(Arc::clone(control.snapshot())),
+            forwarder: Forwarder::new(Arc::clone(control.snapshot()), Some(Arc::clone(&sessions))),
             running: Mutex::new(Vec::new()),
         });
         let mut listeners = Vec::new();
@@ -146,8 +233,9 @@ impl Gateway {
             .await
             .with_context(|| format!("cannot listen on {} (admin)", cfg.admin.address))?;
         let admin_addr = admin_sock.local_addr()?;
-        let admin = Admin::new(Arc::clone(&control), token);
+        let admin = Admin::new(Arc::clone(&control), token, Some(Arc::clone(&sessions)));
         let mut tasks = vec![tokio::spawn(serve_admin(admin_sock, Arc::clone(&admin), rx.clone()))];
+
 
         // Keep listeners in step with applied configs.
         let mut applied = control.subscribe();
@@ -177,6 +265,8 @@ impl Gateway {
             live,
             shutdown,
             tasks,
+            session_stop,
+            session_task,
         })
     }
 
@@ -223,6 +313,8 @@ impl Gateway {
         for t in self.tasks {
             let _ = t.await;
         }
+        let _ = self.session_stop.send(true);
+        let _ = self.session_task.await;
         tracing::info!("shutdown complete");
     }
 }

@@ -71,6 +71,10 @@ pub struct RawConfig {
     pub retries: Option<RawRetries>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sources: Option<RawSources>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<RawSessions>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<RawStore>,
 }
 
 /// An address clients connect to.
@@ -124,6 +128,9 @@ pub struct RawService {
     /// Per-node circuit breaker (on with defaults when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub circuit: Option<RawCircuit>,
+    /// What draining a node does to its sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<RawDrain>,
     #[serde(default)]
     pub nodes: Vec<RawNode>,
 }
@@ -357,4 +364,56 @@ pub struct RawFileSource {
     /// How often the file is looked at (default 1s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval: Option<Text>,
+}
+
+/// Draining behaviour of a service.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDrain {
+    /// `migrate` (default): bound sessions hop on their next request.
+    /// `finish`: they stay until `deadline`, then hop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Text>,
+}
+
+/// Gateway-minted sessions.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSessions {
+    /// Default true when the section is present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_env: Option<String>,
+    /// Environment variable with earlier secrets, comma-separated (rotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_secrets_env: Option<String>,
+    /// Largest `Hop-Session-Context` kept (default 4KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_max: Option<Text>,
+}
+
+/// Where session bindings live.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStore {
+    /// `memory` (default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// memory: persist bindings to this file so a restart keeps them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sessions: Option<Text>,
+    /// memory with path: how often bindings are written (default 10s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persist_interval: Option<Text>,
 }

@@ -64,6 +64,8 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
     let limits = v.limits(raw.limits.as_ref());
     let retries = v.retries(raw.retries.as_ref());
     let sources = v.sources(raw.sources.as_ref());
+    let sessions = v.sessions(raw.sessions.as_ref());
+    let store = v.store(raw.store.as_ref());
     if !v.errors.is_empty() {
         return Err(v.errors);
     }
@@ -78,6 +80,8 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         limits,
         retries,
         sources,
+        sessions,
+        store,
     })
 }
 
@@ -306,6 +310,7 @@ impl Validator {
         let health = s.health.as_ref().map(|h| self.health(&format!("{p}.health"), h));
         let outlier = self.outlier(&format!("{p}.outlier"), s.outlier.as_ref());
         let circuit = self.circuit(&format!("{p}.circuit"), s.circuit.as_ref());
+        let drain = self.drain(&format!("{p}.drain"), s.drain.as_ref());
 
         if s.nodes.is_empty() {
             self.err(format!("{p}.nodes"), "a service needs at least one node");
@@ -337,6 +342,7 @@ impl Validator {
             health,
             outlier,
             circuit,
+            drain,
             nodes,
         }
     }

@@ -5,9 +5,14 @@
 
 use std::time::Duration;
 
-use super::super::raw::{RawCircuit, RawHealth, RawOutlier, RawRetries, RawSources, Text};
-use super::super::{CircuitConfig, HealthConfig, OutlierConfig, RetryConfig, SourcesConfig};
-use super::{check_path, int_in, positive_duration, size_in, Validator};
+use super::super::raw::{
+    RawCircuit, RawDrain, RawHealth, RawOutlier, RawRetries, RawSessions, RawSources, RawStore, Text,
+};
+use super::super::{
+    CircuitConfig, DrainConfig, DrainMode, HealthConfig, OutlierConfig, RetryConfig, SessionsConfig,
+    SourcesConfig, StoreConfig,
+};
+use super::{check_path, int_in, is_env_name, is_tchar, parse_header_name, positive_duration, size_in, Validator};
 use crate::node::Health;
 use crate::units;
 
@@ -184,6 +189,98 @@ impl Validator {
                 f.interval.as_ref(),
                 Duration::from_secs(3600),
                 d.file_interval,
+            ),
+        }
+    }
+}
+
+impl Validator {
+    pub(super) fn drain(&mut self, p: &str, d: Option<&RawDrain>) -> DrainConfig {
+        let def = DrainConfig::default();
+        let Some(d) = d else { return def };
+        let mode = match d.mode.as_deref() {
+            None | Some("migrate") => DrainMode::Migrate,
+            Some("finish") => DrainMode::Finish,
+            Some(other) => {
+                self.err(
+                    format!("{p}.mode"),
+                    format!("unknown drain mode {other:?}: expected \"migrate\" or \"finish\""),
+                );
+                DrainMode::Migrate
+            }
+        };
+        DrainConfig {
+            mode,
+            deadline: self.duration_or(format!("{p}.deadline"), d.deadline.as_ref(), Duration::from_secs(86_400), def.deadline),
+        }
+    }
+
+    pub(super) fn sessions(&mut self, r: Option<&RawSessions>) -> SessionsConfig {
+        let d = SessionsConfig::default();
+        let Some(r) = r else { return d };
+        let cookie = match &r.cookie {
+            None => d.cookie.clone(),
+            Some(c) if !c.is_empty() && c.bytes().all(is_tchar) => c.clone(),
+            Some(c) => {
+                self.err("sessions.cookie", format!("invalid cookie name {c:?}: use letters, digits and -_."));
+                d.cookie.clone()
+            }
+        };
+        let header = match &r.header {
+            None => d.header.clone(),
+            Some(h) => self.check("sessions.header", parse_header_name(h)).unwrap_or(d.header.clone()),
+        };
+        let env = |v: &mut Validator, path: &str, name: &Option<String>| -> Option<String> {
+            let n = name.as_ref()?;
+            if is_env_name(n) {
+                Some(n.clone())
+            } else {
+                v.err(path, format!("invalid environment variable name {n:?}"));
+                None
+            }
+        };
+        let secret_env = env(self, "sessions.secret_env", &r.secret_env).unwrap_or(d.secret_env.clone());
+        let previous_secrets_env = env(self, "sessions.previous_secrets_env", &r.previous_secrets_env);
+        SessionsConfig {
+            enabled: r.enabled.unwrap_or(true),
+            cookie,
+            header,
+            ttl: self.duration_or("sessions.ttl".into(), r.ttl.as_ref(), Duration::from_secs(365 * 86_400), d.ttl),
+            secret_env,
+            previous_secrets_env,
+            context_max: match &r.context_max {
+                None => d.context_max,
+                Some(t) => self
+                    .check("sessions.context_max", size_in(t, 1, 64 << 10, "1", "64KiB"))
+                    .map_or(d.context_max, |n| n as usize),
+            },
+        }
+    }
+
+    pub(super) fn store(&mut self, r: Option<&RawStore>) -> StoreConfig {
+        let d = StoreConfig::default();
+        let Some(r) = r else { return d };
+        match r.kind.as_deref() {
+            None | Some("memory") => {}
+            Some("redis") => self.err("store.kind", "the redis store is not built yet; use \"memory\""),
+            Some(other) => self.err("store.kind", format!("unknown store kind {other:?}: expected \"memory\"")),
+        }
+        let path = match r.path.as_deref() {
+            None => None,
+            Some("") => {
+                self.err("store.path", "must not be empty (leave it out to keep sessions in memory only)");
+                None
+            }
+            Some(p) => Some(std::path::PathBuf::from(p)),
+        };
+        StoreConfig {
+            path,
+            max_sessions: self.int_or("store.max_sessions".into(), r.max_sessions.as_ref(), 1, 100_000_000, d.max_sessions as u32) as usize,
+            persist_interval: self.duration_or(
+                "store.persist_interval".into(),
+                r.persist_interval.as_ref(),
+                Duration::from_secs(86_400),
+                d.persist_interval,
             ),
         }
     }

@@ -1642,6 +1642,10 @@ fn nasty_values_never_panic() {
                     reset_timeout: t(),
                     max_requests: t(),
                 }),
+                drain: Some(crate::config::raw::RawDrain {
+                    mode: Some(s.into()),
+                    deadline: t(),
+                }),
                 nodes: vec![RawNode {
                     id: s.into(),
                     address: s.into(),
@@ -1703,6 +1707,21 @@ fn nasty_values_never_panic() {
                     interval: t(),
                 }),
             }),
+            sessions: Some(crate::config::raw::RawSessions {
+                enabled: Some(true),
+                cookie: Some(s.into()),
+                header: Some(s.into()),
+                ttl: t(),
+                secret_env: Some(s.into()),
+                previous_secrets_env: Some(s.into()),
+                context_max: t(),
+            }),
+            store: Some(crate::config::raw::RawStore {
+                kind: Some(s.into()),
+                path: Some(s.into()),
+                max_sessions: t(),
+                persist_interval: t(),
+            }),
         };
         let errs = validate(&raw).expect_err("every field is nonsense");
         for e in &errs {
@@ -1756,6 +1775,7 @@ fn random_documents_never_panic() {
                 health: None,
                 outlier: None,
                 circuit: None,
+                drain: None,
                 nodes: vec![RawNode {
                     id: v(),
                     address: v(),

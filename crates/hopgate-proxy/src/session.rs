@@ -1,0 +1,196 @@
+//! The data plane's side of sessions: who is this client, where is it
+//! bound, and must it hop?
+//!
+//! Owns token extraction (cookie or header), verification with every
+//! rejected token replaced by a fresh session (never an error, never
+//! trusted, always counted), the per-service binding key, the hop decision
+//! for a bound session, and the `Set-Cookie` answer. The store is read
+//! synchronously (the memory store takes no lock on reads); nothing here
+//! awaits.
+//!
+//! Must not touch: balancing (the forwarder picks the new node) or the
+//! store's internals.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use http::header::{HeaderMap, HeaderValue, COOKIE};
+
+use hopgate_core::balance::hash_key;
+use hopgate_core::config::{DrainMode, SessionsConfig};
+use hopgate_core::node::{CircuitState, Health};
+use hopgate_core::session::{self, HopFacts, HopReason, SessionId, SessionKeys, TokenError};
+use hopgate_core::snapshot::{CompiledService, Snapshot};
+use hopgate_store::{Binding, SessionStore};
+
+use crate::metrics::{TokenRejection, METRICS};
+
+/// Keys and store, shared by every request.
+pub struct Sessions {
+    pub keys: SessionKeys,
+    pub store: Arc<dyn SessionStore>,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions")
+            .field("bindings", &self.store.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The session of one request.
+#[derive(Debug, Clone)]
+pub struct ClientSession {
+    pub id: SessionId,
+    /// The valid token (forwarded to the backend as the session header).
+    pub token: HeaderValue,
+    /// True when the client must be given `token` (new session, replaced
+    /// token, or a token re-signed with the current key).
+    pub issue: bool,
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn token_from<'h>(cfg: &SessionsConfig, headers: &'h HeaderMap) -> Option<&'h str> {
+    if let Some(v) = headers.get(&cfg.header).and_then(|v| v.to_str().ok()) {
+        return Some(v.trim());
+    }
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| {
+            let (k, v) = c.trim().split_once('=')?;
+            (k == cfg.cookie).then_some(v.trim_matches('"'))
+        })
+}
+
+fn fresh(keys: &SessionKeys, now: u64) -> ClientSession {
+    let id = SessionId::random();
+    METRICS
+        .sessions_created
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let token = session::mint(keys, id, now);
+    ClientSession {
+        id,
+        token: HeaderValue::from_str(&token).expect("tokens are base64url"),
+        issue: true,
+    }
+}
+
+/// Identifies the client: its verified session, or a new one.
+pub fn identify(s: &Sessions, cfg: &SessionsConfig, headers: &HeaderMap, now: u64) -> ClientSession {
+    let Some(raw) = token_from(cfg, headers) else {
+        return fresh(&s.keys, now);
+    };
+    match session::verify(&s.keys, raw, now, cfg.ttl.as_secs()) {
+        Ok(t) if t.rotated => {
+            // Signed with a previous key: honoured, and re-signed.
+            let token = session::mint(&s.keys, t.id, t.issued_at);
+            ClientSession {
+                id: t.id,
+                token: HeaderValue::from_str(&token).expect("tokens are base64url"),
+                issue: true,
+            }
+        }
+        Ok(t) => ClientSession {
+            id: t.id,
+            token: HeaderValue::from_str(raw).expect("a verified token is base64url"),
+            issue: false,
+        },
+        Err(e) => {
+            METRICS.token_rejected(match e {
+                TokenError::Malformed => TokenRejection::Malformed,
+                TokenError::BadSignature => TokenRejection::BadSignature,
+                TokenError::Expired => TokenRejection::Expired,
+                TokenError::FromTheFuture => TokenRejection::FromTheFuture,
+            });
+            tracing::info!(reason = e.label(), "session token rejected; issuing a new session");
+            fresh(&s.keys, now)
+        }
+    }
+}
+
+/// The store key of a session's binding in one service (a session may be
+/// bound in several services at once).
+pub fn binding_key(id: &SessionId, service: &str) -> SessionId {
+    let mut bytes = *id.as_bytes();
+    let h = hash_key(service.as_bytes()).to_le_bytes();
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b ^= h[i % 8];
+    }
+    SessionId::from_bytes(bytes)
+}
+
+/// What the binding of a session says about this request.
+#[derive(Debug)]
+pub enum Stickiness {
+    /// No binding: balance, then bind.
+    Unbound,
+    /// Stay on this node.
+    Stay { node: usize, binding: Binding },
+    /// The bound node cannot serve: hop.
+    Hop { binding: Binding, reason: HopReason },
+}
+
+/// Decides whether a bound session stays on its node.
+pub fn stickiness(
+    snap: &Snapshot,
+    route: usize,
+    svc: &CompiledService,
+    binding: Option<Binding>,
+    now_ms_: u64,
+) -> Stickiness {
+    let Some(b) = binding else {
+        return Stickiness::Unbound;
+    };
+    let Some(i) = svc.nodes.iter().position(|n| *n.id == *b.node) else {
+        return Stickiness::Hop {
+            binding: b,
+            reason: HopReason::Removed,
+        };
+    };
+    let st = &svc.nodes[i].state;
+    let drain_must_leave = st.is_draining()
+        && match svc.drain.mode {
+            DrainMode::Migrate => true,
+            DrainMode::Finish => st
+                .draining_since()
+                .is_none_or(|since| now_ms_ >= since + svc.drain.deadline.as_millis() as u64),
+        };
+    let facts = HopFacts {
+        removed: false,
+        maintenance: false,
+        unhealthy: st.health() == Health::Unhealthy,
+        ejected: st.is_ejected(now_ms_),
+        circuit_open: st.circuit() == CircuitState::Open && !st.is_available(now_ms_),
+        drain_must_leave,
+        version_changed: !snap.route_allows_node(route, i),
+    };
+    match session::hop_reason(&facts) {
+        None => Stickiness::Stay { node: i, binding: b },
+        Some(reason) => Stickiness::Hop { binding: b, reason },
+    }
+}
+
+/// The `Set-Cookie` value carrying `token`.
+pub fn set_cookie(cfg: &SessionsConfig, token: &HeaderValue, tls: bool) -> Option<HeaderValue> {
+    let mut v = format!(
+        "{}={}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax",
+        cfg.cookie,
+        token.to_str().ok()?,
+        cfg.ttl.as_secs()
+    );
+    if tls {
+        v.push_str("; Secure");
+    }
+    HeaderValue::from_str(&v).ok()
+}
+
