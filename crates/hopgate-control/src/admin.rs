@@ -50,7 +50,11 @@ impl std::fmt::Debug for Admin {
 
 impl Admin {
     /// `token`: the bearer token required on every request, if any.
-    pub fn new(control: Arc<Control>, token: Option<String>, sessions: Option<Arc<Sessions>>) -> Arc<Admin> {
+    pub fn new(
+        control: Arc<Control>,
+        token: Option<String>,
+        sessions: Option<Arc<Sessions>>,
+    ) -> Arc<Admin> {
         Arc::new(Admin {
             control,
             token,
@@ -227,9 +231,10 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                 "version must be a number",
             ),
         },
-        (Method::GET, ["admin", "v1", "nodes"]) => {
-            json_response(StatusCode::OK, &nodes_json(control, admin.sessions.as_deref()))
-        }
+        (Method::GET, ["admin", "v1", "nodes"]) => json_response(
+            StatusCode::OK,
+            &nodes_json(control, admin.sessions.as_deref()),
+        ),
         (Method::GET, ["admin", "v1", "sessions", id]) => session_json(admin, id),
         (Method::GET, ["admin", "v1", "hops"]) => {
             let limit = req
@@ -239,7 +244,10 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                 .and_then(|v| v.parse::<usize>().ok())
                 .unwrap_or(100)
                 .min(hopgate_proxy::metrics::RECENT_HOPS);
-            json_response(StatusCode::OK, &json!({ "hops": METRICS.recent_hops(limit) }))
+            json_response(
+                StatusCode::OK,
+                &json!({ "hops": METRICS.recent_hops(limit) }),
+            )
         }
         (Method::GET, ["metrics"]) => crate::metrics::render(control, admin.sessions.as_deref()),
         (Method::POST, ["admin", "v1", "nodes", service, node, action @ ("drain" | "undrain")]) => {
@@ -279,16 +287,29 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
 /// session id (32 hex digits) or a token.
 fn session_json(admin: &Admin, id: &str) -> AdminResponse {
     let Some(sessions) = &admin.sessions else {
-        return error_response(StatusCode::NOT_FOUND, "sessions", "sessions are not enabled");
+        return error_response(
+            StatusCode::NOT_FOUND,
+            "sessions",
+            "sessions are not enabled",
+        );
     };
     let parsed = SessionId::parse_hex(id).ok().or_else(|| {
         let snap = admin.control.snapshot().load();
-        hopgate_core::session::verify(&sessions.keys, id, unix_now(), snap.config.sessions.ttl.as_secs())
-            .ok()
-            .map(|t| t.id)
+        hopgate_core::session::verify(
+            &sessions.keys,
+            id,
+            unix_now(),
+            snap.config.sessions.ttl.as_secs(),
+        )
+        .ok()
+        .map(|t| t.id)
     });
     let Some(sid) = parsed else {
-        return error_response(StatusCode::BAD_REQUEST, "id", "not a session id (32 hex digits) or a valid token");
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            "id",
+            "not a session id (32 hex digits) or a valid token",
+        );
     };
     let snap = admin.control.snapshot().load();
     let now = unix_now();
@@ -310,7 +331,10 @@ fn session_json(admin: &Admin, id: &str) -> AdminResponse {
     if bindings.is_empty() {
         return error_response(StatusCode::NOT_FOUND, "id", "no binding for this session");
     }
-    json_response(StatusCode::OK, &json!({ "session": sid.to_string(), "bindings": bindings }))
+    json_response(
+        StatusCode::OK,
+        &json!({ "session": sid.to_string(), "bindings": bindings }),
+    )
 }
 
 fn nodes_json(control: &Control, sessions: Option<&Sessions>) -> Value {

@@ -27,57 +27,168 @@ fn head(out: &mut String, name: &str, kind: &str, help: &str) {
 
 /// Escapes a label value.
 fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// The whole exposition.
 pub fn render(control: &Control, sessions: Option<&Sessions>) -> Response<Full<Bytes>> {
     let m = &*METRICS;
     let mut o = String::with_capacity(8 << 10);
-    head(&mut o, "hopgate_requests_total", "counter", "Client requests handled.");
+    head(
+        &mut o,
+        "hopgate_requests_total",
+        "counter",
+        "Client requests handled.",
+    );
     let _ = writeln!(o, "hopgate_requests_total {}", get(&m.requests));
-    head(&mut o, "hopgate_responses_total", "counter", "Client responses by status class.");
+    head(
+        &mut o,
+        "hopgate_responses_total",
+        "counter",
+        "Client responses by status class.",
+    );
     for (i, class) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
-        let _ = writeln!(o, "hopgate_responses_total{{class=\"{class}\"}} {}", get(&m.responses[i + 1]));
+        let _ = writeln!(
+            o,
+            "hopgate_responses_total{{class=\"{class}\"}} {}",
+            get(&m.responses[i + 1])
+        );
     }
-    head(&mut o, "hopgate_errors_total", "counter", "Requests that ended in an error the gateway answered, by kind.");
+    head(
+        &mut o,
+        "hopgate_errors_total",
+        "counter",
+        "Requests that ended in an error the gateway answered, by kind.",
+    );
     for (i, k) in ERROR_KIND_LIST.iter().enumerate() {
-        let _ = writeln!(o, "hopgate_errors_total{{kind=\"{}\"}} {}", k.label(), get(&m.upstream_errors[i]));
+        let _ = writeln!(
+            o,
+            "hopgate_errors_total{{kind=\"{}\"}} {}",
+            k.label(),
+            get(&m.upstream_errors[i])
+        );
     }
-    head(&mut o, "hopgate_retries_total", "counter", "Attempts after the first, on another node.");
+    head(
+        &mut o,
+        "hopgate_retries_total",
+        "counter",
+        "Attempts after the first, on another node.",
+    );
     let _ = writeln!(o, "hopgate_retries_total {}", get(&m.retries));
-    head(&mut o, "hopgate_last_resort_picks_total", "counter", "Attempts on nodes only passive verdicts kept out, when nothing else was left.");
-    let _ = writeln!(o, "hopgate_last_resort_picks_total {}", get(&m.last_resort_picks));
+    head(
+        &mut o,
+        "hopgate_last_resort_picks_total",
+        "counter",
+        "Attempts on nodes only passive verdicts kept out, when nothing else was left.",
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_last_resort_picks_total {}",
+        get(&m.last_resort_picks)
+    );
 
-    head(&mut o, "hopgate_sessions_created_total", "counter", "Sessions minted.");
-    let _ = writeln!(o, "hopgate_sessions_created_total {}", get(&m.sessions_created));
-    head(&mut o, "hopgate_session_tokens_rejected_total", "counter", "Session tokens not trusted (replaced by a new session), by reason.");
+    head(
+        &mut o,
+        "hopgate_sessions_created_total",
+        "counter",
+        "Sessions minted.",
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_sessions_created_total {}",
+        get(&m.sessions_created)
+    );
+    head(
+        &mut o,
+        "hopgate_session_tokens_rejected_total",
+        "counter",
+        "Session tokens not trusted (replaced by a new session), by reason.",
+    );
     for r in TokenRejection::ALL {
-        let _ = writeln!(o, "hopgate_session_tokens_rejected_total{{reason=\"{}\"}} {}", r.label(), get(&m.tokens_rejected[r as usize]));
+        let _ = writeln!(
+            o,
+            "hopgate_session_tokens_rejected_total{{reason=\"{}\"}} {}",
+            r.label(),
+            get(&m.tokens_rejected[r as usize])
+        );
     }
-    head(&mut o, "hopgate_sessions", "gauge", "Session bindings in the store.");
-    let _ = writeln!(o, "hopgate_sessions {}", sessions.map_or(0, |s| s.store.len()));
-    head(&mut o, "hopgate_session_contexts_total", "counter", "Hop-Session-Context headers stored, refused as oversized, and delivered after a hop.");
-    let _ = writeln!(o, "hopgate_session_contexts_total{{event=\"stored\"}} {}", get(&m.contexts_stored));
-    let _ = writeln!(o, "hopgate_session_contexts_total{{event=\"oversized\"}} {}", get(&m.contexts_oversized));
-    let _ = writeln!(o, "hopgate_session_contexts_total{{event=\"delivered\"}} {}", get(&m.contexts_delivered));
+    head(
+        &mut o,
+        "hopgate_sessions",
+        "gauge",
+        "Session bindings in the store.",
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_sessions {}",
+        sessions.map_or(0, |s| s.store.len())
+    );
+    head(
+        &mut o,
+        "hopgate_session_contexts_total",
+        "counter",
+        "Hop-Session-Context headers stored, refused as oversized, and delivered after a hop.",
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_session_contexts_total{{event=\"stored\"}} {}",
+        get(&m.contexts_stored)
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_session_contexts_total{{event=\"oversized\"}} {}",
+        get(&m.contexts_oversized)
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_session_contexts_total{{event=\"delivered\"}} {}",
+        get(&m.contexts_delivered)
+    );
 
-    head(&mut o, "hopgate_hops_total", "counter", "Sessions moved to another node, by service and reason.");
+    head(
+        &mut o,
+        "hopgate_hops_total",
+        "counter",
+        "Sessions moved to another node, by service and reason.",
+    );
     for (svc, reason, n) in m.hops_by_reason() {
-        let _ = writeln!(o, "hopgate_hops_total{{service=\"{}\",reason=\"{reason}\"}} {n}", esc(&svc));
+        let _ = writeln!(
+            o,
+            "hopgate_hops_total{{service=\"{}\",reason=\"{reason}\"}} {n}",
+            esc(&svc)
+        );
     }
-    head(&mut o, "hopgate_hop_duration_seconds", "histogram", "From the hop decision to the new node's answer.");
+    head(
+        &mut o,
+        "hopgate_hop_duration_seconds",
+        "histogram",
+        "From the hop decision to the new node's answer.",
+    );
     let (buckets, count, sum) = m.hop_histogram();
     for (i, le) in HOP_BUCKETS.iter().enumerate() {
-        let _ = writeln!(o, "hopgate_hop_duration_seconds_bucket{{le=\"{le}\"}} {}", buckets[i]);
+        let _ = writeln!(
+            o,
+            "hopgate_hop_duration_seconds_bucket{{le=\"{le}\"}} {}",
+            buckets[i]
+        );
     }
-    let _ = writeln!(o, "hopgate_hop_duration_seconds_bucket{{le=\"+Inf\"}} {count}");
+    let _ = writeln!(
+        o,
+        "hopgate_hop_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+    );
     let _ = writeln!(o, "hopgate_hop_duration_seconds_sum {sum}");
     let _ = writeln!(o, "hopgate_hop_duration_seconds_count {count}");
 
     let snap = control.snapshot().load();
     let now = now_ms();
-    head(&mut o, "hopgate_node_up", "gauge", "1 when the node may take new requests.");
+    head(
+        &mut o,
+        "hopgate_node_up",
+        "gauge",
+        "1 when the node may take new requests.",
+    );
     let mut health = String::new();
     let mut circuit = String::new();
     let mut draining = String::new();
@@ -87,7 +198,11 @@ pub fn render(control: &Control, sessions: Option<&Sessions>) -> Response<Full<B
         for n in &svc.nodes {
             let l = format!("service=\"{}\",node=\"{}\"", esc(&svc.name), esc(&n.id));
             let s = &n.state;
-            let _ = writeln!(o, "hopgate_node_up{{{l}}} {}", u8::from(s.is_available(now)));
+            let _ = writeln!(
+                o,
+                "hopgate_node_up{{{l}}} {}",
+                u8::from(s.is_available(now))
+            );
             let h = match s.health() {
                 Health::Unknown => 0,
                 Health::Healthy => 1,
@@ -100,32 +215,88 @@ pub fn render(control: &Control, sessions: Option<&Sessions>) -> Response<Full<B
                 CircuitState::HalfOpen => 2,
             };
             let _ = writeln!(circuit, "hopgate_node_circuit{{{l}}} {c}");
-            let _ = writeln!(draining, "hopgate_node_draining{{{l}}} {}", u8::from(s.is_draining()));
+            let _ = writeln!(
+                draining,
+                "hopgate_node_draining{{{l}}} {}",
+                u8::from(s.is_draining())
+            );
             let _ = writeln!(inflight, "hopgate_node_in_flight{{{l}}} {}", s.in_flight());
             if let Some(p) = s.extension_if_set::<Pool>() {
                 let st = p.stats();
-                let _ = writeln!(pool, "hopgate_pool_connections{{{l},state=\"open\"}} {}", st.open);
-                let _ = writeln!(pool, "hopgate_pool_connections{{{l},state=\"idle\"}} {}", st.idle);
+                let _ = writeln!(
+                    pool,
+                    "hopgate_pool_connections{{{l},state=\"open\"}} {}",
+                    st.open
+                );
+                let _ = writeln!(
+                    pool,
+                    "hopgate_pool_connections{{{l},state=\"idle\"}} {}",
+                    st.idle
+                );
             }
         }
     }
-    head(&mut o, "hopgate_node_health", "gauge", "Active health: 0 unknown, 1 healthy, 2 unhealthy.");
+    head(
+        &mut o,
+        "hopgate_node_health",
+        "gauge",
+        "Active health: 0 unknown, 1 healthy, 2 unhealthy.",
+    );
     o.push_str(&health);
-    head(&mut o, "hopgate_node_circuit", "gauge", "Circuit breaker: 0 closed, 1 open, 2 half-open.");
+    head(
+        &mut o,
+        "hopgate_node_circuit",
+        "gauge",
+        "Circuit breaker: 0 closed, 1 open, 2 half-open.",
+    );
     o.push_str(&circuit);
-    head(&mut o, "hopgate_node_draining", "gauge", "1 while the node drains.");
+    head(
+        &mut o,
+        "hopgate_node_draining",
+        "gauge",
+        "1 while the node drains.",
+    );
     o.push_str(&draining);
-    head(&mut o, "hopgate_node_in_flight", "gauge", "Requests in flight to the node.");
+    head(
+        &mut o,
+        "hopgate_node_in_flight",
+        "gauge",
+        "Requests in flight to the node.",
+    );
     o.push_str(&inflight);
-    head(&mut o, "hopgate_pool_connections", "gauge", "Upstream connections of the node's pool.");
+    head(
+        &mut o,
+        "hopgate_pool_connections",
+        "gauge",
+        "Upstream connections of the node's pool.",
+    );
     o.push_str(&pool);
 
-    head(&mut o, "hopgate_config_version", "gauge", "Version of the running config.");
+    head(
+        &mut o,
+        "hopgate_config_version",
+        "gauge",
+        "Version of the running config.",
+    );
     let _ = writeln!(o, "hopgate_config_version {}", snap.version);
-    head(&mut o, "hopgate_config_reloads_total", "counter", "Configs applied after the first.");
+    head(
+        &mut o,
+        "hopgate_config_reloads_total",
+        "counter",
+        "Configs applied after the first.",
+    );
     let _ = writeln!(o, "hopgate_config_reloads_total {}", control.reloads());
-    head(&mut o, "hopgate_config_reload_failures_total", "counter", "Configs rejected (the running one kept).");
-    let _ = writeln!(o, "hopgate_config_reload_failures_total {}", control.reload_failures());
+    head(
+        &mut o,
+        "hopgate_config_reload_failures_total",
+        "counter",
+        "Configs rejected (the running one kept).",
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_config_reload_failures_total {}",
+        control.reload_failures()
+    );
 
     let mut r = Response::new(Full::new(Bytes::from(o)));
     *r.status_mut() = StatusCode::OK;

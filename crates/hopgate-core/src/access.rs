@@ -172,17 +172,35 @@ mod tests {
     fn client_ip_through_trusted_proxies() {
         let a = AccessControl::new(&[], &[], &nets(&["127.0.0.0/8", "10.0.0.0/8"]));
         let mut h = HeaderMap::new();
-        h.insert("x-forwarded-for", HeaderValue::from_static("203.0.113.7, 10.0.0.2"));
+        h.insert(
+            "x-forwarded-for",
+            HeaderValue::from_static("203.0.113.7, 10.0.0.2"),
+        );
         let peer: IpAddr = "127.0.0.1".parse().unwrap();
-        assert_eq!(a.client_ip(peer, &h), "203.0.113.7".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            a.client_ip(peer, &h),
+            "203.0.113.7".parse::<IpAddr>().unwrap()
+        );
         // an untrusted peer's XFF is ignored
         let untrusted: IpAddr = "198.51.100.1".parse().unwrap();
         assert_eq!(a.client_ip(untrusted, &h), untrusted);
         // spoofed left-most entries behind an untrusted hop are not believed
-        h.insert("x-forwarded-for", HeaderValue::from_static("1.1.1.1, 198.51.100.9, 10.0.0.2"));
-        assert_eq!(a.client_ip(peer, &h), "198.51.100.9".parse::<IpAddr>().unwrap());
+        h.insert(
+            "x-forwarded-for",
+            HeaderValue::from_static("1.1.1.1, 198.51.100.9, 10.0.0.2"),
+        );
+        assert_eq!(
+            a.client_ip(peer, &h),
+            "198.51.100.9".parse::<IpAddr>().unwrap()
+        );
         let mut f = HeaderMap::new();
-        f.insert("forwarded", HeaderValue::from_static("for=\"[2001:db8::1]:4711\";proto=https"));
-        assert_eq!(a.client_ip(peer, &f), "2001:db8::1".parse::<IpAddr>().unwrap());
+        f.insert(
+            "forwarded",
+            HeaderValue::from_static("for=\"[2001:db8::1]:4711\";proto=https"),
+        );
+        assert_eq!(
+            a.client_ip(peer, &f),
+            "2001:db8::1".parse::<IpAddr>().unwrap()
+        );
     }
 }

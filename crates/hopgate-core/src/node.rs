@@ -231,8 +231,7 @@ impl NodeState {
     pub fn recover(&self) {
         self.ejected_until_ms.store(0, Ordering::Relaxed);
         let b = &self.breaker;
-        if b
-            .state
+        if b.state
             .compare_exchange(
                 CircuitState::Open as u8,
                 CircuitState::HalfOpen as u8,
@@ -252,10 +251,12 @@ impl NodeState {
     pub fn configure(&self, circuit: &crate::config::CircuitConfig) {
         let b = &self.breaker;
         b.enabled.store(circuit.enabled, Ordering::Relaxed);
-        b.threshold.store(circuit.failure_threshold, Ordering::Relaxed);
+        b.threshold
+            .store(circuit.failure_threshold, Ordering::Relaxed);
         b.reset_ms
             .store(circuit.reset_timeout.as_millis() as u64, Ordering::Relaxed);
-        b.max_requests.store(circuit.max_requests, Ordering::Relaxed);
+        b.max_requests
+            .store(circuit.max_requests, Ordering::Relaxed);
         if !circuit.enabled {
             b.state.store(CircuitState::Closed as u8, Ordering::Relaxed);
         }
@@ -279,12 +280,14 @@ impl NodeState {
         match self.circuit() {
             CircuitState::Closed => true,
             CircuitState::Open => {
-                now_ms >= b.opened_at_ms.load(Ordering::Relaxed) + b.reset_ms.load(Ordering::Relaxed)
+                now_ms
+                    >= b.opened_at_ms.load(Ordering::Relaxed) + b.reset_ms.load(Ordering::Relaxed)
             }
             CircuitState::HalfOpen => {
                 b.probes.load(Ordering::Relaxed) < b.max_requests.load(Ordering::Relaxed)
                     || now_ms
-                        >= b.opened_at_ms.load(Ordering::Relaxed) + b.reset_ms.load(Ordering::Relaxed)
+                        >= b.opened_at_ms.load(Ordering::Relaxed)
+                            + b.reset_ms.load(Ordering::Relaxed)
             }
         }
     }
@@ -303,12 +306,12 @@ impl NodeState {
             match self.circuit() {
                 CircuitState::Closed => return true,
                 CircuitState::Open => {
-                    let due = b.opened_at_ms.load(Ordering::Relaxed) + b.reset_ms.load(Ordering::Relaxed);
+                    let due =
+                        b.opened_at_ms.load(Ordering::Relaxed) + b.reset_ms.load(Ordering::Relaxed);
                     if now_ms < due {
                         return false;
                     }
-                    if b
-                        .state
+                    if b.state
                         .compare_exchange(
                             CircuitState::Open as u8,
                             CircuitState::HalfOpen as u8,
@@ -336,8 +339,7 @@ impl NodeState {
                     // reset timeout in half-open, admit a fresh round.
                     let since = b.opened_at_ms.load(Ordering::Relaxed);
                     if now_ms >= since + b.reset_ms.load(Ordering::Relaxed)
-                        && b
-                            .opened_at_ms
+                        && b.opened_at_ms
                             .compare_exchange(since, now_ms, Ordering::AcqRel, Ordering::Acquire)
                             .is_ok()
                     {
@@ -381,8 +383,7 @@ impl NodeState {
                     CircuitState::HalfOpen => {
                         let ok = b.successes.fetch_add(1, Ordering::AcqRel) + 1;
                         if ok >= b.max_requests.load(Ordering::Relaxed)
-                            && b
-                                .state
+                            && b.state
                                 .compare_exchange(
                                     CircuitState::HalfOpen as u8,
                                     CircuitState::Closed as u8,
@@ -418,7 +419,10 @@ impl NodeState {
                     }
                 }
                 let (count, limit) = if what == Observation::ServerError {
-                    (o.consecutive_5xx.fetch_add(1, Ordering::Relaxed) + 1, outlier.consecutive_5xx)
+                    (
+                        o.consecutive_5xx.fetch_add(1, Ordering::Relaxed) + 1,
+                        outlier.consecutive_5xx,
+                    )
                 } else {
                     (
                         o.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1,
@@ -493,13 +497,17 @@ impl NodeState {
 
     /// The data plane's per-node attachment (its upstream pool). Set once.
     pub fn extension<T: Any + Send + Sync>(&self, init: impl FnOnce() -> Arc<T>) -> Option<Arc<T>> {
-        let any = self.extension.get_or_init(|| init() as Arc<dyn Any + Send + Sync>);
+        let any = self
+            .extension
+            .get_or_init(|| init() as Arc<dyn Any + Send + Sync>);
         Arc::clone(any).downcast::<T>().ok()
     }
 
     /// The attachment if one was set.
     pub fn extension_if_set<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
-        self.extension.get().and_then(|a| Arc::clone(a).downcast::<T>().ok())
+        self.extension
+            .get()
+            .and_then(|a| Arc::clone(a).downcast::<T>().ok())
     }
 }
 
@@ -658,7 +666,10 @@ mod tests {
         assert!(n.try_acquire(t0 + 4000));
         assert!(n.try_acquire(t0 + 4000));
         assert!(!n.try_acquire(t0 + 4500), "both probes out, no answer yet");
-        assert!(n.try_acquire(t0 + 5000), "a fresh round after reset_timeout");
+        assert!(
+            n.try_acquire(t0 + 5000),
+            "a fresh round after reset_timeout"
+        );
         n.observe(Observation::Success, t0 + 5000, &out);
         n.observe(Observation::Success, t0 + 5000, &out);
         assert_eq!(n.circuit(), CircuitState::Closed);
@@ -685,8 +696,14 @@ mod tests {
             max_ejected_percent: 100,
         };
         let now = 1_000;
-        assert_eq!(n.observe(Observation::ServerError, now, &out), Verdict::Keep);
-        assert_eq!(n.observe(Observation::ServerError, now, &out), Verdict::Keep);
+        assert_eq!(
+            n.observe(Observation::ServerError, now, &out),
+            Verdict::Keep
+        );
+        assert_eq!(
+            n.observe(Observation::ServerError, now, &out),
+            Verdict::Keep
+        );
         let Verdict::Eject(t) = n.observe(Observation::ServerError, now, &out) else {
             panic!("third 5xx ejects")
         };

@@ -58,7 +58,8 @@ impl RetryBudget {
         let prev = self.tokens.fetch_add(add, Ordering::Relaxed);
         if prev + add > MAX_TOKENS {
             // Clamp; a racing deposit may overshoot a little, harmlessly.
-            self.tokens.fetch_sub(prev + add - MAX_TOKENS, Ordering::Relaxed);
+            self.tokens
+                .fetch_sub(prev + add - MAX_TOKENS, Ordering::Relaxed);
         }
     }
 
@@ -85,7 +86,14 @@ mod tests {
 
     #[test]
     fn idempotency() {
-        for m in [Method::GET, Method::HEAD, Method::OPTIONS, Method::PUT, Method::DELETE, Method::TRACE] {
+        for m in [
+            Method::GET,
+            Method::HEAD,
+            Method::OPTIONS,
+            Method::PUT,
+            Method::DELETE,
+            Method::TRACE,
+        ] {
             assert!(is_idempotent(&m), "{m}");
         }
         assert!(!is_idempotent(&Method::POST));

@@ -18,11 +18,12 @@ use http::HeaderValue;
 use crate::access::AccessControl;
 use crate::balance::{Balancer, Member, PickCtx};
 use crate::config::{
-    CircuitConfig, Config, DrainConfig, HashOn, HealthConfig, OutlierConfig, PoolConfig, Target, UpstreamProtocol,
+    CircuitConfig, Config, DrainConfig, HashOn, HealthConfig, OutlierConfig, PoolConfig, Target,
+    UpstreamProtocol,
 };
 use crate::node::Health;
-use crate::retry::RetryBudget;
 use crate::node::{NodeRegistry, NodeState};
+use crate::retry::RetryBudget;
 use crate::route::{Router, RuleSpec};
 
 /// Compiled form of a whole configuration.
@@ -132,7 +133,13 @@ impl CompiledService {
 
     /// Picks a node of group `g`, returning the service-level node index.
     /// `exclude` holds service-level node indices already tried.
-    pub fn pick(&self, g: GroupRef, now_ms: u64, hash: Option<u64>, exclude: &[usize]) -> Option<usize> {
+    pub fn pick(
+        &self,
+        g: GroupRef,
+        now_ms: u64,
+        hash: Option<u64>,
+        exclude: &[usize],
+    ) -> Option<usize> {
         let group = self.group(g);
         // Translate service-level exclusions into group member indices
         // without allocating: groups rarely exceed a few dozen nodes.
@@ -179,9 +186,9 @@ impl Snapshot {
         match &r.target {
             CompiledTarget::All => true,
             CompiledTarget::Version(g) => svc.versions[*g].nodes.contains(&node),
-            CompiledTarget::Split { arms, .. } => {
-                arms.iter().any(|(g, _)| svc.versions[*g].nodes.contains(&node))
-            }
+            CompiledTarget::Split { arms, .. } => arms
+                .iter()
+                .any(|(g, _)| svc.versions[*g].nodes.contains(&node)),
         }
     }
 
@@ -254,7 +261,9 @@ impl Snapshot {
                 let versions = names
                     .iter()
                     .map(|v| {
-                        let idx = (0..nodes.len()).filter(|&i| nodes[i].version == *v).collect();
+                        let idx = (0..nodes.len())
+                            .filter(|&i| nodes[i].version == *v)
+                            .collect();
                         let pg = prev.and_then(|p| p.versions.iter().find(|g| g.name == *v));
                         make_group(v, idx, pg)
                     })
@@ -269,7 +278,8 @@ impl Snapshot {
                     outlier: svc.outlier,
                     circuit: svc.circuit,
                     drain: svc.drain,
-                    retry_budget: prev.map_or_else(Default::default, |p| Arc::clone(&p.retry_budget)),
+                    retry_budget: prev
+                        .map_or_else(Default::default, |p| Arc::clone(&p.retry_budget)),
                     nodes,
                     all,
                     versions,
@@ -286,7 +296,9 @@ impl Snapshot {
                 let target = match &r.target {
                     Target::Service => CompiledTarget::All,
                     // Validation guarantees the version exists in the service.
-                    Target::Version(v) => group_of(v).map_or(CompiledTarget::All, CompiledTarget::Version),
+                    Target::Version(v) => {
+                        group_of(v).map_or(CompiledTarget::All, CompiledTarget::Version)
+                    }
                     Target::Split(arms) => {
                         let mut total = 0u32;
                         let arms = arms
@@ -351,7 +363,10 @@ impl Snapshot {
                     GroupRef::All
                 } else {
                     let x = roll % *total;
-                    let g = arms.iter().find(|(_, cum)| x < *cum).map_or(arms[0].0, |a| a.0);
+                    let g = arms
+                        .iter()
+                        .find(|(_, cum)| x < *cum)
+                        .map_or(arms[0].0, |a| a.0);
                     GroupRef::Version(g)
                 }
             }

@@ -13,7 +13,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("duration {text:?} needs a unit (ms, s, m, h), like \"2s\""))?;
     let (num, unit) = t.split_at(split);
     if num.is_empty() {
-        return Err(format!("duration {text:?} must start with a number, like \"250ms\""));
+        return Err(format!(
+            "duration {text:?} must start with a number, like \"250ms\""
+        ));
     }
     let value: f64 = num
         .parse()
@@ -46,7 +48,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     if num.is_empty() {
-        return Err(format!("size {text:?} must start with a number, like \"64KiB\""));
+        return Err(format!(
+            "size {text:?} must start with a number, like \"64KiB\""
+        ));
     }
     let value: u64 = num
         .parse()
@@ -95,11 +99,19 @@ mod tests {
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
         assert_eq!(parse_duration("100us").unwrap(), Duration::from_micros(100));
         assert!(parse_duration("2").unwrap_err().contains("needs a unit"));
-        assert!(parse_duration("2 parsecs").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("ms").unwrap_err().contains("must start with a number"));
-        assert!(parse_duration("1.2.3s").unwrap_err().contains("invalid number"));
+        assert!(parse_duration("2 parsecs")
+            .unwrap_err()
+            .contains("unknown unit"));
+        assert!(parse_duration("ms")
+            .unwrap_err()
+            .contains("must start with a number"));
+        assert!(parse_duration("1.2.3s")
+            .unwrap_err()
+            .contains("invalid number"));
         assert!(parse_duration("").is_err());
-        assert!(parse_duration("99999999999999h").unwrap_err().contains("too large"));
+        assert!(parse_duration("99999999999999h")
+            .unwrap_err()
+            .contains("too large"));
     }
 
     #[test]
@@ -109,7 +121,9 @@ mod tests {
         assert_eq!(parse_size("512").unwrap(), 512);
         assert_eq!(parse_size("16KB").unwrap(), 16_000);
         assert!(parse_size("KiB").unwrap_err().contains("must start"));
-        assert!(parse_size("12 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(parse_size("12 parsecs")
+            .unwrap_err()
+            .contains("unknown unit"));
         assert!(parse_size("99999999999999999999GiB").is_err());
     }
 

@@ -14,28 +14,28 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderValue, HOST};
-use http_body_util::BodyExt;
 use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, Uri, Version};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use hopgate_core::balance::hash_key;
 use hopgate_core::config::{HashOn, SessionsConfig, UpstreamProtocol};
-use hopgate_core::session::{HopReason, SessionId};
-use hopgate_store::Binding;
 use hopgate_core::error::{ErrorKind, ProxyError};
 use hopgate_core::node::{now_ms, Observation, Verdict};
 use hopgate_core::retry;
 use hopgate_core::route::RequestView;
+use hopgate_core::session::{HopReason, SessionId};
 use hopgate_core::snapshot::{CompiledNode, CompiledService, Snapshot};
+use hopgate_store::Binding;
 
 use crate::body::ProxyBody;
 use crate::headers::{
     append_forwarded_for, new_request_id, strip_hop_by_hop, HOP_SESSION_CONTEXT, X_FORWARDED_PROTO,
     X_HOP_FROM, X_REQUEST_ID, X_ROUTE_RULE_ID, X_UPSTREAM_ADDR,
 };
-use crate::pool::{Pool, PoolSettings, SendFailure};
 use crate::metrics::{HopRecord, METRICS};
+use crate::pool::{Pool, PoolSettings, SendFailure};
 use crate::respond::error_response;
 use crate::session::{self, ClientSession, Sessions, Stickiness};
 use crate::tunnel;
@@ -198,7 +198,10 @@ impl Forwarder {
             );
         }
 
-        let hash = svc.hash_on.as_ref().and_then(|h| hash_of(h, &req, client_ip));
+        let hash = svc
+            .hash_on
+            .as_ref()
+            .and_then(|h| hash_of(h, &req, client_ip));
         // Sessions: who is this, where is it bound, must it hop?
         let scfg = &snap.config.sessions;
         let now_unix = session::unix_now();
@@ -208,7 +211,9 @@ impl Forwarder {
             .as_ref()
             .map(|cs| session::binding_key(&cs.id, &svc.name));
         let stick = match (sessions, &key) {
-            (Some(s), Some(k)) => session::stickiness(snap, route_idx, svc, s.store.get(k, now_unix), now),
+            (Some(s), Some(k)) => {
+                session::stickiness(snap, route_idx, svc, s.store.get(k, now_unix), now)
+            }
             _ => Stickiness::Unbound,
         };
         let (mut sticky, prior, mut hop) = match stick {
@@ -216,13 +221,22 @@ impl Forwarder {
             Stickiness::Stay { node, binding } => (Some(node), Some(binding), None),
             Stickiness::Hop { binding, reason } => {
                 let from = Arc::clone(&binding.node);
-                (None, Some(binding), Some(PendingHop { from, reason, started: Instant::now() }))
+                (
+                    None,
+                    Some(binding),
+                    Some(PendingHop {
+                        from,
+                        reason,
+                        started: Instant::now(),
+                    }),
+                )
             }
         };
         // An HTTP/1.1 Upgrade (WebSocket): forwarded with its upgrade
         // headers, then tunnelled as bytes once the backend says 101.
         let mut req = req;
-        let upgrade = tunnel::upgrade_request(&req).map(|proto| (proto, hyper::upgrade::on(&mut req)));
+        let upgrade =
+            tunnel::upgrade_request(&req).map(|proto| (proto, hyper::upgrade::on(&mut req)));
         // Build the upstream request once; retries re-target it.
         let (mut parts, body) = req.into_parts();
         strip_hop_by_hop(&mut parts.headers, true);
@@ -240,7 +254,9 @@ impl Forwarder {
             X_FORWARDED_PROTO.clone(),
             HeaderValue::from_static(if ctx.tls { "https" } else { "http" }),
         );
-        parts.headers.insert(X_ROUTE_RULE_ID.clone(), route.id_header.clone());
+        parts
+            .headers
+            .insert(X_ROUTE_RULE_ID.clone(), route.id_header.clone());
         if !parts.headers.contains_key(HOST) {
             if let Some(a) = parts.uri.authority() {
                 if let Ok(v) = HeaderValue::from_str(a.as_str()) {
@@ -255,7 +271,9 @@ impl Forwarder {
         let replay_safe = retry::replay_safe(&parts.method, &parts.headers);
         let (body, kept) = if body_is_empty(&body) {
             (ProxyBody::Empty, replay_safe.then(Bytes::new))
-        } else if replay_safe && content_length_of(&parts.headers).is_some_and(|n| n <= policy.buffer_body) {
+        } else if replay_safe
+            && content_length_of(&parts.headers).is_some_and(|n| n <= policy.buffer_body)
+        {
             match ProxyBody::limited(body, policy.buffer_body).collect().await {
                 Ok(b) => {
                     let b = b.to_bytes();
@@ -284,17 +302,21 @@ impl Forwarder {
             let node_idx = match sticky.take() {
                 Some(i) => i,
                 None => match svc.pick(selection.group, now, hash, &tried[..n_tried]) {
-                Some(i) if !tried[..n_tried].contains(&i) => i,
-                picked => match svc.pick_last_resort(selection.group, &tried[..n_tried], fastrand::usize(..)) {
-                    Some(i) => {
-                        last_resort = true;
-                        i
-                    }
-                    None => match picked {
-                        Some(i) => i,
-                        None => break,
+                    Some(i) if !tried[..n_tried].contains(&i) => i,
+                    picked => match svc.pick_last_resort(
+                        selection.group,
+                        &tried[..n_tried],
+                        fastrand::usize(..),
+                    ) {
+                        Some(i) => {
+                            last_resort = true;
+                            i
+                        }
+                        None => match picked {
+                            Some(i) => i,
+                            None => break,
+                        },
                     },
-                },
                 },
             };
             let node = &svc.nodes[node_idx];
@@ -304,7 +326,11 @@ impl Forwarder {
             }
             if !last_resort && !node.state.try_acquire(now) {
                 if hop.is_none() && prior.as_ref().is_some_and(|b| *b.node == *node.id) {
-                    hop = Some(PendingHop { from: Arc::clone(&node.shared_id), reason: HopReason::CircuitOpen, started: Instant::now() });
+                    hop = Some(PendingHop {
+                        from: Arc::clone(&node.shared_id),
+                        reason: HopReason::CircuitOpen,
+                        started: Instant::now(),
+                    });
                 }
                 refused += 1;
                 if refused > svc.nodes.len() {
@@ -325,7 +351,9 @@ impl Forwarder {
             }
             out.attempts = sent_attempts;
             out.node = Some(node_idx);
-            let Some(mut request) = upstream.take() else { break };
+            let Some(mut request) = upstream.take() else {
+                break;
+            };
             retarget(&mut request, node, svc);
             if let Some(h) = hop.as_ref().filter(|h| *h.from != *node.id) {
                 let headers = request.headers_mut();
@@ -371,26 +399,34 @@ impl Forwarder {
                             let on_upstream = hyper::upgrade::on(&mut resp);
                             strip_hop_by_hop(resp.headers_mut(), false);
                             tunnel::restore_upgrade_headers(resp.headers_mut(), &proto);
-                            tunnel::spawn(on_client, on_upstream, snap.config.timeouts.idle, node.state.begin_request());
+                            tunnel::spawn(
+                                on_client,
+                                on_upstream,
+                                snap.config.timeouts.idle,
+                                node.state.begin_request(),
+                            );
                             out.status = status;
                             return (Ok(resp), out);
                         }
                     }
                     strip_hop_by_hop(resp.headers_mut(), false);
                     if let (Some(s), Some(cs), Some(k)) = (sessions, &client_session, &key) {
-                        settle_session(SessionOutcome {
-                            sessions: s,
-                            cfg: scfg,
-                            svc,
-                            node,
-                            key: k,
-                            client: cs,
-                            prior: prior.as_ref(),
-                            hop: hop.as_ref(),
-                            status,
-                            now_unix,
-                            tls: ctx.tls,
-                        }, resp.headers_mut());
+                        settle_session(
+                            SessionOutcome {
+                                sessions: s,
+                                cfg: scfg,
+                                svc,
+                                node,
+                                key: k,
+                                client: cs,
+                                prior: prior.as_ref(),
+                                hop: hop.as_ref(),
+                                status,
+                                now_unix,
+                                tls: ctx.tls,
+                            },
+                            resp.headers_mut(),
+                        );
                     }
                     if ctx.debug_headers {
                         let h = resp.headers_mut();
@@ -402,7 +438,11 @@ impl Forwarder {
                 }
                 Err(SendFailure::NotSent { request, error }) => {
                     if hop.is_none() && prior.as_ref().is_some_and(|b| *b.node == *node.id) {
-                        hop = Some(PendingHop { from: Arc::clone(&node.shared_id), reason: HopReason::Unhealthy, started: Instant::now() });
+                        hop = Some(PendingHop {
+                            from: Arc::clone(&node.shared_id),
+                            reason: HopReason::Unhealthy,
+                            started: Instant::now(),
+                        });
                     }
                     account(svc, node, Observation::Failure);
                     log_upstream_failure(&svc.name, node, &error, sent_attempts, true);
@@ -417,7 +457,11 @@ impl Forwarder {
                     }
                     account(svc, node, Observation::Failure);
                     if hop.is_none() && prior.as_ref().is_some_and(|b| *b.node == *node.id) {
-                        hop = Some(PendingHop { from: Arc::clone(&node.shared_id), reason: HopReason::Unhealthy, started: Instant::now() });
+                        hop = Some(PendingHop {
+                            from: Arc::clone(&node.shared_id),
+                            reason: HopReason::Unhealthy,
+                            started: Instant::now(),
+                        });
                     }
                     match &template {
                         // Replay-safe with its body kept: send a copy elsewhere.
@@ -470,12 +514,18 @@ fn settle_session(o: SessionOutcome<'_>, headers: &mut HeaderMap) {
     }
     let moved = o.prior.is_none_or(|b| *b.node != *o.node.id);
     let ttl = o.cfg.ttl.as_secs();
-    let stale = o.prior.is_some_and(|b| b.expires_at.saturating_sub(o.now_unix) < ttl / 2);
+    let stale = o
+        .prior
+        .is_some_and(|b| b.expires_at.saturating_sub(o.now_unix) < ttl / 2);
     if o.status < 500 && (moved || context.is_some() || stale || o.client.issue) {
         let mut b = Binding::new(
             Arc::clone(&o.svc.shared_name),
             Arc::clone(&o.node.shared_id),
-            if moved { o.now_unix } else { o.prior.map_or(o.now_unix, |b| b.bound_at) },
+            if moved {
+                o.now_unix
+            } else {
+                o.prior.map_or(o.now_unix, |b| b.bound_at)
+            },
             o.now_unix + ttl,
         );
         b.hops = o.prior.map_or(0, |p| p.hops) + u32::from(moved && o.prior.is_some());

@@ -19,7 +19,9 @@ use serde::Serialize;
 use hopgate_core::error::ErrorKind;
 
 /// Upper bounds (seconds) of the hop-duration histogram buckets.
-pub const HOP_BUCKETS: [f64; 10] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+pub const HOP_BUCKETS: [f64; 10] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
 
 /// How many recent hops the admin API can show.
 pub const RECENT_HOPS: usize = 1000;
@@ -155,7 +157,14 @@ impl Metrics {
 
     /// The most recent hops, newest first.
     pub fn recent_hops(&self, limit: usize) -> Vec<HopRecord> {
-        self.hops.lock().recent.iter().rev().take(limit).cloned().collect()
+        self.hops
+            .lock()
+            .recent
+            .iter()
+            .rev()
+            .take(limit)
+            .cloned()
+            .collect()
     }
 
     /// `(service, reason, count)` for every hop counter.

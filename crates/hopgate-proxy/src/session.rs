@@ -86,7 +86,12 @@ fn fresh(keys: &SessionKeys, now: u64) -> ClientSession {
 }
 
 /// Identifies the client: its verified session, or a new one.
-pub fn identify(s: &Sessions, cfg: &SessionsConfig, headers: &HeaderMap, now: u64) -> ClientSession {
+pub fn identify(
+    s: &Sessions,
+    cfg: &SessionsConfig,
+    headers: &HeaderMap,
+    now: u64,
+) -> ClientSession {
     let Some(raw) = token_from(cfg, headers) else {
         return fresh(&s.keys, now);
     };
@@ -112,7 +117,10 @@ pub fn identify(s: &Sessions, cfg: &SessionsConfig, headers: &HeaderMap, now: u6
                 TokenError::Expired => TokenRejection::Expired,
                 TokenError::FromTheFuture => TokenRejection::FromTheFuture,
             });
-            tracing::info!(reason = e.label(), "session token rejected; issuing a new session");
+            tracing::info!(
+                reason = e.label(),
+                "session token rejected; issuing a new session"
+            );
             fresh(&s.keys, now)
         }
     }
@@ -175,7 +183,10 @@ pub fn stickiness(
         version_changed: !snap.route_allows_node(route, i),
     };
     match session::hop_reason(&facts) {
-        None => Stickiness::Stay { node: i, binding: b },
+        None => Stickiness::Stay {
+            node: i,
+            binding: b,
+        },
         Some(reason) => Stickiness::Hop { binding: b, reason },
     }
 }
@@ -193,4 +204,3 @@ pub fn set_cookie(cfg: &SessionsConfig, token: &HeaderValue, tls: bool) -> Optio
     }
     HeaderValue::from_str(&v).ok()
 }
-

@@ -69,7 +69,11 @@ impl Listeners {
         let mut running = self.running.lock().await;
         let mut keep = Vec::new();
         for r in running.drain(..) {
-            match cfg.listeners.iter().find(|l| l.name == r.name && l.address == r.configured) {
+            match cfg
+                .listeners
+                .iter()
+                .find(|l| l.name == r.name && l.address == r.configured)
+            {
                 Some(l) => {
                     let new = ListenerSettings::from_config(l, cfg);
                     if **r.settings.load() != new {
@@ -91,11 +95,16 @@ impl Listeners {
             }
             match self.start(l, cfg).await {
                 Ok(r) => {
-                    print_line(&format!("hopgate listening name={} addr={}", r.name, r.bound));
+                    print_line(&format!(
+                        "hopgate listening name={} addr={}",
+                        r.name, r.bound
+                    ));
                     tracing::info!(listener = %r.name, addr = %r.bound, "listener added by reload");
                     keep.push(r);
                 }
-                Err(e) => tracing::error!(listener = %l.name, error = %format!("{e:#}"), "cannot start listener added by reload"),
+                Err(e) => {
+                    tracing::error!(listener = %l.name, error = %format!("{e:#}"), "cannot start listener added by reload")
+                }
             }
         }
         *running = keep;
@@ -106,13 +115,21 @@ impl Listeners {
 /// file when `store.path` is set), plus the tasks that expire bindings and
 /// persist them. Keys and store are fixed at start; `sessions.enabled` and
 /// the cookie settings follow reloads.
-fn start_sessions(cfg: &Config, mut stop: watch::Receiver<bool>) -> (Arc<Sessions>, JoinHandle<()>) {
+fn start_sessions(
+    cfg: &Config,
+    mut stop: watch::Receiver<bool>,
+) -> (Arc<Sessions>, JoinHandle<()>) {
     let scfg = &cfg.sessions;
     let previous: Vec<Vec<u8>> = scfg
         .previous_secrets_env
         .as_ref()
         .and_then(|v| std::env::var(v).ok())
-        .map(|v| v.split(',').filter(|s| !s.is_empty()).map(|s| s.as_bytes().to_vec()).collect())
+        .map(|v| {
+            v.split(',')
+                .filter(|s| !s.is_empty())
+                .map(|s| s.as_bytes().to_vec())
+                .collect()
+        })
         .unwrap_or_default();
     let keys = match std::env::var(&scfg.secret_env) {
         Ok(secret) if !secret.is_empty() => {
@@ -203,11 +220,16 @@ pub(crate) struct Gateway {
 
 impl Gateway {
     /// Binds every listener and the admin API and starts serving.
-    pub(crate) async fn start(cfg: Config, source: Source, config_path: Option<PathBuf>) -> anyhow::Result<Gateway> {
+    pub(crate) async fn start(
+        cfg: Config,
+        source: Source,
+        config_path: Option<PathBuf>,
+    ) -> anyhow::Result<Gateway> {
         let token = match &cfg.admin.token_env {
-            Some(var) => Some(std::env::var(var).with_context(|| {
-                format!("admin.token_env names {var}, which is not set")
-            })?),
+            Some(var) => Some(
+                std::env::var(var)
+                    .with_context(|| format!("admin.token_env names {var}, which is not set"))?,
+            ),
             None => None,
         };
         let control = Control::new(cfg.clone(), source);
@@ -234,8 +256,11 @@ impl Gateway {
             .with_context(|| format!("cannot listen on {} (admin)", cfg.admin.address))?;
         let admin_addr = admin_sock.local_addr()?;
         let admin = Admin::new(Arc::clone(&control), token, Some(Arc::clone(&sessions)));
-        let mut tasks = vec![tokio::spawn(serve_admin(admin_sock, Arc::clone(&admin), rx.clone()))];
-
+        let mut tasks = vec![tokio::spawn(serve_admin(
+            admin_sock,
+            Arc::clone(&admin),
+            rx.clone(),
+        ))];
 
         // Keep listeners in step with applied configs.
         let mut applied = control.subscribe();
@@ -247,14 +272,22 @@ impl Gateway {
                     _ = stop.wait_for(|s| *s) => return,
                 }
                 let snap = c.snapshot().load_full();
-                if snap.config.admin.address != cfg.admin.address && snap.config.admin.address.port() != 0 {
-                    tracing::warn!("admin.address changed by reload: takes effect at the next restart");
+                if snap.config.admin.address != cfg.admin.address
+                    && snap.config.admin.address.port() != 0
+                {
+                    tracing::warn!(
+                        "admin.address changed by reload: takes effect at the next restart"
+                    );
                 }
                 l.reconcile(&snap.config).await;
             }
         }));
         if let Some(path) = &config_path {
-            tasks.push(tokio::spawn(watch_file(Arc::clone(&control), path.clone(), rx.clone())));
+            tasks.push(tokio::spawn(watch_file(
+                Arc::clone(&control),
+                path.clone(),
+                rx.clone(),
+            )));
         }
         Ok(Gateway {
             control,
@@ -291,9 +324,15 @@ impl Gateway {
                 } else {
                     hopgate_core::config::Format::Yaml
                 };
-                let _ = self.control.apply_text(&text, format, Source::Signal(path.display().to_string()));
+                let _ = self.control.apply_text(
+                    &text,
+                    format,
+                    Source::Signal(path.display().to_string()),
+                );
             }
-            Err(e) => tracing::error!(path = %path.display(), error = %e, "SIGHUP: cannot read the config file; keeping the running config"),
+            Err(e) => {
+                tracing::error!(path = %path.display(), error = %e, "SIGHUP: cannot read the config file; keeping the running config")
+            }
         }
     }
 

@@ -307,7 +307,10 @@ impl Validator {
             }
         };
         let pool = self.pool(&format!("{p}.pool"), s.pool.as_ref(), default_idle);
-        let health = s.health.as_ref().map(|h| self.health(&format!("{p}.health"), h));
+        let health = s
+            .health
+            .as_ref()
+            .map(|h| self.health(&format!("{p}.health"), h));
         let outlier = self.outlier(&format!("{p}.outlier"), s.outlier.as_ref());
         let circuit = self.circuit(&format!("{p}.circuit"), s.circuit.as_ref());
         let drain = self.drain(&format!("{p}.drain"), s.drain.as_ref());

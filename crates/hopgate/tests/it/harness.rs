@@ -31,7 +31,7 @@ pub fn temp_path(ext: &str) -> PathBuf {
 /// Reads stdout lines until one starts with `prefix`; returns the rest of
 /// the lines seen so far too (the gateway prints several ready lines).
 /// Every stdout line a child printed after its ready lines.
-pub type Lines = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+pub type Lines = std::sync::Arc<parking_lot::Mutex<Vec<String>>>;
 
 async fn wait_lines(child: &mut Child, want: usize) -> Vec<String> {
     wait_lines_into(child, want, Lines::default()).await
@@ -55,7 +55,7 @@ async fn wait_lines_into(child: &mut Child, want: usize, rest: Lines) -> Vec<Str
     // Keep draining stdout so the child never blocks on a full pipe.
     tokio::spawn(async move {
         while let Ok(Some(l)) = lines.next_line().await {
-            rest.lock().unwrap().push(l);
+            rest.lock().push(l);
         }
     });
     got
@@ -231,7 +231,7 @@ impl Gateway {
     /// Waits (bounded) for a later stdout line containing `needle`.
     pub async fn wait_stdout(&self, needle: &str) -> String {
         for _ in 0..400 {
-            if let Some(l) = self.stdout.lock().unwrap().iter().find(|l| l.contains(needle)) {
+            if let Some(l) = self.stdout.lock().iter().find(|l| l.contains(needle)) {
                 return l.clone();
             }
             tokio::time::sleep(Duration::from_millis(25)).await;

@@ -11,6 +11,7 @@ mod errors;
 mod reload;
 mod resilience;
 mod routing;
+mod sessions;
 mod shutdown;
 mod transparency;
 mod validate_cli;

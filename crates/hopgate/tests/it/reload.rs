@@ -10,7 +10,11 @@ use std::time::Duration;
 use crate::harness::{addr_after, client, config, json, service, Backend, Gateway};
 
 fn two_service_config(a: &Backend, b: &Backend, target: &str, extra: &str) -> String {
-    let services = format!("{}{}", service("sa", &[("a", a.addr, "")]), service("sb", &[("b", b.addr, "")]));
+    let services = format!(
+        "{}{}",
+        service("sa", &[("a", a.addr, "")]),
+        service("sb", &[("b", b.addr, "")])
+    );
     format!(
         "{}{extra}",
         config(&services, &format!("  - {{ id: x, match: {{ path_prefix: /x }}, service: {target} }}\n  - {{ id: rest, match: {{ path_prefix: / }}, service: sa }}"))
@@ -18,7 +22,14 @@ fn two_service_config(a: &Backend, b: &Backend, target: &str, extra: &str) -> St
 }
 
 async fn versions(gw: &Gateway) -> serde_json::Value {
-    client().get(gw.admin_url("/admin/v1/config/versions")).send().await.unwrap().json().await.unwrap()
+    client()
+        .get(gw.admin_url("/admin/v1/config/versions"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -56,14 +67,23 @@ async fn two_hundred_reloads_under_load_lose_nothing() {
     let c = client();
     for i in 0..200 {
         let body = if i % 2 == 0 { &to_b } else { &to_a };
-        let r = c.put(gw.admin_url("/admin/v1/config")).body(body.clone()).send().await.unwrap();
+        let r = c
+            .put(gw.admin_url("/admin/v1/config"))
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200, "reload {i}");
     }
     stop.store(true, Ordering::Relaxed);
     for l in load {
         l.await.unwrap();
     }
-    assert_eq!(bad.load(Ordering::Relaxed), 0, "failed or inconsistent requests");
+    assert_eq!(
+        bad.load(Ordering::Relaxed),
+        0,
+        "failed or inconsistent requests"
+    );
     assert!(ok.load(Ordering::Relaxed) > 200, "the load ran alongside");
     assert_eq!(versions(&gw).await["current"], 201);
 }
@@ -75,24 +95,48 @@ async fn broken_configs_by_api_and_by_file_keep_the_running_config() {
     let good = two_service_config(&a, &b, "sb", "sources: { file: { interval: 50ms } }\n");
     let gw = Gateway::start(&good).await;
     let c = client();
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/configs/broken");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/configs/broken");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     files.sort();
     assert!(files.len() >= 30);
     let mut failures = 0;
     for f in &files {
         let text = std::fs::read_to_string(f).unwrap();
-        let expect = text.lines().next().unwrap().trim_start_matches("# expect:").trim().to_owned();
-        let r = c.put(gw.admin_url("/admin/v1/config")).body(text.clone()).send().await.unwrap();
+        let expect = text
+            .lines()
+            .next()
+            .unwrap()
+            .trim_start_matches("# expect:")
+            .trim()
+            .to_owned();
+        let r = c
+            .put(gw.admin_url("/admin/v1/config"))
+            .body(text.clone())
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 400, "{}", f.display());
         let v: serde_json::Value = r.json().await.unwrap();
         let named = v["errors"].as_array().unwrap().iter().any(|e| {
-            let line = format!("{}: {}", e["path"].as_str().unwrap(), e["message"].as_str().unwrap());
+            let line = format!(
+                "{}: {}",
+                e["path"].as_str().unwrap(),
+                e["message"].as_str().unwrap()
+            );
             line.contains(&expect)
         });
         assert!(named, "{}: {expect:?} not named in {v}", f.display());
         failures += 1;
-        assert_eq!(json(c.get(gw.url("/x")).send().await.unwrap()).await["node"], "b", "still serving after {}", f.display());
+        assert_eq!(
+            json(c.get(gw.url("/x")).send().await.unwrap()).await["node"],
+            "b",
+            "still serving after {}",
+            f.display()
+        );
     }
     assert_eq!(versions(&gw).await["reload_failures"], failures);
     // By file: a few broken files in turn, each noticed, counted and shown.
@@ -107,11 +151,26 @@ async fn broken_configs_by_api_and_by_file_keep_the_running_config() {
             tokio::time::sleep(Duration::from_millis(25)).await;
             v = versions(&gw).await;
         }
-        assert_eq!(v["reload_failures"].as_u64().unwrap(), before + 1, "{} noticed", f.display());
-        assert!(v["last_error"]["source"].as_str().unwrap().starts_with("file:"));
-        assert_eq!(json(c.get(gw.url("/x")).send().await.unwrap()).await["node"], "b");
+        assert_eq!(
+            v["reload_failures"].as_u64().unwrap(),
+            before + 1,
+            "{} noticed",
+            f.display()
+        );
+        assert!(v["last_error"]["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("file:"));
+        assert_eq!(
+            json(c.get(gw.url("/x")).send().await.unwrap()).await["node"],
+            "b"
+        );
     }
-    assert_eq!(versions(&gw).await["current"], 1, "no broken config was applied");
+    assert_eq!(
+        versions(&gw).await["current"],
+        1,
+        "no broken config was applied"
+    );
 }
 
 #[tokio::test]
@@ -121,11 +180,17 @@ async fn file_watch_and_sighup_apply_changes() {
     let watch_on = "sources: { file: { interval: 50ms } }\n";
     let gw = Gateway::start(&two_service_config(&a, &b, "sa", watch_on)).await;
     let c = client();
-    assert_eq!(json(c.get(gw.url("/x")).send().await.unwrap()).await["node"], "a");
+    assert_eq!(
+        json(c.get(gw.url("/x")).send().await.unwrap()).await["node"],
+        "a"
+    );
     gw.rewrite_config(&two_service_config(&a, &b, "sb", watch_on));
     let mut node = String::new();
     for _ in 0..400 {
-        node = json(c.get(gw.url("/x")).send().await.unwrap()).await["node"].as_str().unwrap().to_owned();
+        node = json(c.get(gw.url("/x")).send().await.unwrap()).await["node"]
+            .as_str()
+            .unwrap()
+            .to_owned();
         if node == "b" {
             break;
         }
@@ -133,7 +198,10 @@ async fn file_watch_and_sighup_apply_changes() {
     }
     assert_eq!(node, "b", "the watched file was applied");
     let v = versions(&gw).await;
-    assert!(v["versions"][1]["source"].as_str().unwrap().starts_with("file:"));
+    assert!(v["versions"][1]["source"]
+        .as_str()
+        .unwrap()
+        .starts_with("file:"));
 
     // A config that turns watching off is itself applied by the watcher;
     // from then on only SIGHUP applies the file.
@@ -148,11 +216,21 @@ async fn file_watch_and_sighup_apply_changes() {
     assert_eq!(versions(&gw).await["current"], 3);
     gw.rewrite_config(&two_service_config(&a, &b, "sa", watch_off));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(versions(&gw).await["current"], 3, "watching is off: the edit waits");
-    assert_eq!(json(c.get(gw.url("/x")).send().await.unwrap()).await["node"], "b");
+    assert_eq!(
+        versions(&gw).await["current"],
+        3,
+        "watching is off: the edit waits"
+    );
+    assert_eq!(
+        json(c.get(gw.url("/x")).send().await.unwrap()).await["node"],
+        "b"
+    );
     gw.sighup();
     for _ in 0..400 {
-        node = json(c.get(gw.url("/x")).send().await.unwrap()).await["node"].as_str().unwrap().to_owned();
+        node = json(c.get(gw.url("/x")).send().await.unwrap()).await["node"]
+            .as_str()
+            .unwrap()
+            .to_owned();
         if node == "a" {
             break;
         }
@@ -174,18 +252,38 @@ async fn a_slow_request_finishes_with_the_routing_it_started_with() {
     });
     // Wait until it is in flight on a, then switch /x to b.
     loop {
-        let v: serde_json::Value = c.get(a.url("/control/stats")).send().await.unwrap().json().await.unwrap();
+        let v: serde_json::Value = c
+            .get(a.url("/control/stats"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         if v["in_flight"].as_u64().unwrap_or(0) > 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let r = c.put(gw.admin_url("/admin/v1/config")).body(two_service_config(&a, &b, "sb", "")).send().await.unwrap();
+    let r = c
+        .put(gw.admin_url("/admin/v1/config"))
+        .body(two_service_config(&a, &b, "sb", ""))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(json(c.get(gw.url("/x")).send().await.unwrap()).await["node"], "b", "new requests follow the new config");
+    assert_eq!(
+        json(c.get(gw.url("/x")).send().await.unwrap()).await["node"],
+        "b",
+        "new requests follow the new config"
+    );
     let resp = slow.await.unwrap().unwrap();
     assert_eq!(resp.status(), 200);
-    assert_eq!(json(resp).await["node"], "a", "the in-flight request finished where it started");
+    assert_eq!(
+        json(resp).await["node"],
+        "a",
+        "the in-flight request finished where it started"
+    );
 }
 
 #[tokio::test]
@@ -197,28 +295,52 @@ async fn live_node_state_survives_a_reload() {
         "  - name: s\n    outlier: { consecutive_5xx: 0, consecutive_failures: 0 }\n    circuit: { failure_threshold: 2, reset_timeout: 1h }\n",
         1,
     );
-    let cfg = |id: &str| config(&svc, &format!("  - {{ id: {id}, match: {{ path_prefix: / }}, service: s }}"));
+    let cfg = |id: &str| {
+        config(
+            &svc,
+            &format!("  - {{ id: {id}, match: {{ path_prefix: / }}, service: s }}"),
+        )
+    };
     let gw = Gateway::start(&cfg("one")).await;
     let c = client();
     c.post(a.url("/control/fail?on=1")).send().await.unwrap();
     for _ in 0..4 {
         c.get(gw.url("/")).send().await.unwrap();
     }
-    c.post(gw.admin_url("/admin/v1/nodes/s/b/drain")).send().await.unwrap();
+    c.post(gw.admin_url("/admin/v1/nodes/s/b/drain"))
+        .send()
+        .await
+        .unwrap();
     let nodes = |gw: &Gateway| {
         let (c, url) = (c.clone(), gw.admin_url("/admin/v1/nodes"));
-        async move { c.get(url).send().await.unwrap().json::<serde_json::Value>().await.unwrap() }
+        async move {
+            c.get(url)
+                .send()
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()
+        }
     };
     let before = nodes(&gw).await;
     assert_eq!(before["nodes"][0]["circuit"], "open");
     assert_eq!(before["nodes"][1]["draining"], true);
-    let r = c.put(gw.admin_url("/admin/v1/config")).body(cfg("two")).send().await.unwrap();
+    let r = c
+        .put(gw.admin_url("/admin/v1/config"))
+        .body(cfg("two"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let after = nodes(&gw).await;
     assert_eq!(after["version"], 2);
     assert_eq!(after["nodes"][0]["circuit"], "open", "breaker state kept");
     assert_eq!(after["nodes"][0]["circuit_opened"], 1);
-    assert_eq!(after["nodes"][0]["requests"], before["nodes"][0]["requests"], "counters kept");
+    assert_eq!(
+        after["nodes"][0]["requests"], before["nodes"][0]["requests"],
+        "counters kept"
+    );
     assert_eq!(after["nodes"][1]["draining"], true, "drain kept");
 }
 
@@ -236,13 +358,23 @@ async fn listeners_are_added_and_removed_without_touching_the_others() {
     let keep = client();
     assert_eq!(keep.get(gw.url("/")).send().await.unwrap().status(), 200);
     let c = client();
-    let r = c.put(gw.admin_url("/admin/v1/config")).body(two).send().await.unwrap();
+    let r = c
+        .put(gw.admin_url("/admin/v1/config"))
+        .body(two)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let line = gw.wait_stdout("name=second").await;
     let second = addr_after(&line, "addr=");
     let r = c.get(format!("http://{second}/")).send().await.unwrap();
     assert_eq!(r.status(), 200, "the added listener serves");
-    let r = c.put(gw.admin_url("/admin/v1/config")).body(one).send().await.unwrap();
+    let r = c
+        .put(gw.admin_url("/admin/v1/config"))
+        .body(one)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let mut gone = false;
     for _ in 0..400 {
@@ -253,5 +385,9 @@ async fn listeners_are_added_and_removed_without_touching_the_others() {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     assert!(gone, "the removed listener stopped accepting");
-    assert_eq!(keep.get(gw.url("/")).send().await.unwrap().status(), 200, "the first listener never noticed");
+    assert_eq!(
+        keep.get(gw.url("/")).send().await.unwrap().status(),
+        200,
+        "the first listener never noticed"
+    );
 }

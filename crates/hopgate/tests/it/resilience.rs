@@ -27,7 +27,11 @@ async fn nodes(gw: &Gateway) -> HashMap<String, serde_json::Value> {
 }
 
 /// Polls `cond` on the admin view until it holds (bounded; not a timing assertion).
-async fn wait_for_node(gw: &Gateway, id: &str, cond: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+async fn wait_for_node(
+    gw: &Gateway,
+    id: &str,
+    cond: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
     for _ in 0..300 {
         let all = nodes(gw).await;
         if let Some(n) = all.get(id) {
@@ -37,7 +41,10 @@ async fn wait_for_node(gw: &Gateway, id: &str, cond: impl Fn(&serde_json::Value)
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("node {id} never reached the expected state: {:?}", nodes(gw).await.get(id));
+    panic!(
+        "node {id} never reached the expected state: {:?}",
+        nodes(gw).await.get(id)
+    );
 }
 
 #[tokio::test]
@@ -49,7 +56,11 @@ async fn health_checks_take_a_node_out_after_fall_and_back_after_rise() {
         "  - name: s\n    health: { path: /health, interval: 100ms, timeout: 100ms, rise: 2, fall: 2 }\n",
         1,
     );
-    let gw = Gateway::start(&config(&svc, "  - { id: r, match: { path_prefix: / }, service: s }")).await;
+    let gw = Gateway::start(&config(
+        &svc,
+        "  - { id: r, match: { path_prefix: / }, service: s }",
+    ))
+    .await;
     let c = client();
     wait_for_node(&gw, "a", |n| n["health"] == "healthy").await;
     c.post(a.url("/control/health?ok=0")).send().await.unwrap();
@@ -62,7 +73,12 @@ async fn health_checks_take_a_node_out_after_fall_and_back_after_rise() {
     wait_for_node(&gw, "a", |n| n["health"] == "healthy").await;
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..10 {
-        seen.insert(json(c.get(gw.url("/")).send().await.unwrap()).await["node"].as_str().unwrap().to_owned());
+        seen.insert(
+            json(c.get(gw.url("/")).send().await.unwrap()).await["node"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
     }
     assert!(seen.contains("a"), "a is back in rotation: {seen:?}");
 }
@@ -76,7 +92,11 @@ async fn circuit_breaker_full_cycle() {
         "  - name: s\n    outlier: { consecutive_5xx: 0, consecutive_failures: 0 }\n    circuit: { failure_threshold: 3, reset_timeout: 1s, max_requests: 2 }\n",
         1,
     );
-    let gw = Gateway::start(&config(&svc, "  - { id: r, match: { path_prefix: / }, service: s }")).await;
+    let gw = Gateway::start(&config(
+        &svc,
+        "  - { id: r, match: { path_prefix: / }, service: s }",
+    ))
+    .await;
     let c = client();
     c.post(a.url("/control/fail?on=1")).send().await.unwrap();
     // Round robin: every other request reaches a and fails (500, passed through).
@@ -87,7 +107,10 @@ async fn circuit_breaker_full_cycle() {
             fails += 1;
         }
     }
-    assert_eq!(fails, 3, "three failures reach the client before the breaker opens");
+    assert_eq!(
+        fails, 3,
+        "three failures reach the client before the breaker opens"
+    );
     let n = wait_for_node(&gw, "a", |n| n["circuit"] == "open").await;
     assert_eq!(n["circuit_opened"], 1);
     for _ in 0..10 {
@@ -101,7 +124,10 @@ async fn circuit_breaker_full_cycle() {
     for _ in 0..4 {
         statuses.push(c.get(gw.url("/")).send().await.unwrap().status().as_u16());
     }
-    assert!(statuses.contains(&500), "a half-open probe reached a: {statuses:?}");
+    assert!(
+        statuses.contains(&500),
+        "a half-open probe reached a: {statuses:?}"
+    );
     let n = wait_for_node(&gw, "a", |n| n["circuit"] == "open").await;
     assert_eq!(n["circuit_opened"], 2, "the half-open failure reopened it");
     // Healthy again: after the reset timeout, max_requests probes close it.
@@ -111,10 +137,15 @@ async fn circuit_breaker_full_cycle() {
     for _ in 0..12 {
         let r = c.get(gw.url("/")).send().await.unwrap();
         assert_eq!(r.status(), 200);
-        *served.entry(json(r).await["node"].as_str().unwrap().to_owned()).or_insert(0) += 1;
+        *served
+            .entry(json(r).await["node"].as_str().unwrap().to_owned())
+            .or_insert(0) += 1;
     }
     wait_for_node(&gw, "a", |n| n["circuit"] == "closed").await;
-    assert!(served.get("a").copied().unwrap_or(0) >= 2, "a served its probes and more: {served:?}");
+    assert!(
+        served.get("a").copied().unwrap_or(0) >= 2,
+        "a served its probes and more: {served:?}"
+    );
 }
 
 #[tokio::test]
@@ -123,18 +154,39 @@ async fn hash_on_header_keeps_a_key_on_one_node() {
     for i in 0..3 {
         backends.push(Backend::start(&format!("n{i}")).await);
     }
-    let nodes: Vec<(String, std::net::SocketAddr)> = backends.iter().map(|b| (b.id.clone(), b.addr)).collect();
-    let refs: Vec<(&str, std::net::SocketAddr, &str)> = nodes.iter().map(|(i, a)| (i.as_str(), *a, "")).collect();
-    let svc = service("s", &refs).replacen("  - name: s\n", "  - name: s\n    lb: hash\n    hash_on: { header: X-User }\n", 1);
-    let gw = Gateway::start(&config(&svc, "  - { id: r, match: { path_prefix: / }, service: s }")).await;
+    let nodes: Vec<(String, std::net::SocketAddr)> =
+        backends.iter().map(|b| (b.id.clone(), b.addr)).collect();
+    let refs: Vec<(&str, std::net::SocketAddr, &str)> =
+        nodes.iter().map(|(i, a)| (i.as_str(), *a, "")).collect();
+    let svc = service("s", &refs).replacen(
+        "  - name: s\n",
+        "  - name: s\n    lb: hash\n    hash_on: { header: X-User }\n",
+        1,
+    );
+    let gw = Gateway::start(&config(
+        &svc,
+        "  - { id: r, match: { path_prefix: / }, service: s }",
+    ))
+    .await;
     let c = client();
     let mut owners = std::collections::BTreeSet::new();
     for user in 0..30 {
         let mut first = None;
         for _ in 0..5 {
-            let v = json(c.get(gw.url("/")).header("x-user", format!("user-{user}")).send().await.unwrap()).await;
+            let v = json(
+                c.get(gw.url("/"))
+                    .header("x-user", format!("user-{user}"))
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await;
             let node = v["node"].as_str().unwrap().to_owned();
-            assert_eq!(*first.get_or_insert(node.clone()), node, "user-{user} moved");
+            assert_eq!(
+                *first.get_or_insert(node.clone()),
+                node,
+                "user-{user} moved"
+            );
         }
         owners.insert(first.unwrap());
     }
@@ -146,7 +198,11 @@ async fn a_dead_node_is_ejected_on_its_first_failure_and_clients_see_nothing() {
     let a = Backend::start("a").await;
     let mut b = Backend::start("b").await;
     let svc = service("s", &[("a", a.addr, ""), ("b", b.addr, "")]);
-    let gw = Gateway::start(&config(&svc, "  - { id: r, match: { path_prefix: / }, service: s }")).await;
+    let gw = Gateway::start(&config(
+        &svc,
+        "  - { id: r, match: { path_prefix: / }, service: s }",
+    ))
+    .await;
     let c = client();
     for _ in 0..4 {
         assert_eq!(c.get(gw.url("/")).send().await.unwrap().status(), 200);
@@ -172,10 +228,15 @@ async fn rolling_restart(graceful: bool) {
     let record = temp_path("ids");
     let mut backends = Vec::new();
     for i in 0..3 {
-        backends.push(Backend::start_recording(&format!("n{i}"), "127.0.0.1:0".parse().unwrap(), &record).await);
+        backends.push(
+            Backend::start_recording(&format!("n{i}"), "127.0.0.1:0".parse().unwrap(), &record)
+                .await,
+        );
     }
-    let refs: Vec<(String, std::net::SocketAddr)> = backends.iter().map(|b| (b.id.clone(), b.addr)).collect();
-    let refs: Vec<(&str, std::net::SocketAddr, &str)> = refs.iter().map(|(i, a)| (i.as_str(), *a, "")).collect();
+    let refs: Vec<(String, std::net::SocketAddr)> =
+        backends.iter().map(|b| (b.id.clone(), b.addr)).collect();
+    let refs: Vec<(&str, std::net::SocketAddr, &str)> =
+        refs.iter().map(|(i, a)| (i.as_str(), *a, "")).collect();
     // Active checks bring a restarted node back at once; without them its
     // open breaker would keep it out for reset_timeout (60 s).
     let svc = service("s", &refs).replacen(
@@ -183,7 +244,11 @@ async fn rolling_restart(graceful: bool) {
         "  - name: s\n    health: { path: /health, interval: 200ms, timeout: 200ms, rise: 1, fall: 2 }\n",
         1,
     );
-    let gw = Gateway::start(&config(&svc, "  - { id: r, match: { path_prefix: / }, service: s }")).await;
+    let gw = Gateway::start(&config(
+        &svc,
+        "  - { id: r, match: { path_prefix: / }, service: s }",
+    ))
+    .await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let tally = Arc::new(Tally::default());
@@ -201,7 +266,10 @@ async fn rolling_restart(graceful: bool) {
                 let req = match kind {
                     "get" => c.get(&url),
                     "put" => c.put(&url).body("put-body"),
-                    "keyed" => c.post(&url).header("idempotency-key", &id).body("keyed-body"),
+                    "keyed" => c
+                        .post(&url)
+                        .header("idempotency-key", &id)
+                        .body("keyed-body"),
                     _ => c.post(&url).body("post-body"),
                 };
                 let res = req.header("x-request-id", &id).send().await;
@@ -244,10 +312,27 @@ async fn rolling_restart(graceful: bool) {
     let failures = failures.lock().await.clone();
     if !failures.is_empty() {
         let logs = gw.logs();
-        let warns: Vec<&str> = logs.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
-        eprintln!("gateway warnings ({}):\n{}", warns.len(), warns.iter().take(60).cloned().collect::<Vec<_>>().join("\n"));
+        let warns: Vec<&str> = logs
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .collect();
+        eprintln!(
+            "gateway warnings ({}):\n{}",
+            warns.len(),
+            warns
+                .iter()
+                .take(60)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
     }
-    assert!(failures.is_empty(), "client-visible errors: {} e.g. {:?}", failures.len(), &failures[..failures.len().min(10)]);
+    assert!(
+        failures.is_empty(),
+        "client-visible errors: {} e.g. {:?}",
+        failures.len(),
+        &failures[..failures.len().min(10)]
+    );
     assert!(tally.ok.load(Ordering::Relaxed) > 1000, "the load ran");
 
     // No request reached a backend twice unless it was safe to replay.
@@ -273,7 +358,11 @@ async fn rolling_restart(graceful: bool) {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(seen.len(), 3, "all nodes serve after the restarts: {seen:?}");
+    assert_eq!(
+        seen.len(),
+        3,
+        "all nodes serve after the restarts: {seen:?}"
+    );
     let _ = std::fs::remove_file(&record);
 }
 

@@ -57,7 +57,8 @@ async fn every_match_dimension_and_precedence() {
   - { id: r-fallback, match: { path_prefix: / }, service: app }
 "#;
     let gw = Gateway::start(&config(&svc, routes)).await;
-    let cases: &[(&str, &str, &str, &[(&str, &str)], &str)] = &[
+    type Case<'a> = (&'a str, &'a str, &'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
         ("GET", "api.example.com", "/", &[], "r-exact-host"),
         ("GET", "API.Example.COM:8080", "/x", &[], "r-exact-host"),
         ("GET", "api.example.com", "/v2/users", &[], "r-host-path"),

@@ -6,13 +6,17 @@
 use std::time::Duration;
 
 use super::super::raw::{
-    RawCircuit, RawDrain, RawHealth, RawOutlier, RawRetries, RawSessions, RawSources, RawStore, Text,
+    RawCircuit, RawDrain, RawHealth, RawOutlier, RawRetries, RawSessions, RawSources, RawStore,
+    Text,
 };
 use super::super::{
-    CircuitConfig, DrainConfig, DrainMode, HealthConfig, OutlierConfig, RetryConfig, SessionsConfig,
-    SourcesConfig, StoreConfig,
+    CircuitConfig, DrainConfig, DrainMode, HealthConfig, OutlierConfig, RetryConfig,
+    SessionsConfig, SourcesConfig, StoreConfig,
 };
-use super::{check_path, int_in, is_env_name, is_tchar, parse_header_name, positive_duration, size_in, Validator};
+use super::{
+    check_path, int_in, is_env_name, is_tchar, parse_header_name, positive_duration, size_in,
+    Validator,
+};
 use crate::node::Health;
 use crate::units;
 
@@ -26,7 +30,13 @@ impl Validator {
         }
     }
 
-    fn duration_or(&mut self, p: String, t: Option<&Text>, max: Duration, default: Duration) -> Duration {
+    fn duration_or(
+        &mut self,
+        p: String,
+        t: Option<&Text>,
+        max: Duration,
+        default: Duration,
+    ) -> Duration {
         match t {
             None => default,
             Some(t) => {
@@ -54,8 +64,18 @@ impl Validator {
                 .unwrap_or_default(),
         };
         let hour = Duration::from_secs(3600);
-        let interval = self.duration_or(format!("{p}.interval"), h.interval.as_ref(), hour, Duration::from_secs(2));
-        let timeout = self.duration_or(format!("{p}.timeout"), h.timeout.as_ref(), hour, Duration::from_secs(1));
+        let interval = self.duration_or(
+            format!("{p}.interval"),
+            h.interval.as_ref(),
+            hour,
+            Duration::from_secs(2),
+        );
+        let timeout = self.duration_or(
+            format!("{p}.timeout"),
+            h.timeout.as_ref(),
+            hour,
+            Duration::from_secs(1),
+        );
         if h.timeout.is_some() && h.interval.is_some() && timeout > interval {
             self.err(
                 format!("{p}.timeout"),
@@ -100,8 +120,18 @@ impl Validator {
         let d = OutlierConfig::default();
         let Some(o) = o else { return d };
         let day = Duration::from_secs(86_400);
-        let base = self.duration_or(format!("{p}.base_ejection"), o.base_ejection.as_ref(), day, d.base_ejection);
-        let max = self.duration_or(format!("{p}.max_ejection"), o.max_ejection.as_ref(), day, d.max_ejection.max(base));
+        let base = self.duration_or(
+            format!("{p}.base_ejection"),
+            o.base_ejection.as_ref(),
+            day,
+            d.base_ejection,
+        );
+        let max = self.duration_or(
+            format!("{p}.max_ejection"),
+            o.max_ejection.as_ref(),
+            day,
+            d.max_ejection.max(base),
+        );
         if o.max_ejection.is_some() && max < base {
             self.err(
                 format!("{p}.max_ejection"),
@@ -113,7 +143,13 @@ impl Validator {
             );
         }
         OutlierConfig {
-            consecutive_5xx: self.int_or(format!("{p}.consecutive_5xx"), o.consecutive_5xx.as_ref(), 0, 1000, d.consecutive_5xx),
+            consecutive_5xx: self.int_or(
+                format!("{p}.consecutive_5xx"),
+                o.consecutive_5xx.as_ref(),
+                0,
+                1000,
+                d.consecutive_5xx,
+            ),
             consecutive_failures: self.int_or(
                 format!("{p}.consecutive_failures"),
                 o.consecutive_failures.as_ref(),
@@ -138,14 +174,26 @@ impl Validator {
         let Some(c) = c else { return d };
         CircuitConfig {
             enabled: c.enabled.unwrap_or(true),
-            failure_threshold: self.int_or(format!("{p}.failure_threshold"), c.failure_threshold.as_ref(), 1, 1000, d.failure_threshold),
+            failure_threshold: self.int_or(
+                format!("{p}.failure_threshold"),
+                c.failure_threshold.as_ref(),
+                1,
+                1000,
+                d.failure_threshold,
+            ),
             reset_timeout: self.duration_or(
                 format!("{p}.reset_timeout"),
                 c.reset_timeout.as_ref(),
                 Duration::from_secs(86_400),
                 d.reset_timeout,
             ),
-            max_requests: self.int_or(format!("{p}.max_requests"), c.max_requests.as_ref(), 1, 1000, d.max_requests),
+            max_requests: self.int_or(
+                format!("{p}.max_requests"),
+                c.max_requests.as_ref(),
+                1,
+                1000,
+                d.max_requests,
+            ),
         }
     }
 
@@ -166,7 +214,13 @@ impl Validator {
             },
         };
         RetryConfig {
-            attempts: self.int_or("retries.attempts".into(), r.attempts.as_ref(), 1, 10, d.attempts),
+            attempts: self.int_or(
+                "retries.attempts".into(),
+                r.attempts.as_ref(),
+                1,
+                10,
+                d.attempts,
+            ),
             budget,
             buffer_body: match &r.buffer_body {
                 None => d.buffer_body,
@@ -181,7 +235,9 @@ impl Validator {
 impl Validator {
     pub(super) fn sources(&mut self, r: Option<&RawSources>) -> SourcesConfig {
         let d = SourcesConfig::default();
-        let Some(f) = r.and_then(|r| r.file.as_ref()) else { return d };
+        let Some(f) = r.and_then(|r| r.file.as_ref()) else {
+            return d;
+        };
         SourcesConfig {
             file_watch: f.watch.unwrap_or(d.file_watch),
             file_interval: self.duration_or(
@@ -211,7 +267,12 @@ impl Validator {
         };
         DrainConfig {
             mode,
-            deadline: self.duration_or(format!("{p}.deadline"), d.deadline.as_ref(), Duration::from_secs(86_400), def.deadline),
+            deadline: self.duration_or(
+                format!("{p}.deadline"),
+                d.deadline.as_ref(),
+                Duration::from_secs(86_400),
+                def.deadline,
+            ),
         }
     }
 
@@ -222,13 +283,18 @@ impl Validator {
             None => d.cookie.clone(),
             Some(c) if !c.is_empty() && c.bytes().all(is_tchar) => c.clone(),
             Some(c) => {
-                self.err("sessions.cookie", format!("invalid cookie name {c:?}: use letters, digits and -_."));
+                self.err(
+                    "sessions.cookie",
+                    format!("invalid cookie name {c:?}: use letters, digits and -_."),
+                );
                 d.cookie.clone()
             }
         };
         let header = match &r.header {
             None => d.header.clone(),
-            Some(h) => self.check("sessions.header", parse_header_name(h)).unwrap_or(d.header.clone()),
+            Some(h) => self
+                .check("sessions.header", parse_header_name(h))
+                .unwrap_or(d.header.clone()),
         };
         let env = |v: &mut Validator, path: &str, name: &Option<String>| -> Option<String> {
             let n = name.as_ref()?;
@@ -239,19 +305,32 @@ impl Validator {
                 None
             }
         };
-        let secret_env = env(self, "sessions.secret_env", &r.secret_env).unwrap_or(d.secret_env.clone());
-        let previous_secrets_env = env(self, "sessions.previous_secrets_env", &r.previous_secrets_env);
+        let secret_env =
+            env(self, "sessions.secret_env", &r.secret_env).unwrap_or(d.secret_env.clone());
+        let previous_secrets_env = env(
+            self,
+            "sessions.previous_secrets_env",
+            &r.previous_secrets_env,
+        );
         SessionsConfig {
             enabled: r.enabled.unwrap_or(true),
             cookie,
             header,
-            ttl: self.duration_or("sessions.ttl".into(), r.ttl.as_ref(), Duration::from_secs(365 * 86_400), d.ttl),
+            ttl: self.duration_or(
+                "sessions.ttl".into(),
+                r.ttl.as_ref(),
+                Duration::from_secs(365 * 86_400),
+                d.ttl,
+            ),
             secret_env,
             previous_secrets_env,
             context_max: match &r.context_max {
                 None => d.context_max,
                 Some(t) => self
-                    .check("sessions.context_max", size_in(t, 1, 64 << 10, "1", "64KiB"))
+                    .check(
+                        "sessions.context_max",
+                        size_in(t, 1, 64 << 10, "1", "64KiB"),
+                    )
                     .map_or(d.context_max, |n| n as usize),
             },
         }
@@ -262,20 +341,35 @@ impl Validator {
         let Some(r) = r else { return d };
         match r.kind.as_deref() {
             None | Some("memory") => {}
-            Some("redis") => self.err("store.kind", "the redis store is not built yet; use \"memory\""),
-            Some(other) => self.err("store.kind", format!("unknown store kind {other:?}: expected \"memory\"")),
+            Some("redis") => self.err(
+                "store.kind",
+                "the redis store is not built yet; use \"memory\"",
+            ),
+            Some(other) => self.err(
+                "store.kind",
+                format!("unknown store kind {other:?}: expected \"memory\""),
+            ),
         }
         let path = match r.path.as_deref() {
             None => None,
             Some("") => {
-                self.err("store.path", "must not be empty (leave it out to keep sessions in memory only)");
+                self.err(
+                    "store.path",
+                    "must not be empty (leave it out to keep sessions in memory only)",
+                );
                 None
             }
             Some(p) => Some(std::path::PathBuf::from(p)),
         };
         StoreConfig {
             path,
-            max_sessions: self.int_or("store.max_sessions".into(), r.max_sessions.as_ref(), 1, 100_000_000, d.max_sessions as u32) as usize,
+            max_sessions: self.int_or(
+                "store.max_sessions".into(),
+                r.max_sessions.as_ref(),
+                1,
+                100_000_000,
+                d.max_sessions as u32,
+            ) as usize,
             persist_interval: self.duration_or(
                 "store.persist_interval".into(),
                 r.persist_interval.as_ref(),
@@ -346,14 +440,23 @@ mod tests {
         let c = load(&doc, Format::Yaml).unwrap();
         let s = &c.services[0];
         let h = s.health.as_ref().unwrap();
-        assert_eq!((h.path.as_str(), h.rise, h.fall, h.expect_status), ("/hz", 3, 1, (204, 204)));
+        assert_eq!(
+            (h.path.as_str(), h.rise, h.fall, h.expect_status),
+            ("/hz", 3, 1, (204, 204))
+        );
         assert_eq!(h.initial, crate::node::Health::Healthy);
         assert_eq!(s.outlier.consecutive_5xx, 0);
         assert_eq!(s.outlier.consecutive_failures, 1);
         assert_eq!(s.circuit.failure_threshold, 2);
         assert_eq!(c.retries.attempts, 5);
         assert_eq!(c.retries.buffer_body, 1 << 20);
-        let plain = load(&format!("{BASE}services: [ {{ name: s, nodes: [ {{ id: n, address: 127.0.0.1:1 }} ] }} ]\n"), Format::Yaml).unwrap();
+        let plain = load(
+            &format!(
+                "{BASE}services: [ {{ name: s, nodes: [ {{ id: n, address: 127.0.0.1:1 }} ] }} ]\n"
+            ),
+            Format::Yaml,
+        )
+        .unwrap();
         assert!(plain.services[0].health.is_none());
         assert_eq!(plain.services[0].circuit.max_requests, 3);
         assert_eq!(plain.retries.attempts, 3);
@@ -383,7 +486,10 @@ mod tests {
             "retries.budget",
             "retries.buffer_body",
         ] {
-            assert!(errs.iter().any(|e| e.starts_with(&format!("{path}:"))), "{path} missing in {errs:#?}");
+            assert!(
+                errs.iter().any(|e| e.starts_with(&format!("{path}:"))),
+                "{path} missing in {errs:#?}"
+            );
         }
     }
 }
