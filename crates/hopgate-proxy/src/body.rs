@@ -8,8 +8,13 @@
 //!
 //! Must not touch: routing, node state.
 
+use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hopgate_core::node::{now_ms, NodeState};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -45,11 +50,57 @@ pub enum ProxyBody {
         inner: Incoming,
         returner: Option<Returner>,
     },
+    /// A gRPC response stream from a node that may drain: at the service's
+    /// drain deadline it ends with `grpc-status: 14` (UNAVAILABLE).
+    Guarded(Box<Guarded>),
+}
+
+/// See [`ProxyBody::Guarded`].
+#[derive(Debug)]
+pub struct Guarded {
+    inner: ProxyBody,
+    node: Arc<NodeState>,
+    deadline: Duration,
+    tick: Pin<Box<tokio::time::Sleep>>,
+    ended: bool,
+}
+
+/// How often a guarded stream looks at its node's drain state.
+const DRAIN_POLL: Duration = Duration::from_millis(100);
+
+impl Guarded {
+    fn due(&self) -> bool {
+        self.node
+            .draining_since()
+            .is_some_and(|since| now_ms() >= since + self.deadline.as_millis() as u64)
+    }
+
+    fn unavailable() -> Frame<Bytes> {
+        let mut t = http::HeaderMap::new();
+        t.insert("grpc-status", http::HeaderValue::from_static("14"));
+        t.insert(
+            "grpc-message",
+            http::HeaderValue::from_static("node%20drained%3B%20retry%20elsewhere"),
+        );
+        Frame::trailers(t)
+    }
 }
 
 impl ProxyBody {
     pub fn full(b: impl Into<Bytes>) -> ProxyBody {
         ProxyBody::Full(Some(b.into()))
+    }
+
+    /// Wraps a gRPC response so it ends with UNAVAILABLE once `node` has
+    /// been draining for `deadline`.
+    pub fn guarded(inner: ProxyBody, node: Arc<NodeState>, deadline: Duration) -> ProxyBody {
+        ProxyBody::Guarded(Box::new(Guarded {
+            inner,
+            node,
+            deadline,
+            tick: Box::pin(tokio::time::sleep(DRAIN_POLL)),
+            ended: false,
+        }))
     }
 
     pub fn limited(inner: Incoming, limit: u64) -> ProxyBody {
@@ -127,6 +178,36 @@ impl Body for ProxyBody {
                 }
                 Poll::Pending => Poll::Pending,
             },
+            ProxyBody::Guarded(g) => {
+                if g.ended {
+                    return Poll::Ready(None);
+                }
+                loop {
+                    if g.due() {
+                        g.ended = true;
+                        // Dropping the upstream body resets its stream.
+                        g.inner = ProxyBody::Empty;
+                        tracing::info!(node = %g.node.key().node, "gRPC stream ended at the drain deadline");
+                        return Poll::Ready(Some(Ok(Guarded::unavailable())));
+                    }
+                    match Pin::new(&mut g.inner).poll_frame(cx) {
+                        Poll::Ready(None) => {
+                            g.ended = true;
+                            return Poll::Ready(None);
+                        }
+                        Poll::Ready(other) => return Poll::Ready(other),
+                        Poll::Pending => {}
+                    }
+                    match g.tick.as_mut().poll(cx) {
+                        Poll::Ready(()) => {
+                            g.tick
+                                .as_mut()
+                                .reset(tokio::time::Instant::now() + DRAIN_POLL);
+                        }
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+            }
         }
     }
 
@@ -137,6 +218,7 @@ impl Body for ProxyBody {
             ProxyBody::Limited { inner, .. } | ProxyBody::Upstream { inner, .. } => {
                 inner.is_end_stream()
             }
+            ProxyBody::Guarded(g) => g.ended,
         }
     }
 
@@ -147,6 +229,7 @@ impl Body for ProxyBody {
             ProxyBody::Limited { inner, .. } | ProxyBody::Upstream { inner, .. } => {
                 inner.size_hint()
             }
+            ProxyBody::Guarded(_) => SizeHint::default(),
         }
     }
 }

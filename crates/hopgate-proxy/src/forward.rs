@@ -60,6 +60,8 @@ pub struct RequestCtx {
 pub struct Forwarder {
     snapshot: SharedSnapshot,
     sessions: Option<Arc<Sessions>>,
+    /// Turns true when the gateway shuts down (long-lived streams end).
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// A hop decided for this request, completed when a new node answers.
@@ -82,7 +84,17 @@ impl Forwarder {
     /// `sessions`: keys and store when the gateway mints sessions
     /// (`sessions.enabled` in the running config still decides per request).
     pub fn new(snapshot: SharedSnapshot, sessions: Option<Arc<Sessions>>) -> Forwarder {
-        Forwarder { snapshot, sessions }
+        Forwarder {
+            snapshot,
+            sessions,
+            stopping: tokio::sync::watch::channel(false).1,
+        }
+    }
+
+    /// Long-lived streams (tunnels) end when `stopping` turns true.
+    pub fn with_stopping(mut self, stopping: tokio::sync::watch::Receiver<bool>) -> Forwarder {
+        self.stopping = stopping;
+        self
     }
 
     pub fn sessions(&self) -> Option<&Arc<Sessions>> {
@@ -394,21 +406,8 @@ impl Forwarder {
                         Observation::Success
                     };
                     account(svc, node, seen);
-                    if status == 101 {
-                        if let Some((proto, on_client)) = upgrade {
-                            let on_upstream = hyper::upgrade::on(&mut resp);
-                            strip_hop_by_hop(resp.headers_mut(), false);
-                            tunnel::restore_upgrade_headers(resp.headers_mut(), &proto);
-                            tunnel::spawn(
-                                on_client,
-                                on_upstream,
-                                snap.config.timeouts.idle,
-                                node.state.begin_request(),
-                            );
-                            out.status = status;
-                            return (Ok(resp), out);
-                        }
-                    }
+                    let on_upstream =
+                        (status == 101 && upgrade.is_some()).then(|| hyper::upgrade::on(&mut resp));
                     strip_hop_by_hop(resp.headers_mut(), false);
                     if let (Some(s), Some(cs), Some(k)) = (sessions, &client_session, &key) {
                         settle_session(
@@ -427,6 +426,30 @@ impl Forwarder {
                             },
                             resp.headers_mut(),
                         );
+                    }
+                    if let (Some(on_upstream), Some((proto, on_client))) = (on_upstream, upgrade) {
+                        tunnel::restore_upgrade_headers(resp.headers_mut(), &proto);
+                        let websocket = proto.as_bytes().eq_ignore_ascii_case(b"websocket");
+                        tunnel::spawn(
+                            on_client,
+                            on_upstream,
+                            tunnel::TunnelCtx {
+                                websocket,
+                                idle: snap.config.timeouts.idle,
+                                node: Arc::clone(&node.state),
+                                drain_deadline: svc.drain.deadline,
+                                stopping: self.stopping.clone(),
+                                inflight: node.state.begin_request(),
+                            },
+                        );
+                        out.status = status;
+                        return (Ok(resp), out);
+                    }
+                    if is_grpc(resp.headers()) {
+                        let (parts, body) = resp.into_parts();
+                        let body =
+                            ProxyBody::guarded(body, Arc::clone(&node.state), svc.drain.deadline);
+                        resp = Response::from_parts(parts, body);
                     }
                     if ctx.debug_headers {
                         let h = resp.headers_mut();
@@ -649,6 +672,13 @@ fn hash_of<B>(on: &HashOn, req: &Request<B>, client_ip: std::net::IpAddr) -> Opt
             std::net::IpAddr::V6(a) => hash_key(&a.octets()),
         }),
     }
+}
+
+/// A gRPC response (its stream gets a drain deadline).
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
 fn host_of<B>(req: &Request<B>) -> Option<&str> {

@@ -1,13 +1,22 @@
-//! Upgraded connections (WebSocket over HTTP/1.1 `Upgrade`): once the
+//! Upgraded connections (WebSocket and other HTTP/1.1 `Upgrade`s): once the
 //! backend answers 101, the client's and the backend's connections are
 //! joined and bytes flow both ways until either side closes or the tunnel
 //! has been idle for `timeouts.idle`.
+//!
+//! For WebSocket tunnels the gateway also ends things properly itself: when
+//! the node drains, the tunnel lives until the service's drain deadline;
+//! then — and when the backend vanishes without a close frame, or the
+//! gateway shuts down — the client gets a close frame with code 1012
+//! (Service Restart), so it reconnects (through the gateway, to a healthy
+//! node) instead of seeing a reset. To inject that frame safely the tunnel
+//! follows the backend→client frame boundaries; it never splits a frame.
 //!
 //! Owns the upgrade detection, the header restoration (hop-by-hop stripping
 //! removes `Upgrade`/`Connection`, which an upgrade needs end to end) and
 //! the copy loop. Must not touch: routing or pools (the backend connection
 //! left its pool the moment it was upgraded).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{HeaderMap, HeaderValue, CONNECTION, UPGRADE};
@@ -15,8 +24,9 @@ use http::Request;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
 
-use hopgate_core::node::InFlight;
+use hopgate_core::node::{now_ms, InFlight, NodeState};
 
 /// The `Upgrade` protocol of a request asking for one (HTTP/1.1 only).
 pub fn upgrade_request<B>(req: &Request<B>) -> Option<HeaderValue> {
@@ -42,11 +52,22 @@ pub fn restore_upgrade_headers(headers: &mut HeaderMap, proto: &HeaderValue) {
     headers.insert(UPGRADE, proto.clone());
 }
 
-/// Joins the client and backend once both upgrades complete. The node's
-/// in-flight count includes the tunnel until it ends.
-pub fn spawn(client: OnUpgrade, upstream: OnUpgrade, idle: Duration, inflight: InFlight) {
+/// Everything a tunnel needs besides its two ends.
+pub struct TunnelCtx {
+    pub websocket: bool,
+    pub idle: Duration,
+    /// The serving node (its drain state ends the tunnel).
+    pub node: Arc<NodeState>,
+    pub drain_deadline: Duration,
+    /// Turns true when the gateway shuts down.
+    pub stopping: watch::Receiver<bool>,
+    /// Counts the tunnel as in flight on the node until it ends.
+    pub inflight: InFlight,
+}
+
+/// Joins the client and backend once both upgrades complete.
+pub fn spawn(client: OnUpgrade, upstream: OnUpgrade, ctx: TunnelCtx) {
     tokio::spawn(async move {
-        let _inflight = inflight;
         let (client, upstream) = match tokio::try_join!(client, upstream) {
             Ok(pair) => pair,
             Err(e) => {
@@ -56,14 +77,33 @@ pub fn spawn(client: OnUpgrade, upstream: OnUpgrade, idle: Duration, inflight: I
         };
         let mut client = TokioIo::new(client);
         let mut upstream = TokioIo::new(upstream);
-        let (up, down) = copy_with_idle_timeout(&mut client, &mut upstream, idle).await;
-        tracing::debug!(bytes_up = up, bytes_down = down, "tunnel closed");
+        let end = run(&mut client, &mut upstream, ctx).await;
+        tracing::debug!(?end, "tunnel closed");
     });
 }
 
-/// Copies both ways until both directions finish, one side fails, or no
-/// byte moved for `idle`.
-async fn copy_with_idle_timeout<A, B>(a: &mut A, b: &mut B, idle: Duration) -> (u64, u64)
+/// Why a tunnel ended.
+#[derive(Debug, PartialEq, Eq)]
+enum End {
+    Closed {
+        up: u64,
+        down: u64,
+    },
+    Idle,
+    /// Closed with 1012 for this reason.
+    ServiceRestart(&'static str),
+}
+
+/// The WebSocket close frame a server sends: code 1012, "service restart".
+const CLOSE_1012: [u8; 19] = [
+    0x88, 17, 0x03, 0xF4, b's', b'e', b'r', b'v', b'i', b'c', b'e', b' ', b'r', b'e', b's', b't',
+    b'a', b'r', b't',
+];
+
+/// How often a tunnel looks at its node's drain state.
+const DRAIN_POLL: Duration = Duration::from_millis(100);
+
+async fn run<A, B>(a: &mut A, b: &mut B, mut ctx: TunnelCtx) -> End
 where
     A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -74,42 +114,179 @@ where
     let mut buf_b = vec![0u8; 16 << 10];
     let (mut up, mut down) = (0u64, 0u64);
     let (mut a_open, mut b_open) = (true, true);
-    while a_open || b_open {
-        let step = tokio::time::timeout(idle, async {
-            tokio::select! {
-                r = ar.read(&mut buf_a), if a_open => (true, r),
-                r = br.read(&mut buf_b), if b_open => (false, r),
+    // backend → client frames, to find a safe point for our close frame.
+    let mut frames = FrameTracker::default();
+    let mut restart: Option<&'static str> = None;
+    let mut last_activity = tokio::time::Instant::now();
+    loop {
+        if !(a_open || b_open) {
+            return End::Closed { up, down };
+        }
+        if let Some(why) = restart {
+            if !ctx.websocket {
+                return End::ServiceRestart(why);
             }
-        })
-        .await;
-        let Ok((from_a, read)) = step else {
-            tracing::debug!("tunnel idle timeout");
-            break;
-        };
-        match read {
-            Ok(0) => {
-                if from_a {
+            if frames.at_boundary() {
+                let _ = aw.write_all(&CLOSE_1012).await;
+                let _ = aw.flush().await;
+                let _ = aw.shutdown().await;
+                let _ = bw.shutdown().await;
+                return End::ServiceRestart(why);
+            }
+            // Mid-frame: finish relaying the frame first (below), bounded.
+            if !b_open || last_activity.elapsed() > Duration::from_secs(1) {
+                let _ = aw.shutdown().await;
+                return End::ServiceRestart(why);
+            }
+        }
+        let idle_left = ctx.idle.saturating_sub(last_activity.elapsed());
+        if idle_left.is_zero() {
+            return End::Idle;
+        }
+        let stopping = *ctx.stopping.borrow();
+        tokio::select! {
+            r = ar.read(&mut buf_a), if a_open && restart.is_none() => match r {
+                Ok(0) | Err(_) => {
                     a_open = false;
                     let _ = bw.shutdown().await;
-                } else {
-                    b_open = false;
-                    let _ = aw.shutdown().await;
                 }
-            }
-            Ok(n) => {
-                let written = if from_a {
+                Ok(n) => {
                     up += n as u64;
-                    bw.write_all(&buf_a[..n]).await
-                } else {
+                    last_activity = tokio::time::Instant::now();
+                    if bw.write_all(&buf_a[..n]).await.is_err() {
+                        b_open = false;
+                        if ctx.websocket && !frames.saw_close {
+                            restart = Some("backend connection lost");
+                        }
+                    }
+                }
+            },
+            r = br.read(&mut buf_b), if b_open => match r {
+                Ok(0) | Err(_) => {
+                    b_open = false;
+                    if ctx.websocket && !frames.saw_close && restart.is_none() && a_open {
+                        // The backend vanished without a close frame.
+                        restart = Some("backend connection lost");
+                    } else {
+                        let _ = aw.shutdown().await;
+                    }
+                }
+                Ok(n) => {
                     down += n as u64;
-                    aw.write_all(&buf_b[..n]).await
-                };
-                if written.is_err() {
-                    break;
+                    last_activity = tokio::time::Instant::now();
+                    if ctx.websocket {
+                        frames.feed(&buf_b[..n]);
+                    }
+                    if aw.write_all(&buf_b[..n]).await.is_err() {
+                        a_open = false;
+                        let _ = bw.shutdown().await;
+                    }
+                }
+            },
+            _ = tokio::time::sleep(DRAIN_POLL.min(idle_left)), if restart.is_none() => {
+                if stopping {
+                    restart = Some("gateway shutting down");
+                } else if let Some(since) = ctx.node.draining_since() {
+                    if now_ms() >= since + ctx.drain_deadline.as_millis() as u64 {
+                        restart = Some("node drained");
+                    }
                 }
             }
-            Err(_) => break,
+            _ = ctx.stopping.changed(), if restart.is_none() && !stopping => {}
         }
     }
-    (up, down)
+}
+
+/// Follows WebSocket frame boundaries in one direction of a stream.
+#[derive(Debug, Default)]
+struct FrameTracker {
+    head: [u8; 14],
+    have: usize,
+    /// Payload bytes left in the current frame.
+    remaining: u64,
+    /// A close frame went by.
+    saw_close: bool,
+}
+
+impl FrameTracker {
+    fn at_boundary(&self) -> bool {
+        self.have == 0 && self.remaining == 0
+    }
+
+    fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.remaining > 0 {
+                let n = (self.remaining.min(data.len() as u64)) as usize;
+                self.remaining -= n as u64;
+                data = &data[n..];
+                continue;
+            }
+            // Collect the header.
+            self.head[self.have] = data[0];
+            self.have += 1;
+            data = &data[1..];
+            if self.have < 2 {
+                continue;
+            }
+            let len7 = self.head[1] & 0x7f;
+            let masked = self.head[1] & 0x80 != 0;
+            let need =
+                2 + match len7 {
+                    126 => 2,
+                    127 => 8,
+                    _ => 0,
+                } + if masked { 4 } else { 0 };
+            if self.have < need {
+                continue;
+            }
+            let len = match len7 {
+                126 => u64::from(u16::from_be_bytes([self.head[2], self.head[3]])),
+                127 => u64::from_be_bytes(self.head[2..10].try_into().unwrap_or([0; 8])),
+                n => u64::from(n),
+            };
+            if self.head[0] & 0x0f == 0x8 {
+                self.saw_close = true;
+            }
+            self.remaining = len;
+            self.have = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_boundaries_across_chunks() {
+        let mut t = FrameTracker::default();
+        assert!(t.at_boundary());
+        // Small text frame "hi".
+        t.feed(&[0x81, 2, b'h']);
+        assert!(!t.at_boundary());
+        t.feed(b"i");
+        assert!(t.at_boundary());
+        // 300-byte binary frame (16-bit length), split everywhere.
+        let mut f = vec![0x82, 126, 0x01, 0x2c];
+        f.extend(std::iter::repeat_n(7u8, 300));
+        for chunk in f.chunks(7) {
+            t.feed(chunk);
+        }
+        assert!(t.at_boundary());
+        // 64-bit length header.
+        t.feed(&[0x82, 127, 0, 0, 0, 0, 0, 0, 0x01, 0x00]);
+        assert!(!t.at_boundary());
+        t.feed(&[0u8; 256]);
+        assert!(t.at_boundary());
+        assert!(!t.saw_close);
+        t.feed(&[0x88, 2, 0x03, 0xe8]);
+        assert!(t.saw_close && t.at_boundary());
+    }
+
+    #[test]
+    fn close_frame_is_well_formed() {
+        assert_eq!(CLOSE_1012[0], 0x88);
+        assert_eq!(CLOSE_1012[1] as usize, CLOSE_1012.len() - 2);
+        assert_eq!(u16::from_be_bytes([CLOSE_1012[2], CLOSE_1012[3]]), 1012);
+    }
 }

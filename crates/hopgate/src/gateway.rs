@@ -239,7 +239,8 @@ impl Gateway {
         let (session_stop, session_rx) = watch::channel(false);
         let (sessions, session_task) = start_sessions(&cfg, session_rx);
         let live = Arc::new(Listeners {
-            forwarder: Forwarder::new(Arc::clone(control.snapshot()), Some(Arc::clone(&sessions))),
+            forwarder: Forwarder::new(Arc::clone(control.snapshot()), Some(Arc::clone(&sessions)))
+                .with_stopping(rx.clone()),
             running: Mutex::new(Vec::new()),
         });
         let mut listeners = Vec::new();

@@ -8,6 +8,7 @@ mod harness;
 
 mod admin;
 mod errors;
+mod grpc;
 mod reload;
 mod resilience;
 mod routing;
