@@ -30,6 +30,7 @@ use hopgate_proxy::pool::Pool;
 use hopgate_proxy::session::{binding_key, unix_now, Sessions};
 
 use crate::control::{Control, Source};
+use crate::maintenance::{Maintenance, Refused};
 
 /// Largest config document the admin API accepts.
 const MAX_CONFIG_BYTES: usize = 10 << 20;
@@ -40,6 +41,7 @@ pub struct Admin {
     token: Option<String>,
     ready: AtomicBool,
     sessions: Option<Arc<Sessions>>,
+    maintenance: Option<Arc<Maintenance>>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -60,6 +62,23 @@ impl Admin {
             token,
             ready: AtomicBool::new(true),
             sessions,
+            maintenance: None,
+        })
+    }
+
+    /// The same, with the maintenance intake behind `POST /admin/v1/maintenance`.
+    pub fn with_maintenance(
+        control: Arc<Control>,
+        token: Option<String>,
+        sessions: Option<Arc<Sessions>>,
+        maintenance: Arc<Maintenance>,
+    ) -> Arc<Admin> {
+        Arc::new(Admin {
+            control,
+            token,
+            ready: AtomicBool::new(true),
+            sessions,
+            maintenance: Some(maintenance),
         })
     }
 
@@ -236,6 +255,19 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
             &nodes_json(control, admin.sessions.as_deref()),
         ),
         (Method::GET, ["admin", "v1", "sessions", id]) => session_json(admin, id),
+        (Method::POST, ["admin", "v1", "maintenance"]) => {
+            let body = match Limited::new(req.into_body(), 64 << 10).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(_) => {
+                    return error_response(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "",
+                        "body unreadable or larger than 64 KiB",
+                    )
+                }
+            };
+            maintenance_post(admin, &body)
+        }
         (Method::GET, ["admin", "v1", "hops"]) => {
             let limit = req
                 .uri()
@@ -249,7 +281,11 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                 &json!({ "hops": METRICS.recent_hops(limit) }),
             )
         }
-        (Method::GET, ["metrics"]) => crate::metrics::render(control, admin.sessions.as_deref()),
+        (Method::GET, ["metrics"]) => crate::metrics::render(
+            control,
+            admin.sessions.as_deref(),
+            admin.maintenance.as_deref(),
+        ),
         (Method::POST, ["admin", "v1", "nodes", service, node, action @ ("drain" | "undrain")]) => {
             let snap = control.snapshot().load();
             let found = snap
@@ -280,6 +316,102 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
             "method not allowed on this path",
         ),
         _ => error_response(StatusCode::NOT_FOUND, "", "no such admin endpoint"),
+    }
+}
+
+/// `POST /admin/v1/maintenance` with `{"service","node","kind","seq","to","in"}`.
+fn maintenance_post(admin: &Admin, body: &[u8]) -> AdminResponse {
+    let Some(m) = &admin.maintenance else {
+        return error_response(StatusCode::NOT_FOUND, "", "maintenance intake not running");
+    };
+    let v: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, "", &format!("not JSON: {e}")),
+    };
+    let mut errors = Vec::new();
+    let text = |errors: &mut Vec<ConfigError>, k: &str| -> String {
+        match v.get(k).and_then(Value::as_str) {
+            Some(s) if !s.is_empty() => s.to_owned(),
+            _ => {
+                errors.push(ConfigError::new(k, "required, a non-empty string"));
+                String::new()
+            }
+        }
+    };
+    let service = text(&mut errors, "service");
+    let node = text(&mut errors, "node");
+    let kind = match v
+        .get("kind")
+        .and_then(Value::as_str)
+        .map(hopgate_core::maintenance::Kind::parse)
+    {
+        Some(Some(k)) => Some(k),
+        _ => {
+            errors.push(ConfigError::new(
+                "kind",
+                "one of MIGRATING, MOVING, MIGRATED, FAILING_OVER, FAILED_OVER",
+            ));
+            None
+        }
+    };
+    let seq = match v.get("seq").and_then(Value::as_u64) {
+        Some(n) => n,
+        None => {
+            errors.push(ConfigError::new("seq", "required, a positive integer"));
+            0
+        }
+    };
+    let to = match v.get("to") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => match hopgate_core::maintenance::parse_endpoint(s) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                errors.push(ConfigError::new("to", e));
+                None
+            }
+        },
+        Some(_) => {
+            errors.push(ConfigError::new("to", "an \"ip:port\" string"));
+            None
+        }
+    };
+    let in_secs = match v.get("in") {
+        None | Some(Value::Null) => None,
+        Some(x) => match x.as_u64() {
+            Some(n) => Some(n),
+            None => {
+                errors.push(ConfigError::new("in", "a number of seconds"));
+                None
+            }
+        },
+    };
+    let Some(kind) = kind.filter(|_| errors.is_empty()) else {
+        return errors_response(StatusCode::BAD_REQUEST, &errors);
+    };
+    let n = hopgate_core::maintenance::Notification {
+        service,
+        node,
+        kind,
+        seq,
+        to,
+        in_secs,
+    };
+    match m.intake(n) {
+        Ok(applied) => json_response(StatusCode::OK, &json!({ "applied": applied })),
+        Err(Refused::Invalid(msg)) => error_response(StatusCode::BAD_REQUEST, "", &msg),
+        Err(Refused::UnknownNode) => error_response(
+            StatusCode::NOT_FOUND,
+            "node",
+            "no such node in that service",
+        ),
+        Err(r @ Refused::Duplicate { .. }) => json_response(
+            StatusCode::CONFLICT,
+            &json!({ "errors": [{ "path": "seq", "message": "duplicate: sequence number already seen for this node" }], "refused": r }),
+        ),
+        Err(r) => json_response(
+            StatusCode::CONFLICT,
+            &json!({ "errors": [{ "path": "", "message": format!("not applied: {}", r.label()) }], "refused": r }),
+        ),
     }
 }
 
@@ -365,6 +497,11 @@ fn nodes_json(control: &Control, sessions: Option<&Sessions>) -> Value {
                     "latency_ewma_us": s.ewma_us(),
                     "pool": s.extension_if_set::<Pool>().map(|p| p.stats()),
                     "sessions_bound": sessions.map_or(0, |x| x.store.bindings_to(&svc.name, &n.id)),
+                    "maintenance": {
+                        "relaxed": s.is_relaxed(now),
+                        "moved_to": s.moved_to().map(|a| a.to_string()),
+                        "unreachable": s.is_unreachable(),
+                    },
                 })
             })
         })

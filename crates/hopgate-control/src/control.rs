@@ -247,6 +247,25 @@ impl Control {
             .iter()
             .flat_map(|s| s.nodes.iter().map(|n| n.state.key().clone()))
             .collect();
+        // A node whose configured address changed moves like a MOVING
+        // handoff would: new requests go to the new address, connections to
+        // the old one finish and close.
+        for svc in &snap.services {
+            let Some(old) = current.services.iter().find(|s| s.name == svc.name) else {
+                continue;
+            };
+            for n in &svc.nodes {
+                if let Some(prev) = old.nodes.iter().find(|p| p.id == n.id) {
+                    if prev.address != n.address {
+                        n.state.set_moved_to(None);
+                        if let Some(pool) = n.state.extension_if_set::<Pool>() {
+                            pool.drain(drain_deadline(shutdown));
+                        }
+                        tracing::info!(service = %svc.name, node = %n.id, from = %prev.address, to = %n.address, "node address changed by reload");
+                    }
+                }
+            }
+        }
         let snap = Arc::new(snap);
         self.snapshot.store(Arc::clone(&snap));
         self.reloads.fetch_add(1, Ordering::Relaxed);

@@ -12,6 +12,7 @@
 pub mod admin;
 pub mod control;
 pub mod health;
+pub mod maintenance;
 pub mod metrics;
 pub mod watch;
 

@@ -19,6 +19,7 @@ use hopgate_proxy::pool::Pool;
 use hopgate_proxy::session::Sessions;
 
 use crate::control::Control;
+use crate::maintenance::Maintenance;
 
 fn head(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
@@ -33,7 +34,11 @@ fn esc(v: &str) -> String {
 }
 
 /// The whole exposition.
-pub fn render(control: &Control, sessions: Option<&Sessions>) -> Response<Full<Bytes>> {
+pub fn render(
+    control: &Control,
+    sessions: Option<&Sessions>,
+    maintenance: Option<&Maintenance>,
+) -> Response<Full<Bytes>> {
     let m = &*METRICS;
     let mut o = String::with_capacity(8 << 10);
     head(
@@ -272,6 +277,78 @@ pub fn render(control: &Control, sessions: Option<&Sessions>) -> Response<Full<B
     );
     o.push_str(&pool);
 
+    head(
+        &mut o,
+        "hopgate_maintenance_notifications_total",
+        "counter",
+        "Maintenance notifications by kind and result.",
+    );
+    if let Some(mt) = maintenance {
+        for ((kind, result), n) in mt.stats.notifications.lock().iter() {
+            let _ = writeln!(o, "hopgate_maintenance_notifications_total{{kind=\"{kind}\",result=\"{result}\"}} {n}");
+        }
+    }
+    head(
+        &mut o,
+        "hopgate_maintenance_headers_ignored_total",
+        "counter",
+        "Hop-Maintenance headers ignored, by reason.",
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_maintenance_headers_ignored_total{{reason=\"malformed\"}} {}",
+        get(&m.maintenance_malformed)
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_maintenance_headers_ignored_total{{reason=\"queue_full\"}} {}",
+        get(&m.maintenance_dropped)
+    );
+    if let Some(mt) = maintenance {
+        let st = &mt.stats;
+        head(
+            &mut o,
+            "hopgate_handoffs_total",
+            "counter",
+            "Connection handoffs by outcome.",
+        );
+        let _ = writeln!(
+            o,
+            "hopgate_handoffs_total{{outcome=\"ok\"}} {}",
+            get(&st.handoffs_ok)
+        );
+        let _ = writeln!(
+            o,
+            "hopgate_handoffs_total{{outcome=\"attempt_failed\"}} {}",
+            get(&st.handoff_attempts_failed)
+        );
+        let _ = writeln!(
+            o,
+            "hopgate_handoffs_total{{outcome=\"exhausted\"}} {}",
+            get(&st.handoffs_exhausted)
+        );
+        let _ = writeln!(
+            o,
+            "hopgate_handoffs_total{{outcome=\"queue_full\"}} {}",
+            get(&st.handoff_queue_full)
+        );
+        let _ = writeln!(
+            o,
+            "hopgate_handoffs_total{{outcome=\"breaker_open\"}} {}",
+            get(&st.handoff_breaker_rejections)
+        );
+        head(
+            &mut o,
+            "hopgate_handoff_workers",
+            "gauge",
+            "Handoff workers running.",
+        );
+        let _ = writeln!(
+            o,
+            "hopgate_handoff_workers {}",
+            st.workers.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
     head(
         &mut o,
         "hopgate_config_version",

@@ -156,6 +156,49 @@ pub struct Config {
     pub sources: SourcesConfig,
     pub sessions: SessionsConfig,
     pub store: StoreConfig,
+    pub maintenance: MaintenanceConfig,
+}
+
+/// Whether maintenance notifications are acted on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaintenanceMode {
+    /// Act on notifications from every source (HTTP backends have no
+    /// capability handshake, so this is the same as `Enabled`).
+    Auto,
+    Enabled,
+    /// Ignore (and count) every notification.
+    Disabled,
+}
+
+/// `maintenance:`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaintenanceConfig {
+    pub mode: MaintenanceMode,
+    pub relaxed_timeout: Duration,
+    pub max_relaxed: Duration,
+    pub post_handoff_relaxed: Duration,
+    pub handoff_timeout: Duration,
+    /// 1..=10.
+    pub max_handoff_retries: u32,
+    /// 0 = sized from the pool.
+    pub workers: usize,
+    /// 0 = sized from the pool.
+    pub queue: usize,
+}
+
+impl Default for MaintenanceConfig {
+    fn default() -> Self {
+        MaintenanceConfig {
+            mode: MaintenanceMode::Auto,
+            relaxed_timeout: Duration::from_secs(10),
+            max_relaxed: Duration::from_secs(300),
+            post_handoff_relaxed: Duration::from_secs(20),
+            handoff_timeout: Duration::from_secs(15),
+            max_handoff_retries: 3,
+            workers: 0,
+            queue: 0,
+        }
+    }
 }
 
 /// `sessions:`.

@@ -57,6 +57,13 @@ pub struct NodeState {
     failures: AtomicU64,
     breaker: Breaker,
     outlier: Outlier,
+    /// Maintenance: relaxed timeouts while `now_ms() < relaxed_until_ms`.
+    relaxed_until_ms: AtomicU64,
+    /// Maintenance: the address the node moved to (MOVING), until a
+    /// reload gives it a new configured address.
+    moved_to: arc_swap::ArcSwapOption<std::net::SocketAddr>,
+    /// Maintenance: the handoff could not reach the node at all.
+    unreachable: AtomicBool,
     extension: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
@@ -151,6 +158,9 @@ impl NodeState {
                 ..Breaker::default()
             },
             outlier: Outlier::default(),
+            relaxed_until_ms: AtomicU64::new(0),
+            moved_to: arc_swap::ArcSwapOption::empty(),
+            unreachable: AtomicBool::new(false),
             extension: OnceLock::new(),
         }
     }
@@ -214,7 +224,47 @@ impl NodeState {
         self.health() != Health::Unhealthy
             && !self.is_draining()
             && !self.is_ejected(now_ms)
+            && !self.is_unreachable()
             && self.circuit_may_pass(now_ms)
+    }
+
+    /// Relaxed timeouts until `until_ms` (never shortens a longer period).
+    pub fn relax_until(&self, until_ms: u64) {
+        self.relaxed_until_ms.fetch_max(until_ms, Ordering::Relaxed);
+    }
+
+    /// Normal timeouts again from `at_ms` (now, or the end of a
+    /// post-handoff window).
+    pub fn unrelax_at(&self, at_ms: u64) {
+        self.relaxed_until_ms.store(at_ms, Ordering::Relaxed);
+    }
+
+    /// Is the node under relaxed timeouts (maintenance)?
+    pub fn is_relaxed(&self, now_ms: u64) -> bool {
+        self.relaxed_until_ms.load(Ordering::Relaxed) > now_ms
+    }
+
+    /// When the relaxed period ends (`now_ms()` scale; 0 = none).
+    pub fn relaxed_until(&self) -> u64 {
+        self.relaxed_until_ms.load(Ordering::Relaxed)
+    }
+
+    /// Where the node lives now, if a MOVING notification moved it.
+    pub fn moved_to(&self) -> Option<std::net::SocketAddr> {
+        self.moved_to.load().as_deref().copied()
+    }
+
+    pub fn set_moved_to(&self, addr: Option<std::net::SocketAddr>) {
+        self.moved_to.store(addr.map(Arc::new));
+    }
+
+    pub fn is_unreachable(&self) -> bool {
+        self.unreachable.load(Ordering::Relaxed)
+    }
+
+    /// Marks the node unreachable (a handoff could not reach it) or clears it.
+    pub fn set_unreachable(&self, on: bool) {
+        self.unreachable.store(on, Ordering::Relaxed);
     }
 
     /// Could this node serve if the gateway ignored passive verdicts
@@ -222,7 +272,7 @@ impl NodeState {
     /// node is left: a node that was ejected while restarting may well be
     /// back, and trying it beats failing the request.
     pub fn last_resort_ok(&self) -> bool {
-        self.health() != Health::Unhealthy && !self.is_draining()
+        self.health() != Health::Unhealthy && !self.is_draining() && !self.is_unreachable()
     }
 
     /// Evidence that the node serves again (a last-resort request or an

@@ -22,6 +22,7 @@ use hyper::body::Incoming;
 use hopgate_core::balance::hash_key;
 use hopgate_core::config::{HashOn, SessionsConfig, UpstreamProtocol};
 use hopgate_core::error::{ErrorKind, ProxyError};
+use hopgate_core::maintenance::Notification;
 use hopgate_core::node::{now_ms, Observation, Verdict};
 use hopgate_core::retry;
 use hopgate_core::route::RequestView;
@@ -31,8 +32,8 @@ use hopgate_store::Binding;
 
 use crate::body::ProxyBody;
 use crate::headers::{
-    append_forwarded_for, new_request_id, strip_hop_by_hop, HOP_SESSION_CONTEXT, X_FORWARDED_PROTO,
-    X_HOP_FROM, X_REQUEST_ID, X_ROUTE_RULE_ID, X_UPSTREAM_ADDR,
+    append_forwarded_for, new_request_id, strip_hop_by_hop, HOP_MAINTENANCE, HOP_SESSION_CONTEXT,
+    X_FORWARDED_PROTO, X_HOP_FROM, X_REQUEST_ID, X_ROUTE_RULE_ID, X_UPSTREAM_ADDR,
 };
 use crate::metrics::{HopRecord, METRICS};
 use crate::pool::{Pool, PoolSettings, SendFailure};
@@ -62,6 +63,9 @@ pub struct Forwarder {
     sessions: Option<Arc<Sessions>>,
     /// Turns true when the gateway shuts down (long-lived streams end).
     stopping: tokio::sync::watch::Receiver<bool>,
+    /// Where `Hop-Maintenance` headers from backends go (the control
+    /// plane's intake).
+    maintenance: Option<tokio::sync::mpsc::Sender<Notification>>,
 }
 
 /// A hop decided for this request, completed when a new node answers.
@@ -88,7 +92,17 @@ impl Forwarder {
             snapshot,
             sessions,
             stopping: tokio::sync::watch::channel(false).1,
+            maintenance: None,
         }
+    }
+
+    /// `Hop-Maintenance` response headers are parsed and sent to `intake`.
+    pub fn with_maintenance(
+        mut self,
+        intake: tokio::sync::mpsc::Sender<Notification>,
+    ) -> Forwarder {
+        self.maintenance = Some(intake);
+        self
     }
 
     /// Long-lived streams (tunnels) end when `stopping` turns true.
@@ -137,6 +151,30 @@ impl Forwarder {
         METRICS.response(resp.status().as_u16());
         log_access(&snap, &method, &request_id, &outcome, started, peer, ctx);
         resp
+    }
+
+    /// A backend announced maintenance in a response header: parse it and
+    /// hand it to the control plane's intake (never blocks; a malformed or
+    /// undeliverable notification is counted and dropped whole).
+    fn maintenance_header(&self, svc: &CompiledService, node: &CompiledNode, value: &HeaderValue) {
+        let parsed = value
+            .to_str()
+            .map_err(|_| "not text".to_owned())
+            .and_then(|v| hopgate_core::maintenance::parse_header(&svc.name, &node.id, v));
+        match (parsed, &self.maintenance) {
+            (Ok(n), Some(tx)) => {
+                if tx.try_send(n).is_err() {
+                    METRICS.maintenance_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            (Ok(_), None) => {}
+            (Err(e), _) => {
+                METRICS
+                    .maintenance_malformed
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(service = %svc.name, node = %node.id, error = %e, "malformed Hop-Maintenance header ignored");
+            }
+        }
     }
 
     async fn route_and_forward(
@@ -367,6 +405,11 @@ impl Forwarder {
                 break;
             };
             retarget(&mut request, node, svc);
+            if let Some(moved) = node.state.moved_to() {
+                if let Ok(v) = HeaderValue::from_str(&moved.to_string()) {
+                    request.headers_mut().insert(X_UPSTREAM_ADDR.clone(), v);
+                }
+            }
             if let Some(h) = hop.as_ref().filter(|h| *h.from != *node.id) {
                 let headers = request.headers_mut();
                 if let Ok(v) = HeaderValue::from_str(&h.from) {
@@ -380,6 +423,13 @@ impl Forwarder {
                 }
             }
             let mut settings = pool_settings(snap, svc);
+            if node.state.is_relaxed(now) {
+                // Maintenance: slow answers are not failures.
+                let relaxed = snap.config.maintenance.relaxed_timeout;
+                settings.request_timeout = settings.request_timeout.max(relaxed);
+                settings.connect_timeout = settings.connect_timeout.max(relaxed);
+                settings.idle_timeout = settings.idle_timeout.max(relaxed);
+            }
             if upgrade.is_some() {
                 // Upgrades need a connection of their own, spoken in HTTP/1.1.
                 settings.protocol = UpstreamProtocol::Http1;
@@ -390,7 +440,8 @@ impl Forwarder {
                 .expect("the node extension slot holds the pool");
             let inflight = node.state.begin_request();
             let sent_at = Instant::now();
-            let result = pool.send(node.address, request, &settings).await;
+            let addr = node.state.moved_to().unwrap_or(node.address);
+            let result = pool.send(addr, request, &settings).await;
             drop(inflight);
             match result {
                 Ok(mut resp) => {
@@ -406,6 +457,9 @@ impl Forwarder {
                         Observation::Success
                     };
                     account(svc, node, seen);
+                    if let Some(v) = resp.headers_mut().remove(&HOP_MAINTENANCE) {
+                        self.maintenance_header(svc, node, &v);
+                    }
                     let on_upstream =
                         (status == 101 && upgrade.is_some()).then(|| hyper::upgrade::on(&mut resp));
                     strip_hop_by_hop(resp.headers_mut(), false);
@@ -587,7 +641,12 @@ fn settle_session(o: SessionOutcome<'_>, headers: &mut HeaderMap) {
 /// threshold: never eject so much that the service has nowhere to go).
 fn account(svc: &CompiledService, node: &CompiledNode, seen: Observation) {
     let now = now_ms();
-    if let Verdict::Eject(time) = node.state.observe(seen, now, &svc.outlier) {
+    let verdict = node.state.observe(seen, now, &svc.outlier);
+    if node.state.is_relaxed(now) {
+        // Under maintenance passive ejection is suspended.
+        return;
+    }
+    if let Verdict::Eject(time) = verdict {
         let total = svc.nodes.len();
         let ejected = svc.nodes.iter().filter(|n| n.state.is_ejected(now)).count();
         if (ejected + 1) * 100 <= total * usize::from(svc.outlier.max_ejected_percent) {

@@ -17,6 +17,7 @@ pub static X_ROUTE_RULE_ID: HeaderName = HeaderName::from_static("x-route-rule-i
 pub static X_UPSTREAM_ADDR: HeaderName = HeaderName::from_static("x-upstream-addr");
 pub static X_HOP_FROM: HeaderName = HeaderName::from_static("x-hop-from");
 pub static HOP_SESSION_CONTEXT: HeaderName = HeaderName::from_static("hop-session-context");
+pub static HOP_MAINTENANCE: HeaderName = HeaderName::from_static("hop-maintenance");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 

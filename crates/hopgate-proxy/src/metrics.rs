@@ -90,6 +90,10 @@ pub struct Metrics {
     pub contexts_stored: AtomicU64,
     pub contexts_oversized: AtomicU64,
     pub contexts_delivered: AtomicU64,
+    /// `Hop-Maintenance` headers that could not be parsed.
+    pub maintenance_malformed: AtomicU64,
+    /// Parsed ones the intake queue had no room for.
+    pub maintenance_dropped: AtomicU64,
     hops: Mutex<HopStats>,
 }
 

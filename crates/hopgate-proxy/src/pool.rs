@@ -194,9 +194,14 @@ impl Pool {
 
     /// Replaces every connection (see [`Pool::mark_all_for_replacement`])
     /// and, once `deadline` has passed, closes any old connection still
-    /// busy. Requests started after this call use new connections.
-    pub fn drain(self: &Arc<Self>, deadline: Duration) {
-        self.mark_all_for_replacement();
+    /// busy. Requests started after this call use new connections. Returns
+    /// how many idle connections were closed (a handoff re-dials as many).
+    pub fn drain(self: &Arc<Self>, deadline: Duration) -> usize {
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        let evicted = self.evict_idle();
+        if let Some(h2) = self.h2.swap(None) {
+            h2.meta.set(ConnState::Unusable);
+        }
         let cut = self.generation.load(Ordering::Relaxed);
         let kill = self.kill_below.clone();
         tokio::spawn(async move {
@@ -207,6 +212,36 @@ impl Pool {
                 changed
             });
         });
+        evicted
+    }
+
+    /// Dials `addr` now and parks the connection as idle (or as the shared
+    /// HTTP/2 connection), so the next request finds it warm. Used by the
+    /// maintenance handoff to move a node's connections to its new address.
+    pub async fn prewarm(
+        &self,
+        addr: SocketAddr,
+        settings: &PoolSettings,
+    ) -> Result<(), ProxyError> {
+        let generation = self.generation.load(Ordering::Relaxed);
+        match settings.protocol {
+            UpstreamProtocol::Http1 => {
+                let conn = self.dial_h1(addr, settings, generation).await?;
+                conn.meta.set(ConnState::Idle);
+                let idle = IdleConn {
+                    conn,
+                    since: Instant::now(),
+                };
+                if let Err(rejected) = self.idle.load().push(idle) {
+                    rejected.conn.meta.set(ConnState::Closed);
+                }
+            }
+            UpstreamProtocol::Http2 => {
+                let conn = self.dial_h2(addr, settings, generation).await?;
+                self.h2.store(Some(Arc::new(conn)));
+            }
+        }
+        Ok(())
     }
 
     /// Sends `req` to `addr` over a pooled or new connection.

@@ -175,7 +175,7 @@ pub fn stickiness(
         };
     let facts = HopFacts {
         removed: false,
-        maintenance: false,
+        maintenance: st.is_unreachable(),
         unhealthy: st.health() == Health::Unhealthy,
         ejected: st.is_ejected(now_ms_),
         circuit_open: st.circuit() == CircuitState::Open && !st.is_available(now_ms_),

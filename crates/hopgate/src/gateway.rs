@@ -14,6 +14,7 @@ use tokio::sync::{watch, Mutex};
 use tokio::task::JoinHandle;
 
 use hopgate_control::admin::{serve_admin, Admin};
+use hopgate_control::maintenance::Maintenance;
 use hopgate_control::watch::watch_file;
 use hopgate_control::{Control, Source};
 use hopgate_core::config::{Config, ListenerConfig};
@@ -238,9 +239,19 @@ impl Gateway {
         // includes the bindings of the last requests.
         let (session_stop, session_rx) = watch::channel(false);
         let (sessions, session_task) = start_sessions(&cfg, session_rx);
+        let pool_size = cfg
+            .services
+            .iter()
+            .map(|s| s.pool.max_idle)
+            .max()
+            .unwrap_or(64);
+        let maintenance =
+            Maintenance::new(Arc::clone(control.snapshot()), cfg.maintenance, pool_size);
+        let (maint_tx, mut maint_rx) = tokio::sync::mpsc::channel(1024);
         let live = Arc::new(Listeners {
             forwarder: Forwarder::new(Arc::clone(control.snapshot()), Some(Arc::clone(&sessions)))
-                .with_stopping(rx.clone()),
+                .with_stopping(rx.clone())
+                .with_maintenance(maint_tx),
             running: Mutex::new(Vec::new()),
         });
         let mut listeners = Vec::new();
@@ -256,16 +267,36 @@ impl Gateway {
             .await
             .with_context(|| format!("cannot listen on {} (admin)", cfg.admin.address))?;
         let admin_addr = admin_sock.local_addr()?;
-        let admin = Admin::new(Arc::clone(&control), token, Some(Arc::clone(&sessions)));
+        let admin = Admin::with_maintenance(
+            Arc::clone(&control),
+            token,
+            Some(Arc::clone(&sessions)),
+            Arc::clone(&maintenance),
+        );
         let mut tasks = vec![tokio::spawn(serve_admin(
             admin_sock,
             Arc::clone(&admin),
             rx.clone(),
         ))];
+        // Notifications from backends' Hop-Maintenance headers.
+        let m = Arc::clone(&maintenance);
+        let mut stop = rx.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    n = maint_rx.recv() => match n {
+                        Some(n) => { let _ = m.intake(n); }
+                        None => return,
+                    },
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            }
+        }));
 
         // Keep listeners in step with applied configs.
         let mut applied = control.subscribe();
         let (c, l, mut stop) = (Arc::clone(&control), Arc::clone(&live), rx.clone());
+        let maint = Arc::clone(&maintenance);
         tasks.push(tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -281,6 +312,7 @@ impl Gateway {
                     );
                 }
                 l.reconcile(&snap.config).await;
+                maint.set_config(snap.config.maintenance);
             }
         }));
         if let Some(path) = &config_path {

@@ -75,6 +75,8 @@ pub struct RawConfig {
     pub sessions: Option<RawSessions>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<RawStore>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<RawMaintenance>,
 }
 
 /// An address clients connect to.
@@ -416,4 +418,30 @@ pub struct RawStore {
     /// memory with path: how often bindings are written (default 10s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persist_interval: Option<Text>,
+}
+
+/// Maintenance notifications and connection handoff.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMaintenance {
+    /// `auto` (default), `enabled` or `disabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relaxed_timeout: Option<Text>,
+    /// Longest a relaxed period lasts without its end notification.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_relaxed: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_handoff_relaxed: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff_timeout: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_handoff_retries: Option<Text>,
+    /// Handoff workers (0 = sized from the pool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<Text>,
+    /// Handoff queue size (0 = sized from the pool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<Text>,
 }

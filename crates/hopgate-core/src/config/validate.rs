@@ -66,6 +66,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
     let sources = v.sources(raw.sources.as_ref());
     let sessions = v.sessions(raw.sessions.as_ref());
     let store = v.store(raw.store.as_ref());
+    let maintenance = v.maintenance(raw.maintenance.as_ref());
     if !v.errors.is_empty() {
         return Err(v.errors);
     }
@@ -82,6 +83,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         sources,
         sessions,
         store,
+        maintenance,
     })
 }
 

@@ -75,6 +75,8 @@ const COUNT: &str = "/hopgate.test.Probe/Count";
 /// What one server instance has seen, for the test to inspect.
 struct NodeState {
     id: String,
+    /// The text of every Echo call that reached the handler.
+    received: parking_lot::Mutex<Vec<String>>,
     /// `grpc-timeout` values of the Echo calls it received.
     deadlines: parking_lot::Mutex<Vec<String>>,
     /// Slow Echo handlers dropped before they could answer.
@@ -144,6 +146,7 @@ impl UnaryService<Ask> for Echo {
                     .push(t.to_str().unwrap_or("?").to_owned());
             }
             let ask = req.into_inner();
+            node.received.lock().push(ask.text.clone());
             if ask.sleep_ms > 0 {
                 let mut guard = Unfinished(Some(Arc::clone(&node)));
                 tokio::time::sleep(Duration::from_millis(ask.sleep_ms)).await;
@@ -259,6 +262,7 @@ impl GrpcNode {
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(NodeState {
             id: id.to_owned(),
+            received: parking_lot::Mutex::default(),
             deadlines: parking_lot::Mutex::default(),
             abandoned: AtomicUsize::new(0),
             last_sent: AtomicU32::new(0),
@@ -420,6 +424,16 @@ fn grpc_config(nodes: &[(&str, SocketAddr)], extra: &str) -> String {
         &svc,
         "  - { id: grpc, match: { path_prefix: / }, service: s }",
     )
+}
+
+/// The gateway's WARN and ERROR log lines, for failure messages.
+fn warnings(gw: &Gateway) -> String {
+    gw.logs()
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .take(20)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 async fn grpc_gateway(nodes: &[(&str, SocketAddr)], extra: &str) -> Gateway {
@@ -598,7 +612,8 @@ async fn grpc_timeout_ends_a_slow_call_and_the_gateway_keeps_serving() {
     assert_eq!(fresh.echo("fresh").await.unwrap().node, "a");
 }
 
-/// One unary call's result, and whether it started after the stop.
+/// One unary call's result (the answering node, or the call's text and
+/// error), and whether it started after the stop.
 type CallLog = Arc<parking_lot::Mutex<Vec<(bool, Result<String, String>)>>>;
 
 #[tokio::test]
@@ -623,12 +638,20 @@ async fn stopping_one_of_two_nodes_under_unary_load_fails_no_call() {
             Arc::clone(&log),
         );
         tasks.push(tokio::spawn(async move {
-            while issued.fetch_add(1, Ordering::SeqCst) < TOTAL {
+            loop {
+                let n = issued.fetch_add(1, Ordering::SeqCst);
+                if n >= TOTAL {
+                    break;
+                }
+                let text = format!("load-{n}");
                 let after_stop = stopped.load(Ordering::SeqCst);
-                let got = tokio::time::timeout(Duration::from_secs(20), c.echo("load")).await;
+                let got = tokio::time::timeout(Duration::from_secs(20), c.echo(&text)).await;
                 let got = match got {
-                    Ok(Ok(r)) => Ok(r.node),
-                    Ok(Err(s)) => Err(format!("{s:?}")),
+                    Ok(Ok(r)) => {
+                        assert_eq!(r.text, text);
+                        Ok(r.node)
+                    }
+                    Ok(Err(s)) => Err(format!("{text}: {s:?}")),
                     Err(_) => Err("no answer within 20 s".to_owned()),
                 };
                 log.lock().push((after_stop, got));
@@ -651,12 +674,28 @@ async fn stopping_one_of_two_nodes_under_unary_load_fails_no_call() {
 
     let log = log.lock();
     assert_eq!(log.len(), TOTAL);
-    let failed: Vec<_> = log.iter().filter(|(_, r)| r.is_err()).collect();
+    // A failed call that no backend saw was never processed: the gateway
+    // should have sent it elsewhere. One a backend saw must still not fail,
+    // since a graceful stop lets in-flight calls finish.
+    let reached = |text: &str| {
+        [&a, &b]
+            .iter()
+            .any(|n| n.state.received.lock().iter().any(|t| t == text))
+    };
+    let failed: Vec<String> = log
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().err())
+        .map(|e| {
+            let text = e.split(':').next().unwrap_or_default();
+            format!("[reached a backend: {}] {e}", reached(text))
+        })
+        .collect();
     assert!(
         failed.is_empty(),
-        "{} of {TOTAL} calls failed: {:?}",
+        "{} of {TOTAL} calls failed: {:#?}\ngateway warnings:\n{}",
         failed.len(),
-        &failed[..failed.len().min(5)]
+        &failed[..failed.len().min(5)],
+        warnings(&gw)
     );
     let before: BTreeSet<&str> = log
         .iter()
@@ -744,9 +783,10 @@ async fn one_client_connection_survives_every_backend_restarting_in_turn() {
     let failures = failures.lock();
     assert!(
         failures.is_empty(),
-        "{} calls failed: {:?}",
+        "{} calls failed: {:#?}\ngateway warnings:\n{}",
         failures.len(),
-        &failures[..failures.len().min(5)]
+        &failures[..failures.len().min(5)],
+        warnings(&gw)
     );
     let served = served.lock();
     for id in ["a1", "b1", "a2", "b2"] {

@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 use super::super::raw::{
-    RawCircuit, RawDrain, RawHealth, RawOutlier, RawRetries, RawSessions, RawSources, RawStore,
-    Text,
+    RawCircuit, RawDrain, RawHealth, RawMaintenance, RawOutlier, RawRetries, RawSessions,
+    RawSources, RawStore, Text,
 };
 use super::super::{
-    CircuitConfig, DrainConfig, DrainMode, HealthConfig, OutlierConfig, RetryConfig,
-    SessionsConfig, SourcesConfig, StoreConfig,
+    CircuitConfig, DrainConfig, DrainMode, HealthConfig, MaintenanceConfig, MaintenanceMode,
+    OutlierConfig, RetryConfig, SessionsConfig, SourcesConfig, StoreConfig,
 };
 use super::{
     check_path, int_in, is_env_name, is_tchar, parse_header_name, positive_duration, size_in,
@@ -380,6 +380,73 @@ impl Validator {
     }
 }
 
+impl Validator {
+    pub(super) fn maintenance(&mut self, r: Option<&RawMaintenance>) -> MaintenanceConfig {
+        let d = MaintenanceConfig::default();
+        let Some(r) = r else { return d };
+        let mode = match r.mode.as_deref() {
+            None | Some("auto") => MaintenanceMode::Auto,
+            Some("enabled") => MaintenanceMode::Enabled,
+            Some("disabled") => MaintenanceMode::Disabled,
+            Some(other) => {
+                self.err(
+                    "maintenance.mode",
+                    format!(
+                        "unknown mode {other:?}: expected \"auto\", \"enabled\" or \"disabled\""
+                    ),
+                );
+                d.mode
+            }
+        };
+        let day = Duration::from_secs(86_400);
+        let relaxed_timeout = self.duration_or(
+            "maintenance.relaxed_timeout".into(),
+            r.relaxed_timeout.as_ref(),
+            Duration::from_secs(3600),
+            d.relaxed_timeout,
+        );
+        MaintenanceConfig {
+            mode,
+            relaxed_timeout,
+            max_relaxed: self.duration_or(
+                "maintenance.max_relaxed".into(),
+                r.max_relaxed.as_ref(),
+                day,
+                d.max_relaxed,
+            ),
+            // Default: twice the relaxed timeout.
+            post_handoff_relaxed: self.duration_or(
+                "maintenance.post_handoff_relaxed".into(),
+                r.post_handoff_relaxed.as_ref(),
+                day,
+                relaxed_timeout * 2,
+            ),
+            handoff_timeout: self.duration_or(
+                "maintenance.handoff_timeout".into(),
+                r.handoff_timeout.as_ref(),
+                Duration::from_secs(3600),
+                d.handoff_timeout,
+            ),
+            max_handoff_retries: self.int_or(
+                "maintenance.max_handoff_retries".into(),
+                r.max_handoff_retries.as_ref(),
+                1,
+                10,
+                d.max_handoff_retries,
+            ),
+            workers: self.int_or("maintenance.workers".into(), r.workers.as_ref(), 0, 1024, 0)
+                as usize,
+            queue: self.int_or(
+                "maintenance.queue".into(),
+                r.queue.as_ref(),
+                0,
+                1_000_000,
+                0,
+            ) as usize,
+        }
+    }
+}
+
 /// `200`, `2xx`, or `200-399`.
 fn parse_status_range(s: &str) -> Result<(u16, u16), String> {
     let s = s.trim();
@@ -466,7 +533,7 @@ mod tests {
     fn every_bad_value_is_named() {
         let errs = errors(
             "  - name: s\n    health: { path: hz, interval: 0s, timeout: x, rise: 0, fall: 101, expect_status: 7xx, initial: sick }\n    outlier: { consecutive_5xx: -1, base_ejection: 10s, max_ejection: 1s, max_ejected_percent: 101 }\n    circuit: { failure_threshold: 0, reset_timeout: 2, max_requests: 0 }\n    nodes: [ { id: n, address: 127.0.0.1:1 } ]\n",
-            "retries: { attempts: 11, budget: 1.5, buffer_body: 1GiB }\n",
+            "retries: { attempts: 11, budget: 1.5, buffer_body: 1GiB }\nmaintenance: { mode: sometimes, relaxed_timeout: 0s, max_handoff_retries: 11, workers: -1 }\n",
         );
         for path in [
             "services[0].health.path",
@@ -485,6 +552,10 @@ mod tests {
             "retries.attempts",
             "retries.budget",
             "retries.buffer_body",
+            "maintenance.mode",
+            "maintenance.relaxed_timeout",
+            "maintenance.max_handoff_retries",
+            "maintenance.workers",
         ] {
             assert!(
                 errs.iter().any(|e| e.starts_with(&format!("{path}:"))),

@@ -1722,6 +1722,16 @@ fn nasty_values_never_panic() {
                 max_sessions: t(),
                 persist_interval: t(),
             }),
+            maintenance: Some(crate::config::raw::RawMaintenance {
+                mode: Some(s.into()),
+                relaxed_timeout: t(),
+                max_relaxed: t(),
+                post_handoff_relaxed: t(),
+                handoff_timeout: t(),
+                max_handoff_retries: t(),
+                workers: t(),
+                queue: t(),
+            }),
         };
         let errs = validate(&raw).expect_err("every field is nonsense");
         for e in &errs {

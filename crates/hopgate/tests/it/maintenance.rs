@@ -1,0 +1,357 @@
+//! Maintenance notifications and connection handoff: relaxed timeouts,
+//! MOVING with sessions kept, notifications from a backend header,
+//! de-duplication, malformed input, and a handoff that cannot reach the new
+//! address (the node's sessions hop).
+
+use std::time::Duration;
+
+use crate::harness::{client, config, json, service, Backend, Gateway};
+
+async fn notify(gw: &Gateway, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let r = client()
+        .post(gw.admin_url("/admin/v1/maintenance"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap())
+}
+
+async fn node(gw: &Gateway, id: &str) -> serde_json::Value {
+    let v: serde_json::Value = client()
+        .get(gw.admin_url("/admin/v1/nodes"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == id)
+        .cloned()
+        .unwrap()
+}
+
+fn cfg(services: &str, extra: &str) -> String {
+    config(
+        services,
+        "  - { id: r, match: { path_prefix: / }, service: s }",
+    )
+    .replace(
+        "timeouts: { shutdown: 10s }",
+        "timeouts: { shutdown: 10s, request: 500ms }",
+    ) + extra
+}
+
+#[tokio::test]
+async fn relaxed_timeouts_dedup_and_malformed_input() {
+    let a = Backend::start("a").await;
+    let gw = Gateway::start(&cfg(
+        &service("s", &[("a", a.addr, "")]),
+        "maintenance: { relaxed_timeout: 5s }\n",
+    ))
+    .await;
+    let c = client();
+    let slow = gw.url("/slow?sleep_ms=1200");
+    assert_eq!(
+        c.get(&slow).send().await.unwrap().status(),
+        504,
+        "normally too slow"
+    );
+    let (s, v) = notify(
+        &gw,
+        serde_json::json!({"service": "s", "node": "a", "kind": "MIGRATING", "seq": 1}),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(node(&gw, "a").await["maintenance"]["relaxed"], true);
+    assert_eq!(
+        c.get(&slow).send().await.unwrap().status(),
+        200,
+        "relaxed: a slow answer is not a failure"
+    );
+    let (s, _) = notify(
+        &gw,
+        serde_json::json!({"service": "s", "node": "a", "kind": "MIGRATED", "seq": 2}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(node(&gw, "a").await["maintenance"]["relaxed"], false);
+    assert_eq!(
+        c.get(&slow).send().await.unwrap().status(),
+        504,
+        "normal timeouts again"
+    );
+    // The same sequence number again: a duplicate, not applied.
+    let (s, v) = notify(
+        &gw,
+        serde_json::json!({"service": "s", "node": "a", "kind": "MIGRATING", "seq": 2}),
+    )
+    .await;
+    assert_eq!(s, 409, "{v}");
+    assert_eq!(v["errors"][0]["path"], "seq");
+    assert_eq!(node(&gw, "a").await["maintenance"]["relaxed"], false);
+    // Malformed: rejected with the field named, nothing applied.
+    let (s, v) = notify(
+        &gw,
+        serde_json::json!({"service": "s", "node": "a", "kind": "REBOOTING", "seq": 3}),
+    )
+    .await;
+    assert_eq!(s, 400);
+    assert_eq!(v["errors"][0]["path"], "kind");
+    let (s, v) = notify(&gw, serde_json::json!({"service": "s", "node": "a", "kind": "MOVING", "seq": 3, "to": "nowhere", "in": 5})).await;
+    assert_eq!(s, 400);
+    assert_eq!(v["errors"][0]["path"], "to");
+    let (s, _) = notify(
+        &gw,
+        serde_json::json!({"service": "s", "node": "a", "kind": "MOVING", "seq": 3}),
+    )
+    .await;
+    assert_eq!(s, 400, "MOVING needs in=");
+    let (s, _) = notify(
+        &gw,
+        serde_json::json!({"service": "s", "node": "zz", "kind": "MIGRATING", "seq": 3}),
+    )
+    .await;
+    assert_eq!(s, 404);
+    let m = c
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        m.contains(
+            "hopgate_maintenance_notifications_total{kind=\"MIGRATING\",result=\"applied\"} 1"
+        ),
+        "{m}"
+    );
+    assert!(
+        m.contains(
+            "hopgate_maintenance_notifications_total{kind=\"MIGRATING\",result=\"duplicate\"} 1"
+        ),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn a_backend_header_announces_maintenance_and_is_stripped() {
+    let a = Backend::start("a").await;
+    let gw = Gateway::start(&cfg(&service("s", &[("a", a.addr, "")]), "")).await;
+    let c = client();
+    let r = c
+        .get(gw.url("/x?maint=FAILING_OVER%20seq%3D4"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers().get("hop-maintenance").is_none(),
+        "the client never sees the header"
+    );
+    let mut relaxed = false;
+    for _ in 0..200 {
+        if node(&gw, "a").await["maintenance"]["relaxed"] == true {
+            relaxed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(relaxed, "the header's notification was applied");
+    let r = c
+        .get(gw.url("/x?maint=FAILING%20nonsense"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("hop-maintenance").is_none());
+    let m = c
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        m.contains("hopgate_maintenance_headers_ignored_total{reason=\"malformed\"} 1"),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn moving_keeps_sessions_bound_and_lets_in_flight_finish() {
+    let old = Backend::start("old-a").await;
+    let b = Backend::start("b").await;
+    let moved = Backend::start("new-a").await;
+    let svc = service("s", &[("a", old.addr, ""), ("b", b.addr, "")]);
+    let gw = Gateway::start(&(cfg(&svc, "") + "sessions: { ttl: 1h }\n")).await;
+    let c = client();
+    // Find a session bound to node a.
+    let mut token = None;
+    for _ in 0..20 {
+        let r = c.get(gw.url("/")).send().await.unwrap();
+        let t = r
+            .headers()
+            .get("hop-session")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
+        if json(r).await["node"] == "old-a" {
+            token = Some(t);
+            break;
+        }
+    }
+    let token = token.expect("a session lands on a");
+    let slow = {
+        let (url, t) = (gw.url("/slow?sleep_ms=400"), token.clone());
+        tokio::spawn(async move { client().get(url).header("hop-session", t).send().await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (s, v) = notify(&gw, serde_json::json!({"service": "s", "node": "a", "kind": "MOVING", "seq": 1, "to": moved.addr.to_string(), "in": 2})).await;
+    assert_eq!(s, 200, "{v}");
+    let r = slow.await.unwrap().unwrap();
+    assert_eq!(
+        json(r).await["node"],
+        "old-a",
+        "in-flight work finished on the old address"
+    );
+    for _ in 0..5 {
+        let r = c
+            .get(gw.url("/"))
+            .header("hop-session", &token)
+            .send()
+            .await
+            .unwrap();
+        let v = json(r).await;
+        assert_eq!(v["node"], "new-a", "new requests go to the new address");
+        assert!(
+            v["hop_from"].is_null(),
+            "no hop: the node kept its identity"
+        );
+    }
+    let sid: serde_json::Value = c
+        .get(gw.admin_url(&format!("/admin/v1/sessions/{token}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(sid["bindings"][0]["node"], "a");
+    assert_eq!(sid["bindings"][0]["hops"], 0);
+    let n = node(&gw, "a").await;
+    assert_eq!(n["maintenance"]["moved_to"], moved.addr.to_string());
+    assert_eq!(
+        n["maintenance"]["relaxed"], true,
+        "post-handoff relaxed window"
+    );
+    let m = c
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(m.contains("hopgate_handoffs_total{outcome=\"ok\"}"), "{m}");
+    assert!(
+        !m.contains("hopgate_handoffs_total{outcome=\"ok\"} 0"),
+        "a connection was handed off: {m}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_new_address_makes_the_sessions_hop() {
+    let a = Backend::start("a").await;
+    let b = Backend::start("b").await;
+    let svc = service("s", &[("a", a.addr, ""), ("b", b.addr, "")]);
+    let extra =
+        "sessions: { ttl: 1h }\nmaintenance: { handoff_timeout: 500ms, max_handoff_retries: 2 }\n";
+    let gw = Gateway::start(&(cfg(&svc, "") + extra)).await;
+    let c = client();
+    let mut token = None;
+    for _ in 0..20 {
+        let r = c.get(gw.url("/")).send().await.unwrap();
+        let t = r
+            .headers()
+            .get("hop-session")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
+        if json(r).await["node"] == "a" {
+            token = Some(t);
+            break;
+        }
+    }
+    let token = token.unwrap();
+    let dead = crate::harness::dead_addr();
+    let (s, _) = notify(&gw, serde_json::json!({"service": "s", "node": "a", "kind": "MOVING", "seq": 1, "to": dead.to_string(), "in": 1})).await;
+    assert_eq!(s, 200);
+    let mut unreachable = false;
+    for _ in 0..300 {
+        if node(&gw, "a").await["maintenance"]["unreachable"] == true {
+            unreachable = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(unreachable, "retries exhausted: the node is unreachable");
+    let r = c
+        .get(gw.url("/"))
+        .header("hop-session", &token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v = json(r).await;
+    assert_eq!(v["node"], "b", "the session hopped to a healthy node");
+    assert_eq!(v["hop_from"], "a");
+    let hops: serde_json::Value = c
+        .get(gw.admin_url("/admin/v1/hops"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(hops["hops"][0]["reason"], "maintenance");
+    let m = c
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        m.contains("hopgate_handoffs_total{outcome=\"exhausted\"} 1"),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn disabled_mode_ignores_notifications() {
+    let a = Backend::start("a").await;
+    let gw = Gateway::start(&cfg(
+        &service("s", &[("a", a.addr, "")]),
+        "maintenance: { mode: disabled }\n",
+    ))
+    .await;
+    let (s, v) = notify(
+        &gw,
+        serde_json::json!({"service": "s", "node": "a", "kind": "MIGRATING", "seq": 1}),
+    )
+    .await;
+    assert_eq!(s, 409, "{v}");
+    assert_eq!(v["refused"]["reason"], "disabled");
+    assert_eq!(node(&gw, "a").await["maintenance"]["relaxed"], false);
+}
