@@ -1058,7 +1058,27 @@ fn check_path(p: &str) -> Result<String, String> {
     Ok(p.to_owned())
 }
 
+/// Compiled regexes of recent configs, by pattern: a reload recompiles only
+/// the patterns that changed (compiling is by far the costliest part of
+/// validating a big config). Bounded; cleared when full.
+static REGEX_CACHE: std::sync::LazyLock<parking_lot::Mutex<HashMap<String, Regex>>> =
+    std::sync::LazyLock::new(Default::default);
+const REGEX_CACHE_MAX: usize = 50_000;
+
 fn compile_regex(re: &str) -> Result<Regex, String> {
+    if let Some(hit) = REGEX_CACHE.lock().get(re) {
+        return Ok(hit.clone());
+    }
+    let compiled = compile_regex_uncached(re)?;
+    let mut cache = REGEX_CACHE.lock();
+    if cache.len() >= REGEX_CACHE_MAX {
+        cache.clear();
+    }
+    cache.insert(re.to_owned(), compiled.clone());
+    Ok(compiled)
+}
+
+fn compile_regex_uncached(re: &str) -> Result<Regex, String> {
     Regex::new(re).map_err(|e| {
         let why = match &e {
             regex::Error::Syntax(text) => text
