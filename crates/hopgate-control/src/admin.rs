@@ -222,7 +222,20 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                 return error_response(StatusCode::BAD_REQUEST, "", "config body is not UTF-8");
             };
             let format = format.unwrap_or_else(|| sniff_format(text));
-            match control.apply_text(text, format, Source::Admin) {
+            // Validate and compile off the runtime's threads: a big config
+            // must not stall requests on a single-threaded runtime.
+            let (c, text) = (Arc::clone(control), text.to_owned());
+            let applied =
+                tokio::task::spawn_blocking(move || c.apply_text(&text, format, Source::Admin))
+                    .await;
+            let Ok(applied) = applied else {
+                return error_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "",
+                    "the reload task failed",
+                );
+            };
+            match applied {
                 Ok(o) => json_response(StatusCode::OK, &json!(o)),
                 Err(errors) => errors_response(StatusCode::BAD_REQUEST, &errors),
             }
@@ -240,10 +253,16 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
             )
         }
         (Method::POST, ["admin", "v1", "config", "rollback", v]) => match v.parse::<u64>() {
-            Ok(v) => match control.rollback(v) {
-                Ok(o) => json_response(StatusCode::OK, &json!(o)),
-                Err(errors) => errors_response(StatusCode::BAD_REQUEST, &errors),
-            },
+            Ok(v) => {
+                let c = Arc::clone(control);
+                let done = tokio::task::spawn_blocking(move || c.rollback(v))
+                    .await
+                    .unwrap_or_else(|_| Err(vec![ConfigError::new("", "the reload task failed")]));
+                match done {
+                    Ok(o) => json_response(StatusCode::OK, &json!(o)),
+                    Err(errors) => errors_response(StatusCode::BAD_REQUEST, &errors),
+                }
+            }
             Err(_) => error_response(
                 StatusCode::BAD_REQUEST,
                 "version",

@@ -258,6 +258,7 @@ impl Control {
                 if let Some(prev) = old.nodes.iter().find(|p| p.id == n.id) {
                     if prev.address != n.address {
                         n.state.set_moved_to(None);
+                        n.state.set_unreachable(false);
                         if let Some(pool) = n.state.extension_if_set::<Pool>() {
                             pool.drain(drain_deadline(shutdown));
                         }

@@ -72,6 +72,19 @@ impl HealthChecker {
             let keep = wanted.get(key).is_some_and(|(p, _)| p == probe);
             if !keep {
                 handle.abort();
+                // No longer checked: forget the verdict rather than keep a
+                // node out forever on the strength of a check that is gone.
+                if !wanted.contains_key(key) {
+                    if let Some(state) = snap
+                        .services
+                        .iter()
+                        .flat_map(|s| s.nodes.iter())
+                        .find(|n| n.state.key() == key)
+                        .map(|n| &n.state)
+                    {
+                        state.set_health(Health::Unknown);
+                    }
+                }
             }
             keep
         });

@@ -76,7 +76,12 @@ pub async fn watch_file(control: Arc<Control>, path: PathBuf, mut shutdown: watc
         applied = now;
         match std::fs::read_to_string(&path) {
             Ok(text) => {
-                let _ = control.apply_text(&text, format, Source::File(path.display().to_string()));
+                let (c, source) = (
+                    Arc::clone(&control),
+                    Source::File(path.display().to_string()),
+                );
+                let _ =
+                    tokio::task::spawn_blocking(move || c.apply_text(&text, format, source)).await;
             }
             Err(e) => {
                 tracing::error!(path = %path.display(), error = %e, "config file changed but cannot be read; keeping the running config");

@@ -280,6 +280,7 @@ impl NodeState {
     /// goes half-open, so its probes decide.
     pub fn recover(&self) {
         self.ejected_until_ms.store(0, Ordering::Relaxed);
+        self.unreachable.store(false, Ordering::Relaxed);
         let b = &self.breaker;
         if b.state
             .compare_exchange(

@@ -47,6 +47,22 @@ pub struct CompiledRoute {
     pub service: usize,
     pub target: CompiledTarget,
     pub strict_version: bool,
+    /// When the version-fallback warning was last logged (rate limit).
+    fallback_logged_ms: std::sync::atomic::AtomicU64,
+}
+
+impl CompiledRoute {
+    /// True at most once every 10 s: the version-fallback warning would
+    /// otherwise be logged on every request.
+    pub fn should_log_fallback(&self, now_ms: u64) -> bool {
+        use std::sync::atomic::Ordering;
+        let last = self.fallback_logged_ms.load(Ordering::Relaxed);
+        (last == 0 || now_ms >= last + 10_000)
+            && self
+                .fallback_logged_ms
+                .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
 }
 
 /// A rule's target, resolved to group indices of its service.
@@ -318,6 +334,7 @@ impl Snapshot {
                     service: r.service,
                     target,
                     strict_version: r.strict_version,
+                    fallback_logged_ms: std::sync::atomic::AtomicU64::new(0),
                 }
             })
             .collect();

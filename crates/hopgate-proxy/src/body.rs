@@ -50,6 +50,13 @@ pub enum ProxyBody {
         inner: Incoming,
         returner: Option<Returner>,
     },
+    /// A request body whose first bytes were already read (`head`), then
+    /// the rest as it comes.
+    Prefixed {
+        head: Option<Bytes>,
+        trailers: Option<http::HeaderMap>,
+        rest: Box<ProxyBody>,
+    },
     /// A gRPC response stream from a node that may drain: at the service's
     /// drain deadline it ends with `grpc-status: 14` (UNAVAILABLE).
     Guarded(Box<Guarded>),
@@ -178,6 +185,19 @@ impl Body for ProxyBody {
                 }
                 Poll::Pending => Poll::Pending,
             },
+            ProxyBody::Prefixed {
+                head,
+                trailers,
+                rest,
+            } => {
+                if let Some(b) = head.take() {
+                    return Poll::Ready(Some(Ok(Frame::data(b))));
+                }
+                if let Some(t) = trailers.take() {
+                    return Poll::Ready(Some(Ok(Frame::trailers(t))));
+                }
+                Pin::new(rest.as_mut()).poll_frame(cx)
+            }
             ProxyBody::Guarded(g) => {
                 if g.ended {
                     return Poll::Ready(None);
@@ -219,6 +239,11 @@ impl Body for ProxyBody {
                 inner.is_end_stream()
             }
             ProxyBody::Guarded(g) => g.ended,
+            ProxyBody::Prefixed {
+                head,
+                trailers,
+                rest,
+            } => head.is_none() && trailers.is_none() && rest.is_end_stream(),
         }
     }
 
@@ -229,7 +254,7 @@ impl Body for ProxyBody {
             ProxyBody::Limited { inner, .. } | ProxyBody::Upstream { inner, .. } => {
                 inner.size_hint()
             }
-            ProxyBody::Guarded(_) => SizeHint::default(),
+            ProxyBody::Guarded(_) | ProxyBody::Prefixed { .. } => SizeHint::default(),
         }
     }
 }

@@ -37,7 +37,7 @@ use crate::headers::{
 };
 use crate::metrics::{HopRecord, METRICS};
 use crate::pool::{Pool, PoolSettings, SendFailure};
-use crate::respond::error_response;
+use crate::respond::{error_response, grpc_error_response};
 use crate::session::{self, ClientSession, Sessions, Stickiness};
 use crate::tunnel;
 
@@ -82,6 +82,8 @@ struct Outcome {
     node: Option<usize>,
     attempts: usize,
     error: Option<ErrorKind>,
+    /// The session hopped to another node on this request.
+    hopped: bool,
 }
 
 impl Forwarder {
@@ -140,12 +142,17 @@ impl Forwarder {
             }
         };
         METRICS.requests.fetch_add(1, Ordering::Relaxed);
+        let grpc = is_grpc(req.headers());
         let (resp, outcome) = self.route_and_forward(&snap, req, peer, ctx).await;
         let resp = match resp {
             Ok(r) => r,
             Err(kind) => {
                 METRICS.error(kind);
-                error_response(kind, Some(&request_id))
+                if grpc {
+                    grpc_error_response(kind, Some(&request_id))
+                } else {
+                    error_response(kind, Some(&request_id))
+                }
             }
         };
         METRICS.response(resp.status().as_u16());
@@ -191,6 +198,7 @@ impl Forwarder {
             node: None,
             attempts: 0,
             error: None,
+            hopped: false,
         };
         let fail = |mut out: Outcome, kind: ErrorKind| {
             out.status = kind.status();
@@ -240,7 +248,7 @@ impl Forwarder {
         let selection = snap.select(route_idx, fastrand::u32(..), now);
         let svc = &snap.services[selection.service];
         out.service = Some(selection.service);
-        if selection.fell_back {
+        if selection.fell_back && route.should_log_fallback(now) {
             tracing::warn!(
                 route = %route.id,
                 service = %svc.name,
@@ -319,6 +327,7 @@ impl Forwarder {
         // A request that may have reached a backend can be replayed only if
         // it is replay-safe and its body is small enough to keep.
         let replay_safe = retry::replay_safe(&parts.method, &parts.headers);
+        let mut refused_copy: Option<Bytes> = None;
         let (body, kept) = if body_is_empty(&body) {
             (ProxyBody::Empty, replay_safe.then(Bytes::new))
         } else if replay_safe
@@ -331,10 +340,25 @@ impl Forwarder {
                 }
                 Err(_) => return fail(out, ErrorKind::BadRequest),
             }
+        } else if svc.protocol == UpstreamProtocol::Http2 && upgrade.is_none() {
+            // An HTTP/2 backend may refuse a stream it never processed
+            // (GOAWAY races). Keep a copy when the whole body has already
+            // arrived — without waiting for it: a streaming client must not
+            // be held up — so a refused stream can be replayed elsewhere.
+            let wait = if is_grpc(&parts.headers) {
+                std::time::Duration::from_millis(2)
+            } else {
+                std::time::Duration::ZERO
+            };
+            let (body, whole) =
+                take_arrived(body, policy.buffer_body, limits.max_body_bytes, wait).await;
+            refused_copy = whole;
+            (body, None)
         } else {
             (ProxyBody::limited(body, limits.max_body_bytes), None)
         };
         let template = kept.map(|b| (parts.clone(), b));
+        let refused_template = refused_copy.map(|b| (parts.clone(), b));
         let mut upstream = Some(Request::from_parts(parts, body));
 
         let attempts = (policy.attempts as usize).min(MAX_TRACKED);
@@ -463,6 +487,11 @@ impl Forwarder {
                     let on_upstream =
                         (status == 101 && upgrade.is_some()).then(|| hyper::upgrade::on(&mut resp));
                     strip_hop_by_hop(resp.headers_mut(), false);
+                    out.hopped = hop.as_ref().is_some_and(|h| *h.from != *node.id) && status < 500;
+                    if sessions.is_none() {
+                        // Only the gateway keeps contexts; never leak one.
+                        resp.headers_mut().remove(&HOP_SESSION_CONTEXT);
+                    }
                     if let (Some(s), Some(cs), Some(k)) = (sessions, &client_session, &key) {
                         settle_session(
                             SessionOutcome {
@@ -525,6 +554,23 @@ impl Forwarder {
                     log_upstream_failure(&svc.name, node, &error, sent_attempts, true);
                     last = error.kind;
                     upstream = Some(*request);
+                }
+                Err(SendFailure::Refused(error)) => {
+                    // Never processed: replay from a copy, whatever the method.
+                    log_upstream_failure(&svc.name, node, &error, sent_attempts, true);
+                    last = error.kind;
+                    account(svc, node, Observation::Failure);
+                    match template.as_ref().or(refused_template.as_ref()) {
+                        Some((parts, body)) => {
+                            let body = if body.is_empty() {
+                                ProxyBody::Empty
+                            } else {
+                                ProxyBody::full(body.clone())
+                            };
+                            upstream = Some(Request::from_parts(parts.clone(), body));
+                        }
+                        None => return fail(out, error.kind),
+                    }
                 }
                 Err(SendFailure::Sent(error)) => {
                     log_upstream_failure(&svc.name, node, &error, sent_attempts, false);
@@ -652,7 +698,7 @@ fn account(svc: &CompiledService, node: &CompiledNode, seen: Observation) {
         if (ejected + 1) * 100 <= total * usize::from(svc.outlier.max_ejected_percent) {
             node.state.eject_for(time, now);
         } else {
-            tracing::warn!(
+            tracing::debug!(
                 service = %svc.name,
                 node = %node.id,
                 ejected,
@@ -730,6 +776,63 @@ fn hash_of<B>(on: &HashOn, req: &Request<B>, client_ip: std::net::IpAddr) -> Opt
             std::net::IpAddr::V4(a) => hash_key(&a.octets()),
             std::net::IpAddr::V6(a) => hash_key(&a.octets()),
         }),
+    }
+}
+
+/// Reads the request body frames that have already arrived, waiting at
+/// most `wait` for more (a unary gRPC call's DATA frame typically trails its
+/// HEADERS by microseconds; a streaming client is never held up longer).
+/// Returns the body to send and, when the whole body (at most `keep` bytes,
+/// data frames only) arrived in time, a copy of it.
+async fn take_arrived(
+    mut body: Incoming,
+    keep: u64,
+    limit: u64,
+    wait: std::time::Duration,
+) -> (ProxyBody, Option<Bytes>) {
+    let mut got = bytes::BytesMut::new();
+    let until = tokio::time::Instant::now() + wait;
+    loop {
+        let next = match tokio::time::timeout_at(until, body.frame()).await {
+            Ok(f) => f,
+            Err(_) => return (prefixed(got.freeze(), None, body, limit), None),
+        };
+        match next {
+            // The body is complete.
+            None => {
+                let b = got.freeze();
+                return (ProxyBody::full(b.clone()), Some(b));
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(d) if (got.len() + d.len()) as u64 <= keep => got.extend_from_slice(&d),
+                Ok(d) => {
+                    got.extend_from_slice(&d);
+                    return (prefixed(got.freeze(), None, body, limit), None);
+                }
+                // Request trailers: passed on; no copy is kept.
+                Err(frame) => {
+                    return (
+                        prefixed(got.freeze(), frame.into_trailers().ok(), body, limit),
+                        None,
+                    )
+                }
+            },
+            // An error: stream what we have and let the send fail.
+            Some(Err(_)) => return (prefixed(got.freeze(), None, body, limit), None),
+        }
+    }
+}
+
+fn prefixed(head: Bytes, trailers: Option<HeaderMap>, rest: Incoming, limit: u64) -> ProxyBody {
+    let rest = ProxyBody::limited(rest, limit.saturating_sub(head.len() as u64));
+    if head.is_empty() && trailers.is_none() {
+        rest
+    } else {
+        ProxyBody::Prefixed {
+            head: (!head.is_empty()).then_some(head),
+            trailers,
+            rest: Box::new(rest),
+        }
     }
 }
 
@@ -812,7 +915,7 @@ fn log_access(
         service,
         node,
         retries = out.attempts.saturating_sub(1),
-        hops = 0,
+        hops = u8::from(out.hopped),
         status = out.status,
         error = out.error.map(|e| e.label()).unwrap_or("-"),
         latency_us = started.elapsed().as_micros() as u64,

@@ -46,6 +46,7 @@ pub struct ListenerSettings {
     pub debug_headers: bool,
     pub max_connections: usize,
     pub max_header_bytes: usize,
+    pub max_headers: usize,
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
     /// How long shutdown waits for in-flight requests.
@@ -58,6 +59,7 @@ impl ListenerSettings {
             debug_headers: l.debug_headers,
             max_connections: cfg.limits.max_connections,
             max_header_bytes: cfg.limits.max_header_bytes,
+            max_headers: cfg.limits.max_headers,
             header_read_timeout: cfg.timeouts.header_read,
             idle_timeout: cfg.timeouts.idle,
             shutdown_timeout: cfg.timeouts.shutdown,
@@ -72,6 +74,9 @@ fn server_builder(s: &ListenerSettings) -> auto::Builder<TokioExecutor> {
         .timer(TokioTimer::new())
         .header_read_timeout(s.header_read_timeout)
         .max_buf_size(s.max_header_bytes.max(8192))
+        // Let the gateway's own check answer (431 with a body naming the
+        // reason); hyper's parser just needs room for them.
+        .max_headers(s.max_headers.max(100) + 1)
         .keep_alive(true);
     builder
         .http2()

@@ -104,6 +104,10 @@ pub enum SendFailure {
     },
     /// The request may have reached the backend.
     Sent(ProxyError),
+    /// HTTP/2: the backend refused the stream (REFUSED_STREAM, or a stream
+    /// above its GOAWAY's last-stream-id): it never processed the request,
+    /// but the request itself was consumed. Safe to replay from a copy.
+    Refused(ProxyError),
 }
 
 /// Counters of one pool, for the admin API and metrics.
@@ -482,7 +486,7 @@ impl Pool {
                         request: Box::new(request),
                         error: ProxyError::with_detail(ErrorKind::ConnectionLost, e.error()),
                     }),
-                    None if refused => Err(SendFailure::Sent(ProxyError::with_detail(
+                    None if refused => Err(SendFailure::Refused(ProxyError::with_detail(
                         ErrorKind::ConnectionLost,
                         "stream refused by the backend",
                     ))),
@@ -521,7 +525,14 @@ fn is_refused_stream(e: &hyper::Error) -> bool {
     let mut src = e.source();
     while let Some(s) = src {
         let text = s.to_string();
-        if text.contains("refused stream") || text.contains("REFUSED_STREAM") {
+        // REFUSED_STREAM; or the backend's graceful GOAWAY (NO_ERROR) failing
+        // a stream above its last-stream-id, which it never processed
+        // (RFC 9113 §6.8).
+        if text.contains("refused stream")
+            || text.contains("REFUSED_STREAM")
+            || (text.contains("connection error received")
+                && text.contains("not a result of an error"))
+        {
             return true;
         }
         src = s.source();
@@ -546,7 +557,20 @@ fn classify(e: &hyper::Error) -> ProxyError {
     } else {
         ErrorKind::UpstreamReset
     };
-    ProxyError::with_detail(kind, e)
+    ProxyError::with_detail(kind, chain(e))
+}
+
+/// An error and all its sources, for logs.
+fn chain(e: &hyper::Error) -> String {
+    use std::error::Error as _;
+    let mut text = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        src = s.source();
+    }
+    text
 }
 
 /// Gives an HTTP/1.1 connection back to its pool once its response body

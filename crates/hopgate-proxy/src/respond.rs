@@ -35,10 +35,74 @@ pub fn error_response(kind: ErrorKind, request_id: Option<&HeaderValue>) -> Resp
     resp
 }
 
+/// The gRPC status code for an error kind.
+pub fn grpc_status(kind: ErrorKind) -> u8 {
+    match kind {
+        ErrorKind::NoRoute => 12,  // UNIMPLEMENTED
+        ErrorKind::Forbidden => 7, // PERMISSION_DENIED
+        ErrorKind::ConnectTimeout | ErrorKind::UpstreamTimeout => 4, // DEADLINE_EXCEEDED
+        ErrorKind::HeadersTooLarge | ErrorKind::BodyTooLarge | ErrorKind::UriTooLong => 8, // RESOURCE_EXHAUSTED
+        ErrorKind::BadRequest => 3,        // INVALID_ARGUMENT
+        ErrorKind::UpstreamProtocol => 13, // INTERNAL
+        _ => 14,                           // UNAVAILABLE
+    }
+}
+
+/// The answer to a gRPC client: a trailers-only response (HTTP 200 with
+/// `grpc-status` and `grpc-message`), which gRPC clients read as a status,
+/// where a plain-text 502 would be a protocol error to them.
+pub fn grpc_error_response(
+    kind: ErrorKind,
+    request_id: Option<&HeaderValue>,
+) -> Response<ProxyBody> {
+    let mut resp = Response::new(ProxyBody::Empty);
+    let h = resp.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    h.insert(
+        "grpc-status",
+        HeaderValue::from(u16::from(grpc_status(kind))),
+    );
+    let msg: String = format!("hopgate: {}", kind.reason())
+        .bytes()
+        .map(|b| match b {
+            b' ' => "%20".to_owned(),
+            b if b.is_ascii_alphanumeric() || b":-_.".contains(&b) => (b as char).to_string(),
+            b => format!("%{b:02X}"),
+        })
+        .collect();
+    if let Ok(v) = HeaderValue::from_str(&msg) {
+        h.insert("grpc-message", v);
+    }
+    if let Some(v) = request_id {
+        h.insert(X_REQUEST_ID.clone(), v.clone());
+    }
+    resp
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
+
+    #[test]
+    fn grpc_errors_are_trailers_only_statuses() {
+        let r = grpc_error_response(ErrorKind::ConnectFailed, None);
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["grpc-status"], "14");
+        assert_eq!(r.headers()["content-type"], "application/grpc");
+        assert!(r.headers()["grpc-message"]
+            .to_str()
+            .unwrap()
+            .starts_with("hopgate:%20could%20not"));
+        assert_eq!(
+            grpc_error_response(ErrorKind::UpstreamTimeout, None).headers()["grpc-status"],
+            "4"
+        );
+        assert_eq!(
+            grpc_error_response(ErrorKind::NoRoute, None).headers()["grpc-status"],
+            "12"
+        );
+    }
 
     #[tokio::test]
     async fn bodies_name_reason_and_id() {

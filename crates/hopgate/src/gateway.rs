@@ -357,11 +357,14 @@ impl Gateway {
                 } else {
                     hopgate_core::config::Format::Yaml
                 };
-                let _ = self.control.apply_text(
-                    &text,
-                    format,
+                let (c, source) = (
+                    Arc::clone(&self.control),
                     Source::Signal(path.display().to_string()),
                 );
+                // Off the runtime's threads, like every other reload.
+                tokio::task::spawn_blocking(move || {
+                    let _ = c.apply_text(&text, format, source);
+                });
             }
             Err(e) => {
                 tracing::error!(path = %path.display(), error = %e, "SIGHUP: cannot read the config file; keeping the running config")
