@@ -426,14 +426,26 @@ fn grpc_config(nodes: &[(&str, SocketAddr)], extra: &str) -> String {
     )
 }
 
-/// The gateway's WARN and ERROR log lines, for failure messages.
+/// The gateway's WARN and ERROR log lines and its access lines for failed
+/// requests, for failure messages (the first and last 20 when many).
 fn warnings(gw: &Gateway) -> String {
-    gw.logs()
+    let logs = gw.logs();
+    let lines: Vec<&str> = logs
         .lines()
-        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
-        .take(20)
-        .collect::<Vec<_>>()
-        .join("\n")
+        .filter(|l| {
+            l.contains("WARN")
+                || l.contains("ERROR")
+                || (l.contains("hopgate::access") && !l.contains("status=200"))
+        })
+        .collect();
+    if lines.len() <= 40 {
+        return lines.join("\n");
+    }
+    format!(
+        "{}\n...\n{}",
+        lines[..20].join("\n"),
+        lines[lines.len() - 20..].join("\n")
+    )
 }
 
 async fn grpc_gateway(nodes: &[(&str, SocketAddr)], extra: &str) -> Gateway {
@@ -736,14 +748,14 @@ fn failures(calls: &[Call], nodes: &[&GrpcNode]) -> Vec<String> {
             let e = c.result.as_ref().err()?;
             let seen = nodes
                 .iter()
-                .any(|n| n.state.received.lock().iter().any(|t| *t == c.text));
+                .any(|n| n.state.received.lock().contains(&c.text));
             Some(format!("{} [reached a backend: {seen}]: {e}", c.text))
         })
         .collect()
 }
 
 /// Which node answered how many calls.
-fn served(calls: &[Call]) -> BTreeMap<String, usize> {
+fn served<'a>(calls: impl IntoIterator<Item = &'a Call>) -> BTreeMap<String, usize> {
     let mut m = BTreeMap::new();
     for c in calls {
         if let Ok(n) = &c.result {
@@ -810,6 +822,7 @@ async fn stopping_one_of_two_nodes_under_unary_load_fails_no_call() {
             assert_eq!(r.node, "a", "the call in flight on a finished there");
         }
     }
+    load.until_done(TOTAL).await;
     let calls = load.finish().await;
 
     assert_eq!(calls.len(), TOTAL);
@@ -821,7 +834,7 @@ async fn stopping_one_of_two_nodes_under_unary_load_fails_no_call() {
         &failed[..failed.len().min(5)],
         warnings(&gw)
     );
-    let before = served(&calls.iter().filter(|c| c.phase == 0).collect::<Vec<_>>());
+    let before = served(calls.iter().filter(|c| c.phase == 0));
     assert!(
         before.contains_key("a"),
         "a served before the stop: {before:?}"
@@ -895,7 +908,6 @@ async fn one_client_connection_survives_every_backend_restarting_in_turn() {
 /// final last-stream-id) must be retried on another node, not failed.
 /// Races are what it looks for, so it repeats the stop several times.
 #[tokio::test]
-#[ignore = "known gateway bug: a unary call refused by a backend's GOAWAY (never processed) gets 502 instead of a retry; run with --ignored"]
 async fn graceful_stops_under_continuous_load_fail_no_unprocessed_call() {
     let mut a = GrpcNode::start("a1").await;
     let b = GrpcNode::start("b").await;

@@ -260,7 +260,9 @@ async fn rolling_restart(graceful: bool) {
         clients.push(tokio::spawn(async move {
             let c = client();
             let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) && i < 400 {
+            // Each client keeps going until the restarts are done and it has
+            // made at least 40 requests (so the load is never too thin).
+            while i < 400 && (!stop.load(Ordering::Relaxed) || i < 40) {
                 let kind = ["get", "put", "keyed", "post"][(i % 4) as usize];
                 let id = format!("{kind}-{task}-{i}");
                 let req = match kind {
