@@ -301,9 +301,6 @@ impl Forwarder {
         if let Some((proto, _)) = &upgrade {
             tunnel::restore_upgrade_headers(&mut parts.headers, proto);
         }
-        // Only the gateway speaks these to backends.
-        parts.headers.remove(&X_HOP_FROM);
-        parts.headers.remove(&HOP_SESSION_CONTEXT);
         if let Some(cs) = &client_session {
             parts.headers.insert(scfg.header.clone(), cs.token.clone());
         }
@@ -333,7 +330,7 @@ impl Forwarder {
         } else if replay_safe
             && content_length_of(&parts.headers).is_some_and(|n| n <= policy.buffer_body)
         {
-            match ProxyBody::limited(body, policy.buffer_body).collect().await {
+            match Box::pin(ProxyBody::limited(body, policy.buffer_body).collect()).await {
                 Ok(b) => {
                     let b = b.to_bytes();
                     (ProxyBody::full(b.clone()), Some(b))
@@ -350,15 +347,20 @@ impl Forwarder {
             } else {
                 std::time::Duration::ZERO
             };
-            let (body, whole) =
-                take_arrived(body, policy.buffer_body, limits.max_body_bytes, wait).await;
+            let (body, whole) = Box::pin(take_arrived(
+                body,
+                policy.buffer_body,
+                limits.max_body_bytes,
+                wait,
+            ))
+            .await;
             refused_copy = whole;
             (body, None)
         } else {
             (ProxyBody::limited(body, limits.max_body_bytes), None)
         };
-        let template = kept.map(|b| (parts.clone(), b));
-        let refused_template = refused_copy.map(|b| (parts.clone(), b));
+        let template = kept.map(|b| (copy_head(&parts), b));
+        let refused_template = refused_copy.map(|b| (copy_head(&parts), b));
         let mut upstream = Some(Request::from_parts(parts, body));
 
         let attempts = (policy.attempts as usize).min(MAX_TRACKED);
@@ -834,6 +836,18 @@ fn prefixed(head: Bytes, trailers: Option<HeaderMap>, rest: Incoming, limit: u64
             rest: Box::new(rest),
         }
     }
+}
+
+/// A copy of a request head for replays: method, URI, version and headers
+/// (not the extensions, which hold per-connection state and cost a clone
+/// each).
+fn copy_head(p: &http::request::Parts) -> http::request::Parts {
+    let mut r = Request::new(());
+    *r.method_mut() = p.method.clone();
+    *r.uri_mut() = p.uri.clone();
+    *r.version_mut() = p.version;
+    *r.headers_mut() = p.headers.clone();
+    r.into_parts().0
 }
 
 /// A gRPC response (its stream gets a drain deadline).

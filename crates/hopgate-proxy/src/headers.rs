@@ -21,9 +21,33 @@ pub static HOP_MAINTENANCE: HeaderName = HeaderName::from_static("hop-maintenanc
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
+/// Does `name` need attention from [`strip_hop_by_hop`]?
+fn special(name: &HeaderName) -> bool {
+    *name == header::CONNECTION
+        || *name == header::TRANSFER_ENCODING
+        || *name == header::UPGRADE
+        || *name == header::TRAILER
+        || *name == header::PROXY_AUTHENTICATE
+        || *name == header::PROXY_AUTHORIZATION
+        || *name == header::EXPECT
+        || *name == header::TE
+        || *name == KEEP_ALIVE
+        || *name == PROXY_CONNECTION
+        || *name == X_HOP_FROM
+        || *name == HOP_SESSION_CONTEXT
+}
+
 /// Removes hop-by-hop headers. `TE: trailers` is kept on requests (gRPC
-/// needs it); everything named in `Connection` goes too.
+/// needs it); everything named in `Connection` goes too. On requests the
+/// headers only the gateway may send to backends (`X-Hop-From`,
+/// `Hop-Session-Context`) are removed as well.
+///
+/// One pass over the header names finds whether there is anything to do at
+/// all (usually not), instead of hashing a dozen names for every request.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, is_request: bool) {
+    if !headers.keys().any(special) {
+        return;
+    }
     if let Some(conn) = headers.get(header::CONNECTION) {
         // Rare: only a client or backend that names extra headers pays this.
         let named: Vec<HeaderName> = conn
@@ -55,6 +79,8 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, is_request: bool) {
                 headers.remove(header::TE);
             }
         }
+        headers.remove(&X_HOP_FROM);
+        headers.remove(&HOP_SESSION_CONTEXT);
     } else {
         headers.remove(header::TE);
     }
@@ -119,6 +145,16 @@ mod tests {
         assert!(h.get(header::UPGRADE).is_none());
         assert_eq!(h.get(header::TE).unwrap(), "trailers");
         assert_eq!(h.get("x-keep").unwrap(), "yes");
+        // Clients cannot forge the gateway's own headers.
+        h.insert("x-hop-from", HeaderValue::from_static("n1"));
+        h.insert("hop-session-context", HeaderValue::from_static("x"));
+        strip_hop_by_hop(&mut h, true);
+        assert!(h.get("x-hop-from").is_none() && h.get("hop-session-context").is_none());
+        // Nothing special: nothing touched.
+        let mut plain = HeaderMap::new();
+        plain.insert("accept", HeaderValue::from_static("*/*"));
+        strip_hop_by_hop(&mut plain, true);
+        assert_eq!(plain.len(), 1);
         h.insert(header::TE, HeaderValue::from_static("gzip"));
         strip_hop_by_hop(&mut h, true);
         assert!(h.get(header::TE).is_none());

@@ -300,7 +300,9 @@ impl Pool {
                 other => return other,
             }
         }
-        let conn = match self.dial_h1(addr, s, generation).await {
+        // Boxed: dialling is the rare path, and its (large) handshake future
+        // would otherwise sit inside every request's future.
+        let conn = match Box::pin(self.dial_h1(addr, s, generation)).await {
             Ok(c) => c,
             Err(error) => {
                 return Err(SendFailure::NotSent {
@@ -446,7 +448,7 @@ impl Pool {
                     !c.sender.is_closed() && c.meta.addr == addr && c.meta.generation >= generation
                 }) {
                     Some(c) => c,
-                    None => match self.dial_h2(addr, s, generation).await {
+                    None => match Box::pin(self.dial_h2(addr, s, generation)).await {
                         Ok(c) => {
                             let c = Arc::new(c);
                             self.h2.store(Some(Arc::clone(&c)));
@@ -617,5 +619,28 @@ impl Drop for Returner {
         if let Some(c) = self.conn.take() {
             c.meta.set(ConnState::Closed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The request path's futures are moved on every request; keep an eye
+    /// on their size (dialling is boxed so its handshake stays out).
+    #[test]
+    fn send_future_stays_small() {
+        let pool = Arc::new(Pool::new(4));
+        let settings = PoolSettings {
+            protocol: UpstreamProtocol::Http1,
+            max_idle: 4,
+            idle_timeout: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(1),
+        };
+        let req = Request::new(ProxyBody::Empty);
+        let fut = pool.send("127.0.0.1:9".parse().unwrap(), req, &settings);
+        let size = std::mem::size_of_val(&fut);
+        assert!(size < 4096, "Pool::send future is {size} bytes");
     }
 }
