@@ -355,3 +355,77 @@ async fn disabled_mode_ignores_notifications() {
     assert_eq!(v["refused"]["reason"], "disabled");
     assert_eq!(node(&gw, "a").await["maintenance"]["relaxed"], false);
 }
+
+#[tokio::test]
+async fn older_sequence_numbers_are_ignored_and_relaxed_nodes_are_not_ejected() {
+    let a = Backend::start("a").await;
+    let b = Backend::start("b").await;
+    let svc = service("s", &[("a", a.addr, ""), ("b", b.addr, "")]).replacen(
+        "  - name: s\n",
+        "  - name: s\n    outlier: { consecutive_5xx: 1 }\n    circuit: { enabled: false }\n",
+        1,
+    );
+    let gw = Gateway::start(&cfg(&svc, "")).await;
+    let (s, _) = notify(
+        &gw,
+        serde_json::json!({"service": "s", "node": "a", "kind": "MIGRATING", "seq": 5}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (s, v) = notify(
+        &gw,
+        serde_json::json!({"service": "s", "node": "a", "kind": "MIGRATED", "seq": 4}),
+    )
+    .await;
+    assert_eq!(s, 409, "an older seq after a newer one is ignored: {v}");
+    assert_eq!(node(&gw, "a").await["maintenance"]["relaxed"], true);
+    // While relaxed, failures do not eject the node.
+    let c = client();
+    c.post(a.url("/control/fail?on=1")).send().await.unwrap();
+    for _ in 0..6 {
+        c.get(gw.url("/")).send().await.unwrap();
+    }
+    let n = node(&gw, "a").await;
+    assert_eq!(n["ejections"], 0, "no passive ejection while relaxed: {n}");
+    // Not relaxed: the same failures eject it.
+    let (s, _) = notify(
+        &gw,
+        serde_json::json!({"service": "s", "node": "a", "kind": "MIGRATED", "seq": 6}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    for _ in 0..6 {
+        c.get(gw.url("/")).send().await.unwrap();
+    }
+    assert!(node(&gw, "a").await["ejections"].as_u64().unwrap() >= 1);
+}
+
+#[tokio::test]
+async fn moving_without_an_address_reconnects_after_half_the_time() {
+    let a = Backend::start("a").await;
+    let gw = Gateway::start(&cfg(&service("s", &[("a", a.addr, "")]), "")).await;
+    let c = client();
+    assert_eq!(c.get(gw.url("/")).send().await.unwrap().status(), 200);
+    let before = node(&gw, "a").await["pool"]["generation"].as_u64().unwrap();
+    let (s, v) = notify(
+        &gw,
+        serde_json::json!({"service": "s", "node": "a", "kind": "MOVING", "seq": 1, "in": 1}),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        node(&gw, "a").await["pool"]["generation"].as_u64().unwrap(),
+        before,
+        "nothing happens at once"
+    );
+    let mut after = before;
+    for _ in 0..200 {
+        after = node(&gw, "a").await["pool"]["generation"].as_u64().unwrap();
+        if after > before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(after > before, "connections were replaced after T/2");
+    assert_eq!(c.get(gw.url("/")).send().await.unwrap().status(), 200);
+}

@@ -384,3 +384,42 @@ async fn bindings_survive_a_restart_and_rotated_keys_are_honoured() {
     );
     let _ = std::fs::remove_file(&store);
 }
+
+#[tokio::test]
+async fn an_oversized_context_is_not_stored_and_is_counted() {
+    let (_b, svc) = three_nodes().await;
+    let gw = gateway(&svc, ", context_max: 64", &[]).await;
+    let (_, headers, _) = get(&gw, "/?context=small", None).await;
+    let token = issued(&headers).unwrap();
+    let big = "x".repeat(100);
+    let (_, headers, _) = get(&gw, &format!("/?context={big}"), Some(&token)).await;
+    assert!(
+        headers.get("hop-session-context").is_none(),
+        "never shown to the client"
+    );
+    let s: serde_json::Value = client()
+        .get(gw.admin_url(&format!("/admin/v1/sessions/{token}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        s["bindings"][0]["context_bytes"], 5,
+        "the last context that fit is kept"
+    );
+    let m = client()
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        m.contains("hopgate_session_contexts_total{event=\"oversized\"} 1"),
+        "{m}"
+    );
+    assert!(gw.logs().contains("Hop-Session-Context too large"));
+}
