@@ -122,7 +122,9 @@ async fn run(probe: Probe, state: Arc<NodeState>) {
     // A first check soon after start, spread over one interval.
     tokio::time::sleep(jitter(cfg.interval / 4)).await;
     loop {
-        let result = tokio::time::timeout(cfg.timeout, check(probe.addr, &cfg.path)).await;
+        // A node moved by maintenance is checked where it lives now.
+        let addr = state.moved_to().unwrap_or(probe.addr);
+        let result = tokio::time::timeout(cfg.timeout, check(addr, &cfg.path)).await;
         let ok = match &result {
             Ok(Ok(status)) => (cfg.expect_status.0..=cfg.expect_status.1).contains(status),
             _ => false,

@@ -44,6 +44,11 @@ use crate::tunnel;
 /// The snapshot pointer the control plane writes and the data plane loads.
 pub type SharedSnapshot = Arc<ArcSwap<Snapshot>>;
 
+/// How long a gRPC request's body may take to arrive before it is streamed
+/// without a replay copy (a unary call's body arrives with its headers; a
+/// client-streaming call starts at most this much later).
+const GRPC_BODY_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Most nodes one request remembers having tried (`retries.attempts` is at
 /// most 10).
 const MAX_TRACKED: usize = 16;
@@ -133,6 +138,8 @@ impl Forwarder {
         let snap = self.snapshot.load_full();
         let method = req.method().clone();
         let mut req = req;
+        // Counted before the gateway adds anything.
+        let client_headers = req.headers().len();
         let request_id = match req.headers().get(&X_REQUEST_ID) {
             Some(v) => v.clone(),
             None => {
@@ -143,7 +150,9 @@ impl Forwarder {
         };
         METRICS.requests.fetch_add(1, Ordering::Relaxed);
         let grpc = is_grpc(req.headers());
-        let (resp, outcome) = self.route_and_forward(&snap, req, peer, ctx).await;
+        let (resp, outcome) = self
+            .route_and_forward(&snap, req, peer, ctx, client_headers)
+            .await;
         let resp = match resp {
             Ok(r) => r,
             Err(kind) => {
@@ -190,6 +199,7 @@ impl Forwarder {
         req: Request<Incoming>,
         peer: SocketAddr,
         ctx: &RequestCtx,
+        client_headers: usize,
     ) -> (Result<Response<ProxyBody>, ErrorKind>, Outcome) {
         let mut out = Outcome {
             status: 0,
@@ -212,7 +222,7 @@ impl Forwarder {
         if uri_len > limits.max_uri_bytes {
             return fail(out, ErrorKind::UriTooLong);
         }
-        if req.headers().len() > limits.max_headers {
+        if client_headers > limits.max_headers {
             return fail(out, ErrorKind::HeadersTooLarge);
         }
         if let Some(len) = content_length(&req) {
@@ -343,7 +353,7 @@ impl Forwarder {
             // arrived — without waiting for it: a streaming client must not
             // be held up — so a refused stream can be replayed elsewhere.
             let wait = if is_grpc(&parts.headers) {
-                std::time::Duration::from_millis(2)
+                GRPC_BODY_WAIT
             } else {
                 std::time::Duration::ZERO
             };
@@ -559,6 +569,13 @@ impl Forwarder {
                 }
                 Err(SendFailure::Refused(error)) => {
                     // Never processed: replay from a copy, whatever the method.
+                    if hop.is_none() && prior.as_ref().is_some_and(|b| *b.node == *node.id) {
+                        hop = Some(PendingHop {
+                            from: Arc::clone(&node.shared_id),
+                            reason: HopReason::Unhealthy,
+                            started: Instant::now(),
+                        });
+                    }
                     log_upstream_failure(&svc.name, node, &error, sent_attempts, true);
                     last = error.kind;
                     account(svc, node, Observation::Failure);

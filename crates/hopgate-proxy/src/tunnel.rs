@@ -65,9 +65,40 @@ pub struct TunnelCtx {
     pub inflight: InFlight,
 }
 
+/// Tunnels currently open (hyper's graceful shutdown does not see upgraded
+/// connections, so the gateway waits on this before exiting).
+static OPEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+struct OpenTunnel;
+
+impl OpenTunnel {
+    fn new() -> OpenTunnel {
+        OPEN.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        OpenTunnel
+    }
+}
+
+impl Drop for OpenTunnel {
+    fn drop(&mut self) {
+        OPEN.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// Waits until every tunnel has closed (after shutdown began they close with
+/// 1012 within moments), or `deadline` passes.
+pub async fn wait_closed(deadline: Duration) {
+    let until = tokio::time::Instant::now() + deadline;
+    while OPEN.load(std::sync::atomic::Ordering::Acquire) > 0 && tokio::time::Instant::now() < until
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Joins the client and backend once both upgrades complete.
 pub fn spawn(client: OnUpgrade, upstream: OnUpgrade, ctx: TunnelCtx) {
+    let open = OpenTunnel::new();
     tokio::spawn(async move {
+        let _open = open;
         let (client, upstream) = match tokio::try_join!(client, upstream) {
             Ok(pair) => pair,
             Err(e) => {

@@ -382,9 +382,13 @@ impl Gateway {
         for r in &running {
             let _ = r.stop.send(true);
         }
+        let deadline = self.control.snapshot().load().config.timeouts.shutdown;
         for r in running {
             let _ = r.task.await;
         }
+        // Upgraded connections (WebSockets) are not part of hyper's graceful
+        // shutdown: give them time to send their 1012 close frames.
+        hopgate_proxy::tunnel::wait_closed(deadline).await;
         for t in self.tasks {
             let _ = t.await;
         }

@@ -228,3 +228,20 @@ async fn a_dying_node_gives_1012_not_a_reset() {
     }
     assert_eq!(close_code(&mut ws).await, Some(1012));
 }
+
+#[tokio::test]
+async fn gateway_shutdown_closes_websockets_with_1012() {
+    let a = Backend::start("a").await;
+    let b = Backend::start("b").await;
+    let mut gw = Gateway::start(&ws_config(&a, &b, "")).await;
+    let (mut ws, _) = connect_with_session(&gw, None).await;
+    ws.send(Message::text("ping")).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("ping"));
+    gw.sigterm();
+    assert_eq!(
+        close_code(&mut ws).await,
+        Some(1012),
+        "clients are told to reconnect"
+    );
+    assert_eq!(gw.wait().await, Some(0));
+}
