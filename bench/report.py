@@ -1,0 +1,316 @@
+#!/usr/bin/env python3
+"""Helper for bench/run.sh: parse one load-generator run, and print tables.
+
+  report.py record --results FILE --kind matrix|restart --target T --scenario S
+                   --rep N --tool wrk|h2load --output OUT [--h2log LOG]
+                   --ticks T0 T1 --origin-ticks O0 O1 --clk HZ [--no-proxy]
+      parse OUT (wrk with bench/wrk-*.lua, or h2load + its --log-file) and
+      append one tab-separated row to FILE.
+
+  report.py table --results FILE --meta META [--md OUT.md]
+      medians across repeats -> Markdown tables on stdout (and in OUT.md).
+
+Standard library only (python3 >= 3.9).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from collections import OrderedDict, defaultdict
+
+COLUMNS = [
+    "kind", "target", "scenario", "rep", "requests", "rps", "p50_us", "p99_us",
+    "cpu_us_req", "origin_cpu_us_req", "errors", "detail", "other_cpu_pct",
+]
+TARGET_ORDER = ["direct", "nginx", "haproxy", "hopgate"]
+PROXIES = ["nginx", "haproxy", "hopgate"]
+
+
+# ------------------------------------------------------------------ parsing --
+def parse_wrk(text: str) -> dict:
+    m = re.search(r"^BENCH (.*)$", text, re.M)
+    if not m:
+        raise ValueError("no BENCH line in wrk output")
+    kv = dict(item.split("=", 1) for item in m.group(1).split())
+    v = {k: float(x) for k, x in kv.items()}
+    dur_s = v["duration_us"] / 1e6
+    sock = v["err_connect"] + v["err_read"] + v["err_write"] + v["err_timeout"]
+    non200 = v["non200"]
+    # With the status-counting script, non200 covers every non-200 response;
+    # without it, wrk's own "Non-2xx or 3xx responses" counter does.
+    bad_status = non200 if non200 >= 0 else v["err_status"]
+    detail = (f"non2xx3xx={int(v['err_status'])}"
+              + (f" non200={int(non200)}" if non200 >= 0 else "")
+              + f" connect={int(v['err_connect'])} read={int(v['err_read'])}"
+              f" write={int(v['err_write'])} timeout={int(v['err_timeout'])}")
+    return {
+        "requests": int(v["requests"]),
+        "rps": v["requests"] / dur_s if dur_s > 0 else 0.0,
+        "p50_us": v["p50_us"],
+        "p99_us": v["p99_us"],
+        "errors": int(bad_status + sock),
+        "detail": detail,
+    }
+
+
+def percentile(sorted_vals: list, q: float) -> float:
+    if not sorted_vals:
+        return float("nan")
+    k = max(0, min(len(sorted_vals) - 1, int(round(q / 100.0 * len(sorted_vals) + 0.5)) - 1))
+    return float(sorted_vals[k])
+
+
+def parse_h2load(text: str, log_path: str | None) -> dict:
+    m = re.search(r"finished in ([\d.]+)(m?s), ([\d.]+) req/s", text)
+    r = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, "
+                  r"(\d+) failed, (\d+) errored, (\d+) timeout", text)
+    s = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", text)
+    if not (m and r):
+        raise ValueError("unexpected h2load output")
+    done, ok, failed, errored, timeout = (int(r.group(i)) for i in (3, 4, 5, 6, 7))
+    non2xx = (int(s.group(3)) + int(s.group(4))) if s else 0
+    lat = []
+    if log_path:
+        with open(log_path) as f:
+            for line in f:
+                parts = line.split("\t")
+                if len(parts) >= 3 and parts[1] != "-1":
+                    lat.append(int(parts[2]))
+    lat.sort()
+    return {
+        "requests": done,
+        "rps": float(m.group(3)),
+        "p50_us": percentile(lat, 50),
+        "p99_us": percentile(lat, 99),
+        "errors": failed + errored + timeout + non2xx,
+        "detail": f"succeeded={ok} failed={failed} errored={errored} timeout={timeout} 4xx5xx={non2xx}",
+    }
+
+
+def cmd_record(a) -> int:
+    with open(a.output, errors="replace") as f:
+        text = f.read()
+    try:
+        res = parse_wrk(text) if a.tool == "wrk" else parse_h2load(text, a.h2log)
+    except (ValueError, KeyError) as e:
+        print(f"[bench] {a.target} {a.scenario}: could not parse {a.tool} output ({e}):\n"
+              + "\n".join(text.splitlines()[-8:]), file=sys.stderr)
+        res = {"requests": 0, "rps": 0.0, "p50_us": float("nan"), "p99_us": float("nan"),
+               "errors": -1, "detail": "run failed"}
+    n = res["requests"]
+    to_us = 1e6 / a.clk
+    cpu = (a.ticks[1] - a.ticks[0]) * to_us / n if n and not a.no_proxy else float("nan")
+    ocpu = (a.origin_ticks[1] - a.origin_ticks[0]) * to_us / n if n else float("nan")
+    other = float("nan")
+    if a.sys_ticks and a.loadgen_ticks:
+        b0, t0, b1, t1 = a.sys_ticks
+        ours = ((a.ticks[1] - a.ticks[0]) + (a.origin_ticks[1] - a.origin_ticks[0])
+                + (a.loadgen_ticks[1] - a.loadgen_ticks[0]))
+        if t1 > t0:
+            other = max(0.0, ((b1 - b0) - ours) / (t1 - t0) * 100)
+    row = [a.kind, a.target, a.scenario, str(a.rep), str(n), f"{res['rps']:.1f}",
+           f"{res['p50_us']:.0f}", f"{res['p99_us']:.0f}", f"{cpu:.2f}", f"{ocpu:.2f}",
+           str(res["errors"]), res["detail"], f"{other:.1f}"]
+    with open(a.results, "a") as f:
+        f.write("\t".join(row) + "\n")
+    cpu_s = "-" if cpu != cpu else f"{cpu:.1f} µs/req"
+    print(f"[bench] {a.kind:7} {a.scenario:18} #{a.rep} {a.target:8} {res['rps']:>10.0f} req/s"
+          f"  p50 {res['p50_us']:>6.0f} µs  p99 {res['p99_us']:>6.0f} µs  cpu {cpu_s}"
+          f"  errors {res['errors']}  other-load {other:.0f}%", file=sys.stderr)
+    return 0
+
+
+# ------------------------------------------------------------------- tables --
+def fnum(x: float, digits: int = 0) -> str:
+    if x is None or x != x:
+        return "–"
+    return f"{x:,.{digits}f}"
+
+
+def ratio(a: float, b: float) -> str:
+    if not a or not b or a != a or b != b:
+        return "–"
+    return f"{a / b:.2f}"
+
+
+def med(vals):
+    vals = [v for v in vals if v == v]
+    return statistics.median(vals) if vals else float("nan")
+
+
+def md_table(header: list, rows: list, left: int = 2) -> str:
+    out = ["| " + " | ".join(header) + " |",
+           "|" + "|".join("---" if i < left else "---:" for i in range(len(header))) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def cmd_table(a) -> int:
+    meta = OrderedDict()
+    skipped = []
+    with open(a.meta) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if "=" in line:
+                k, v = line.split("=", 1)
+                if k == "skipped":
+                    skipped.append(v)
+                else:
+                    meta[k] = v
+    rows = []
+    with open(a.results) as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) == len(COLUMNS):
+                rows.append(dict(zip(COLUMNS, parts)))
+
+    out = []
+    out.append(f"Run {meta.get('date', '?')} — `{meta.get('command', '')}`  ")
+    out.append(f"{meta.get('cpus', '?')} × {meta.get('cpu_model', '?')}, {meta.get('kernel', '?')}; "
+               f"nginx {meta.get('nginx', '?')}, HAProxy {meta.get('haproxy', '?')}, "
+               f"wrk {meta.get('wrk', '?')}, {meta.get('h2load', 'h2load ?')}; "
+               f"git {meta.get('git', '?')}  ")
+    out.append(f"{meta.get('pinning', '')}; {meta.get('repeat', '?')} repeat(s) × "
+               f"{meta.get('duration', '?')} s per point, medians; load average at start "
+               f"{meta.get('loadavg_start', '?')}, at end {meta.get('loadavg_end', '?')}; "
+               f"took {meta.get('elapsed_s', '?')} s"
+               + (f"; waited up to {meta['wait_quiet']} s for a quiet machine before each "
+                  f"repeat of a point" if meta.get("wait_quiet", "0") != "0" else "")
+               + (f"; a run during which other processes used more than "
+                  f"{meta['retry_noisy']} % of the machine was redone (at most twice, the "
+                  f"least noisy try kept): {meta.get('noisy_redone', '?')} redone"
+                  if meta.get("retry_noisy") else "") + ".")
+    for s in skipped:
+        out.append(f"\n**Skipped:** {s}")
+
+    matrix = [r for r in rows if r["kind"] == "matrix"]
+    if matrix:
+        groups = defaultdict(list)
+        scenarios = []
+        for r in matrix:
+            if r["scenario"] not in scenarios:
+                scenarios.append(r["scenario"])
+            groups[(r["scenario"], r["target"])].append(r)
+        targets = [t for t in TARGET_ORDER if any(k[1] == t for k in groups)]
+        agg = {}
+        for key, rs in groups.items():
+            rps = [float(r["rps"]) for r in rs]
+            m = med(rps)
+            agg[key] = {
+                "rps": m,
+                "spread": (max(rps) - min(rps)) / m * 100 if m else float("nan"),
+                "p50": med([float(r["p50_us"]) for r in rs]),
+                "p99": med([float(r["p99_us"]) for r in rs]),
+                "cpu": med([float(r["cpu_us_req"]) for r in rs]),
+                "ocpu": med([float(r["origin_cpu_us_req"]) for r in rs]),
+                "other": med([float(r["other_cpu_pct"]) for r in rs]),
+                "errors": sum(max(0, int(r["errors"])) for r in rs),
+                "failed": sum(1 for r in rs if int(r["errors"]) < 0),
+                "n": len(rs),
+            }
+        trs = []
+        for sc in scenarios:
+            for t in targets:
+                g = agg.get((sc, t))
+                if not g:
+                    continue
+                d = agg.get((sc, "direct"), {})
+                ng = agg.get((sc, "nginx"), {})
+                hp = agg.get((sc, "haproxy"), {})
+                add = (g["p50"] - d["p50"]) if d and t != "direct" else float("nan")
+                cpu = (f"({fnum(g['ocpu'], 1)} origin)" if t == "direct" else fnum(g["cpu"], 1))
+                err = str(g["errors"]) + (f" ({g['failed']} runs failed)" if g["failed"] else "")
+                trs.append([t, sc, fnum(g["rps"]), f"±{g['spread'] / 2:.0f}%" if g["n"] > 1 else "–",
+                            fnum(g["p50"]), fnum(g["p99"]),
+                            ("+" if add >= 0 else "") + fnum(add) if add == add else "–",
+                            cpu,
+                            ratio(g["rps"], d.get("rps")) if t != "direct" else "–",
+                            ratio(g["rps"], ng.get("rps")) if t != "nginx" else "–",
+                            ratio(g["rps"], hp.get("rps")) if t != "haproxy" else "–",
+                            err, fnum(g["other"]) + "%"])
+        out.append("\n### Throughput and latency (medians across repeats)\n")
+        out.append(md_table(["target", "scenario", "req/s", "spread", "p50 µs", "p99 µs",
+                             "p50 over direct µs", "proxy CPU µs/req", "req/s ÷ direct",
+                             "÷ nginx", "÷ haproxy", "errors", "other load"], trs))
+        out.append("\n`spread` is half the min–max range of req/s across repeats, as a share of "
+                   "the median. `req/s ÷ X` is this row's median req/s over X's in the same "
+                   "scenario. The direct row's CPU figure is the origin nginx's own CPU per "
+                   "request, for scale. `other load` is the share of the whole machine's CPU "
+                   "(both cores) used during the run by processes outside the benchmark "
+                   "(from /proc/stat, minus the proxy's, the origins' and the load generator's "
+                   "own time); high values mean the run competed with other work.")
+
+        ptargets = [t for t in PROXIES if t in targets]
+        if ptargets:
+            hdr = ["scenario"] + [f"{t}" for t in ptargets]
+            extra = []
+            if "hopgate" in ptargets:
+                extra = [t for t in ("nginx", "haproxy") if t in ptargets]
+                hdr += [f"hopgate ÷ {t}" for t in extra]
+            crs = []
+            for sc in scenarios:
+                row = [sc]
+                for t in ptargets:
+                    g = agg.get((sc, t))
+                    row.append(fnum(g["cpu"], 1) if g else "–")
+                for t in extra:
+                    h, o = agg.get((sc, "hopgate")), agg.get((sc, t))
+                    row.append(ratio(h["cpu"], o["cpu"]) if h and o else "–")
+                crs.append(row)
+            out.append("\n### Proxy CPU time per request, µs (user+system, all the proxy's "
+                       "processes; median)\n")
+            out.append(md_table(hdr, crs, left=1))
+
+    restart = [r for r in rows if r["kind"] == "restart"]
+    if restart:
+        rrs = []
+        for t in PROXIES:
+            for r in restart:
+                if r["target"] != t:
+                    continue
+                n, e = int(r["requests"]), int(r["errors"])
+                rate = f"{e / n * 100:.3f}%" if n and e >= 0 else "–"
+                rrs.append([t, "rolling restart, 3 origins", fnum(float(n)), fnum(float(r["rps"])),
+                            str(e) if e >= 0 else "run failed", rate, r["detail"]])
+        out.append("\n### Rolling restart of all origins under load (wrk, 16 connections)\n")
+        out.append(md_table(["proxy", "scenario", "requests", "req/s", "client-visible errors",
+                             "error rate", "breakdown"], rrs).replace("---:|\n", "---|\n", 1))
+
+    text = "\n".join(out) + "\n"
+    print(text)
+    if a.md:
+        with open(a.md, "w") as f:
+            f.write("# hopgate load benchmark — latest run\n\n" + text)
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("record")
+    r.add_argument("--results", required=True)
+    r.add_argument("--kind", required=True, choices=["matrix", "restart"])
+    r.add_argument("--target", required=True)
+    r.add_argument("--scenario", required=True)
+    r.add_argument("--rep", type=int, default=1)
+    r.add_argument("--tool", required=True, choices=["wrk", "h2load"])
+    r.add_argument("--output", required=True)
+    r.add_argument("--h2log")
+    r.add_argument("--ticks", type=int, nargs=2, required=True)
+    r.add_argument("--origin-ticks", type=int, nargs=2, required=True)
+    r.add_argument("--clk", type=int, required=True)
+    r.add_argument("--no-proxy", action="store_true")
+    r.add_argument("--sys-ticks", type=int, nargs=4, help="busy0 total0 busy1 total1 from /proc/stat")
+    r.add_argument("--loadgen-ticks", type=int, nargs=2)
+    t = sub.add_parser("table")
+    t.add_argument("--results", required=True)
+    t.add_argument("--meta", required=True)
+    t.add_argument("--md")
+    a = p.parse_args()
+    return cmd_record(a) if a.cmd == "record" else cmd_table(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
