@@ -222,7 +222,7 @@ impl Forwarder {
         if uri_len > limits.max_uri_bytes {
             return fail(out, ErrorKind::UriTooLong);
         }
-        if client_headers > limits.max_headers {
+        if client_headers > limits.max_headers || head_bytes(&req) > limits.max_header_bytes {
             return fail(out, ErrorKind::HeadersTooLarge);
         }
         if let Some(len) = content_length(&req) {
@@ -853,6 +853,14 @@ fn prefixed(head: Bytes, trailers: Option<HeaderMap>, rest: Incoming, limit: u64
             rest: Box::new(rest),
         }
     }
+}
+
+/// Size of a request head as sent: request line and `name: value` lines.
+fn head_bytes<B>(req: &Request<B>) -> usize {
+    let line = req.method().as_str().len() + req.uri().path_and_query().map_or(1, |p| p.as_str().len()) + 12;
+    req.headers()
+        .iter()
+        .fold(line, |n, (k, v)| n + k.as_str().len() + v.len() + 4)
 }
 
 /// A copy of a request head for replays: method, URI, version and headers

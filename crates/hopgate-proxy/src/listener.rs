@@ -73,7 +73,10 @@ fn server_builder(s: &ListenerSettings) -> auto::Builder<TokioExecutor> {
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(s.header_read_timeout)
-        .max_buf_size(s.max_header_bytes.max(8192))
+        // Room above the limit: the gateway measures the head itself and
+        // answers 431 with a body; hyper's bare 431 is left for heads far
+        // beyond it.
+        .max_buf_size((s.max_header_bytes * 2).max(16 << 10))
         // Let the gateway's own check answer (431 with a body naming the
         // reason); hyper's parser just needs room for them.
         .max_headers(s.max_headers.max(100) + 1)
