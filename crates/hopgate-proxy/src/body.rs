@@ -68,6 +68,8 @@ pub struct Guarded {
     inner: ProxyBody,
     node: Arc<NodeState>,
     deadline: Duration,
+    /// The call's own deadline (`grpc-timeout`), if it has one.
+    until: Option<tokio::time::Instant>,
     tick: Pin<Box<tokio::time::Sleep>>,
     ended: bool,
 }
@@ -80,6 +82,16 @@ impl Guarded {
         self.node
             .draining_since()
             .is_some_and(|since| now_ms() >= since + self.deadline.as_millis() as u64)
+    }
+
+    fn deadline_exceeded() -> Frame<Bytes> {
+        let mut t = http::HeaderMap::new();
+        t.insert("grpc-status", http::HeaderValue::from_static("4"));
+        t.insert(
+            "grpc-message",
+            http::HeaderValue::from_static("hopgate%3A%20deadline%20exceeded"),
+        );
+        Frame::trailers(t)
     }
 
     fn unavailable() -> Frame<Bytes> {
@@ -100,11 +112,17 @@ impl ProxyBody {
 
     /// Wraps a gRPC response so it ends with UNAVAILABLE once `node` has
     /// been draining for `deadline`.
-    pub fn guarded(inner: ProxyBody, node: Arc<NodeState>, deadline: Duration) -> ProxyBody {
+    pub fn guarded(
+        inner: ProxyBody,
+        node: Arc<NodeState>,
+        deadline: Duration,
+        until: Option<tokio::time::Instant>,
+    ) -> ProxyBody {
         ProxyBody::Guarded(Box::new(Guarded {
             inner,
             node,
             deadline,
+            until,
             tick: Box::pin(tokio::time::sleep(DRAIN_POLL)),
             ended: false,
         }))
@@ -203,6 +221,11 @@ impl Body for ProxyBody {
                     return Poll::Ready(None);
                 }
                 loop {
+                    if g.until.is_some_and(|u| tokio::time::Instant::now() >= u) {
+                        g.ended = true;
+                        g.inner = ProxyBody::Empty;
+                        return Poll::Ready(Some(Ok(Guarded::deadline_exceeded())));
+                    }
                     if g.due() {
                         g.ended = true;
                         // Dropping the upstream body resets its stream.

@@ -270,6 +270,12 @@ impl Forwarder {
             .hash_on
             .as_ref()
             .and_then(|h| hash_of(h, &req, client_ip));
+        // gRPC: `grpc-timeout` is an upper bound for the whole call.
+        let grpc_deadline = req
+            .headers()
+            .get("grpc-timeout")
+            .and_then(|v| parse_grpc_timeout(v.as_bytes()))
+            .map(|d| Instant::now() + d);
         // Sessions: who is this, where is it bound, must it hop?
         let scfg = &snap.config.sessions;
         let now_unix = session::unix_now();
@@ -470,6 +476,12 @@ impl Forwarder {
                 // Upgrades need a connection of their own, spoken in HTTP/1.1.
                 settings.protocol = UpstreamProtocol::Http1;
             }
+            if let Some(t) = grpc_deadline {
+                // The client's deadline bounds the wait for an answer too.
+                settings.request_timeout = settings
+                    .request_timeout
+                    .min(t.saturating_duration_since(Instant::now()));
+            }
             let pool = node
                 .state
                 .extension(|| Arc::new(Pool::new(settings.max_idle)))
@@ -542,8 +554,12 @@ impl Forwarder {
                     }
                     if is_grpc(resp.headers()) {
                         let (parts, body) = resp.into_parts();
-                        let body =
-                            ProxyBody::guarded(body, Arc::clone(&node.state), svc.drain.deadline);
+                        let body = ProxyBody::guarded(
+                            body,
+                            Arc::clone(&node.state),
+                            svc.drain.deadline,
+                            grpc_deadline.map(tokio::time::Instant::from_std),
+                        );
                         resp = Response::from_parts(parts, body);
                     }
                     if ctx.debug_headers {
@@ -855,9 +871,30 @@ fn prefixed(head: Bytes, trailers: Option<HeaderMap>, rest: Incoming, limit: u64
     }
 }
 
+/// `grpc-timeout` (`<1-8 digits><H|M|S|m|u|n>`, gRPC over HTTP/2 spec).
+fn parse_grpc_timeout(v: &[u8]) -> Option<std::time::Duration> {
+    let (unit, digits) = v.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    use std::time::Duration as D;
+    Some(match unit {
+        b'H' => D::from_secs(n * 3600),
+        b'M' => D::from_secs(n * 60),
+        b'S' => D::from_secs(n),
+        b'm' => D::from_millis(n),
+        b'u' => D::from_micros(n),
+        b'n' => D::from_nanos(n),
+        _ => return None,
+    })
+}
+
 /// Size of a request head as sent: request line and `name: value` lines.
 fn head_bytes<B>(req: &Request<B>) -> usize {
-    let line = req.method().as_str().len() + req.uri().path_and_query().map_or(1, |p| p.as_str().len()) + 12;
+    let line = req.method().as_str().len()
+        + req.uri().path_and_query().map_or(1, |p| p.as_str().len())
+        + 12;
     req.headers()
         .iter()
         .fold(line, |n, (k, v)| n + k.as_str().len() + v.len() + 4)
@@ -873,6 +910,29 @@ fn copy_head(p: &http::request::Parts) -> http::request::Parts {
     *r.version_mut() = p.version;
     *r.headers_mut() = p.headers.clone();
     r.into_parts().0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_grpc_timeout;
+    use std::time::Duration;
+
+    #[test]
+    fn grpc_timeouts() {
+        assert_eq!(
+            parse_grpc_timeout(b"300m"),
+            Some(Duration::from_millis(300))
+        );
+        assert_eq!(parse_grpc_timeout(b"2S"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_grpc_timeout(b"1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(
+            parse_grpc_timeout(b"99999999n"),
+            Some(Duration::from_nanos(99_999_999))
+        );
+        for bad in [&b""[..], b"m", b"123456789m", b"12x", b"-1S", b"1.5S"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
 }
 
 /// A gRPC response (its stream gets a drain deadline).

@@ -119,7 +119,13 @@ async fn limits_and_failures() {
     }
 
     // Header bytes over the limit: 431 with a body naming the reason.
-    let r = c.get(gw.url("/")).header("host", "live.test").header("x-big", "b".repeat(9000)).send().await.unwrap();
+    let r = c
+        .get(gw.url("/"))
+        .header("host", "live.test")
+        .header("x-big", "b".repeat(9000))
+        .send()
+        .await
+        .unwrap();
     expect_error(r, 431, "headers too large").await;
     // Far over it, hyper's parser answers 431 itself.
     let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
@@ -216,4 +222,51 @@ async fn dead_node_is_retried_on_a_live_one() {
         assert_eq!(v["node"], "live");
         assert_eq!(v["body_bytes"], 4);
     }
+}
+
+#[tokio::test]
+async fn grpc_timeout_bounds_the_wait_and_errors_are_grpc_statuses() {
+    let b = Backend::start("n1").await;
+    let svc = service("svc", &[("n1", b.addr, "")]).replacen(
+        "  - name: svc\n",
+        "  - name: svc\n    protocol: http2\n",
+        1,
+    );
+    let gw = Gateway::start(&config(
+        &svc,
+        "  - { id: all, match: { path_prefix: / }, service: svc }",
+    ))
+    .await;
+    let c = crate::harness::h2_client();
+    // The backend ignores grpc-timeout; the gateway does not.
+    let r = c
+        .post(gw.url("/pkg.Svc/Slow?sleep_ms=5000"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("grpc-timeout", "300m")
+        .body(vec![0u8, 0, 0, 0, 0])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        200,
+        "gRPC errors travel as statuses, not HTTP errors"
+    );
+    assert_eq!(r.headers()["grpc-status"], "4", "DEADLINE_EXCEEDED");
+    // A gRPC call with no route: UNIMPLEMENTED, not a text 404.
+    drop(gw);
+    let gw = Gateway::start(&config(
+        &svc,
+        "  - { id: only, match: { path_prefix: /other }, service: svc }",
+    ))
+    .await;
+    let r = c
+        .post(gw.url("/pkg.Svc/Call"))
+        .header("content-type", "application/grpc")
+        .body(vec![0u8, 0, 0, 0, 0])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["grpc-status"], "12");
 }
