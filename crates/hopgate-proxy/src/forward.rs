@@ -912,29 +912,6 @@ fn copy_head(p: &http::request::Parts) -> http::request::Parts {
     r.into_parts().0
 }
 
-#[cfg(test)]
-mod tests {
-    use super::parse_grpc_timeout;
-    use std::time::Duration;
-
-    #[test]
-    fn grpc_timeouts() {
-        assert_eq!(
-            parse_grpc_timeout(b"300m"),
-            Some(Duration::from_millis(300))
-        );
-        assert_eq!(parse_grpc_timeout(b"2S"), Some(Duration::from_secs(2)));
-        assert_eq!(parse_grpc_timeout(b"1H"), Some(Duration::from_secs(3600)));
-        assert_eq!(
-            parse_grpc_timeout(b"99999999n"),
-            Some(Duration::from_nanos(99_999_999))
-        );
-        for bad in [&b""[..], b"m", b"123456789m", b"12x", b"-1S", b"1.5S"] {
-            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
-        }
-    }
-}
-
 /// A gRPC response (its stream gets a drain deadline).
 fn is_grpc(headers: &HeaderMap) -> bool {
     headers
@@ -1020,4 +997,27 @@ fn log_access(
         latency_us = started.elapsed().as_micros() as u64,
         "access"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_grpc_timeout;
+    use std::time::Duration;
+
+    #[test]
+    fn grpc_timeouts() {
+        assert_eq!(
+            parse_grpc_timeout(b"300m"),
+            Some(Duration::from_millis(300))
+        );
+        assert_eq!(parse_grpc_timeout(b"2S"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_grpc_timeout(b"1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(
+            parse_grpc_timeout(b"99999999n"),
+            Some(Duration::from_nanos(99_999_999))
+        );
+        for bad in [&b""[..], b"m", b"123456789m", b"12x", b"-1S", b"1.5S"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
 }
