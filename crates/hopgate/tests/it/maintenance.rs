@@ -429,3 +429,139 @@ async fn moving_without_an_address_reconnects_after_half_the_time() {
     assert!(after > before, "connections were replaced after T/2");
     assert_eq!(c.get(gw.url("/")).send().await.unwrap().status(), 200);
 }
+
+/// Established TCP connections to `port` (from `ss`).
+fn connections_to(port: u16) -> usize {
+    let out = std::process::Command::new("ss")
+        .args([
+            "-Htn",
+            "state",
+            "established",
+            &format!("( dport = :{port} )"),
+        ])
+        .output()
+        .expect("ss (iproute2) is installed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+#[tokio::test]
+async fn moving_under_continuous_load_loses_nothing_and_leaves_the_old_address() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let old = Backend::start("old-a").await;
+    let b = Backend::start("b").await;
+    let moved = Backend::start("new-a").await;
+    let svc = service("s", &[("a", old.addr, ""), ("b", b.addr, "")]);
+    let gw = Gateway::start(&(cfg(&svc, "") + "sessions: { ttl: 1h }\n")).await;
+    let c = client();
+    let mut token = None;
+    for _ in 0..20 {
+        let r = c.get(gw.url("/")).send().await.unwrap();
+        let t = r
+            .headers()
+            .get("hop-session")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
+        if json(r).await["node"] == "old-a" {
+            token = Some(t);
+            break;
+        }
+    }
+    let token = Arc::new(token.expect("a session bound to a"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let noticed = Arc::new(AtomicBool::new(false));
+    let (errors, late_on_old, served_new) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut load = Vec::new();
+    for _ in 0..8 {
+        let (stop, noticed, errors, late, served_new, token, url) = (
+            stop.clone(),
+            noticed.clone(),
+            errors.clone(),
+            late_on_old.clone(),
+            served_new.clone(),
+            token.clone(),
+            gw.url("/work"),
+        );
+        load.push(tokio::spawn(async move {
+            let c = client();
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) || n < 20 {
+                n += 1;
+                let after_notice = noticed.load(Ordering::Acquire);
+                match c
+                    .get(&url)
+                    .header("hop-session", token.as_str())
+                    .send()
+                    .await
+                {
+                    Ok(r) if r.status() == 200 => {
+                        let v = json(r).await;
+                        assert!(v["hop_from"].is_null(), "MOVING is not a hop");
+                        match v["node"].as_str() {
+                            Some("old-a") if after_notice => {
+                                late.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Some("new-a") => {
+                                served_new.fetch_add(1, Ordering::Relaxed);
+                            }
+                            _ => {}
+                        }
+                    }
+                    _ => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (s, v) = notify(&gw, serde_json::json!({"service": "s", "node": "a", "kind": "MOVING", "seq": 1, "to": moved.addr.to_string(), "in": 1})).await;
+    assert_eq!(s, 200, "{v}");
+    noticed.store(true, Ordering::Release);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for l in load {
+        l.await.unwrap();
+    }
+    assert_eq!(errors.load(Ordering::Relaxed), 0, "no client error");
+    assert_eq!(
+        late_on_old.load(Ordering::Relaxed),
+        0,
+        "nothing new reached the old address after the notice"
+    );
+    assert!(
+        served_new.load(Ordering::Relaxed) > 0,
+        "traffic arrived at the new address"
+    );
+    let sid: serde_json::Value = c
+        .get(gw.admin_url(&format!("/admin/v1/sessions/{token}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        sid["bindings"][0]["node"], "a",
+        "the session kept its node id"
+    );
+    // After T, nothing of the gateway's is left connected to the old address.
+    let mut left = usize::MAX;
+    for _ in 0..200 {
+        left = connections_to(old.addr.port());
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(left, 0, "connections to the old address closed by T");
+}
