@@ -118,7 +118,8 @@ def cmd_record(a) -> int:
     cpu_s = "-" if cpu != cpu else f"{cpu:.1f} µs/req"
     print(f"[bench] {a.kind:7} {a.scenario:18} #{a.rep} {a.target:8} {res['rps']:>10.0f} req/s"
           f"  p50 {res['p50_us']:>6.0f} µs  p99 {res['p99_us']:>6.0f} µs  cpu {cpu_s}"
-          f"  errors {res['errors']}  other-load {other:.0f}%", file=sys.stderr)
+          f"  errors {res['errors']}" + ("" if other != other else f"  other-load {other:.0f}%"),
+          file=sys.stderr)
     return 0
 
 

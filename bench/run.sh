@@ -21,7 +21,8 @@
 #   --no-build          do not run `cargo build --release -p hopgate`
 #   --strict            exit 1 when a requested target cannot run
 #                       (default: warn and skip it, e.g. hopgate not built yet)
-#   --wait-quiet S      before each matrix point, wait up to S seconds for the
+#   --wait-quiet S      before each repeat of a matrix point (and each restart
+#                       run), wait up to S seconds for the
 #                       machine to be quiet (< QUIET_PCT % busy, default 15,
 #                       over 1 s) — for shared, noisy machines (default 0)
 #   --retry-noisy P     redo a matrix run (up to 2 more times, after waiting
