@@ -305,6 +305,10 @@ impl Maintenance {
                                 timeout: cfg.handoff_timeout,
                                 deadline,
                                 group: Arc::clone(&group),
+                                breaker: BreakerParams {
+                                    failures: cfg.breaker_failures,
+                                    reset: cfg.breaker_reset,
+                                },
                             });
                         }
                         format!("moved to {to}; {idle} idle connections handed off; old ones closed in {}s", within.as_secs())
@@ -354,6 +358,14 @@ struct Job {
     /// The MOVING deadline.
     deadline: Instant,
     group: Arc<JobGroup>,
+    breaker: BreakerParams,
+}
+
+/// Parameters of the per-endpoint handoff breakers.
+#[derive(Clone, Copy, Debug)]
+struct BreakerParams {
+    failures: u32,
+    reset: Duration,
 }
 
 /// Bounded queue + on-demand workers + per-endpoint breakers.
@@ -453,7 +465,7 @@ async fn run_job(
         .lock()
         .entry(job.endpoint)
         .or_default()
-        .allow(Instant::now());
+        .allow(Instant::now(), job.breaker);
     if !allowed {
         stats
             .handoff_breaker_rejections
@@ -476,7 +488,7 @@ async fn run_job(
                 .lock()
                 .entry(job.endpoint)
                 .or_default()
-                .failure(Instant::now());
+                .failure(Instant::now(), job.breaker);
             stats
                 .handoff_attempts_failed
                 .fetch_add(1, Ordering::Relaxed);
@@ -519,9 +531,10 @@ fn finish_failed(job: &Job, stats: &MaintStats, why: &str) {
     }
 }
 
-/// A circuit breaker on dial failures to one endpoint: 5 consecutive
-/// failures open it for 60 s; then `allow` (the asking path) turns it
-/// half-open and admits 3 probes; 3 successes close it, a failure reopens.
+/// A circuit breaker on dial failures to one endpoint: `breaker_failures`
+/// consecutive failures (default 5) open it for `breaker_reset` (60 s); then
+/// `allow` (the asking path) turns it half-open and admits 3 probes; 3
+/// successes close it, a failure reopens.
 #[derive(Debug, Default)]
 struct EndpointBreaker {
     failures: u32,
@@ -531,22 +544,20 @@ struct EndpointBreaker {
     successes: u32,
 }
 
-const EP_THRESHOLD: u32 = 5;
-const EP_RESET: Duration = Duration::from_secs(60);
 const EP_PROBES: u32 = 3;
 
 impl EndpointBreaker {
-    fn allow(&mut self, now: Instant) -> bool {
+    fn allow(&mut self, now: Instant, p: BreakerParams) -> bool {
         match self.opened_at {
             None if !self.half_open => true,
             Some(at) if !self.half_open => {
-                if now.duration_since(at) < EP_RESET {
+                if now.duration_since(at) < p.reset {
                     return false;
                 }
                 self.half_open = true;
                 self.probes = 0;
                 self.successes = 0;
-                self.allow(now)
+                self.allow(now, p)
             }
             _ => {
                 if self.probes < EP_PROBES {
@@ -570,7 +581,7 @@ impl EndpointBreaker {
         }
     }
 
-    fn failure(&mut self, now: Instant) {
+    fn failure(&mut self, now: Instant, p: BreakerParams) {
         if self.half_open {
             *self = EndpointBreaker {
                 opened_at: Some(now),
@@ -579,7 +590,7 @@ impl EndpointBreaker {
             return;
         }
         self.failures += 1;
-        if self.failures >= EP_THRESHOLD {
+        if self.failures >= p.failures {
             self.opened_at = Some(now);
         }
     }
@@ -674,31 +685,32 @@ mod tests {
 
     #[test]
     fn endpoint_breaker_really_half_opens() {
+        let p = BreakerParams {
+            failures: 5,
+            reset: Duration::from_secs(60),
+        };
         let mut b = EndpointBreaker::default();
         let t0 = Instant::now();
-        for _ in 0..EP_THRESHOLD {
-            assert!(b.allow(t0));
-            b.failure(t0);
+        for _ in 0..p.failures {
+            assert!(b.allow(t0, p));
+            b.failure(t0, p);
         }
-        assert!(!b.allow(t0), "open");
-        let later = t0 + EP_RESET;
+        assert!(!b.allow(t0, p), "open");
+        let later = t0 + p.reset;
         for _ in 0..EP_PROBES {
-            assert!(b.allow(later), "half-open admits probes");
+            assert!(b.allow(later, p), "half-open admits probes");
         }
-        assert!(!b.allow(later), "only max probes");
-        b.failure(later);
+        assert!(!b.allow(later, p), "only max probes");
+        b.failure(later, p);
         assert!(
-            !b.allow(later + Duration::from_secs(1)),
+            !b.allow(later + Duration::from_secs(1), p),
             "a half-open failure reopens"
         );
-        let again = later + EP_RESET;
-        assert!(b.allow(again));
+        let again = later + p.reset;
+        assert!(b.allow(again, p));
         for _ in 0..EP_PROBES {
             b.success();
         }
-        assert!(
-            b.allow(again) && b.allow(again) && b.allow(again) && b.allow(again),
-            "closed"
-        );
+        assert!((0..4).all(|_| b.allow(again, p)), "closed");
     }
 }

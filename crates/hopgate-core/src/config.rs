@@ -184,6 +184,10 @@ pub struct MaintenanceConfig {
     pub workers: usize,
     /// 0 = sized from the pool.
     pub queue: usize,
+    /// Handoff breaker: consecutive dial failures that open it.
+    pub breaker_failures: u32,
+    /// Handoff breaker: open time before it half-opens.
+    pub breaker_reset: Duration,
 }
 
 impl Default for MaintenanceConfig {
@@ -197,6 +201,8 @@ impl Default for MaintenanceConfig {
             max_handoff_retries: 3,
             workers: 0,
             queue: 0,
+            breaker_failures: 5,
+            breaker_reset: Duration::from_secs(60),
         }
     }
 }

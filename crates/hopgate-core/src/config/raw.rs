@@ -444,4 +444,11 @@ pub struct RawMaintenance {
     /// Handoff queue size (0 = sized from the pool).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<Text>,
+    /// Per-endpoint handoff circuit breaker: consecutive dial failures that
+    /// open it (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker_failures: Option<Text>,
+    /// How long it stays open before half-opening (default 60s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker_reset: Option<Text>,
 }

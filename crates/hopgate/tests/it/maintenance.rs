@@ -565,3 +565,69 @@ async fn moving_under_continuous_load_loses_nothing_and_leaves_the_old_address()
     }
     assert_eq!(left, 0, "connections to the old address closed by T");
 }
+
+#[tokio::test]
+async fn the_handoff_breaker_opens_half_opens_and_closes_when_the_address_comes_up() {
+    let a = Backend::start("a").await;
+    let svc = service("s", &[("a", a.addr, "")]);
+    let extra = "maintenance: { handoff_timeout: 300ms, max_handoff_retries: 3, breaker_failures: 2, breaker_reset: 1s }\n";
+    let gw = Gateway::start(&(cfg(&svc, "") + extra)).await;
+    let target = crate::harness::dead_addr();
+    let metric = |m: &str, name: &str| -> u64 {
+        m.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let metrics = || async {
+        client()
+            .get(gw.admin_url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    // Nothing listens at `target`: dials fail, retries back off, the breaker
+    // opens after two failures and turns the third attempt away.
+    let (s, _) = notify(&gw, serde_json::json!({"service": "s", "node": "a", "kind": "MOVING", "seq": 1, "to": target.to_string(), "in": 1})).await;
+    assert_eq!(s, 200);
+    let mut m = metrics().await;
+    for _ in 0..300 {
+        if metric(&m, "hopgate_handoffs_total{outcome=\"breaker_open\"}") >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        m = metrics().await;
+    }
+    assert_eq!(
+        metric(&m, "hopgate_handoffs_total{outcome=\"attempt_failed\"}"),
+        2,
+        "{m}"
+    );
+    assert!(
+        metric(&m, "hopgate_handoffs_total{outcome=\"breaker_open\"}") >= 1,
+        "{m}"
+    );
+    assert_eq!(node(&gw, "a").await["maintenance"]["unreachable"], true);
+    // The address comes up; after the reset time the breaker half-opens on
+    // the next handoff and its probe succeeds.
+    let up = Backend::start_on("a-new", target).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (s, _) = notify(&gw, serde_json::json!({"service": "s", "node": "a", "kind": "MOVING", "seq": 2, "to": up.addr.to_string(), "in": 1})).await;
+    assert_eq!(s, 200);
+    let mut ok = 0;
+    for _ in 0..300 {
+        ok = metric(&metrics().await, "hopgate_handoffs_total{outcome=\"ok\"}");
+        if ok >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ok >= 1, "the half-open probe dialled the new address");
+    assert_eq!(node(&gw, "a").await["maintenance"]["unreachable"], false);
+    let v = json(client().get(gw.url("/")).send().await.unwrap()).await;
+    assert_eq!(v["node"], "a-new", "traffic flows to the new address");
+}

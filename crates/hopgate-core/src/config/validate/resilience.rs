@@ -443,6 +443,19 @@ impl Validator {
                 1_000_000,
                 0,
             ) as usize,
+            breaker_failures: self.int_or(
+                "maintenance.breaker_failures".into(),
+                r.breaker_failures.as_ref(),
+                1,
+                1000,
+                d.breaker_failures,
+            ),
+            breaker_reset: self.duration_or(
+                "maintenance.breaker_reset".into(),
+                r.breaker_reset.as_ref(),
+                day,
+                d.breaker_reset,
+            ),
         }
     }
 }

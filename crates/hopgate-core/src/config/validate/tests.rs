@@ -1731,6 +1731,8 @@ fn nasty_values_never_panic() {
                 max_handoff_retries: t(),
                 workers: t(),
                 queue: t(),
+                breaker_failures: t(),
+                breaker_reset: t(),
             }),
         };
         let errs = validate(&raw).expect_err("every field is nonsense");
