@@ -24,8 +24,8 @@ for f in examples/*.yaml; do
   cargo run --quiet --locked -p hopgate -- validate "$f"
 done
 
-step "criterion benches (smoke: each bench once)"
-cargo bench --locked -p hopgate-core -- --test >/dev/null
+step "criterion benches (smoke: each bench once, test profile)"
+cargo test --locked -p hopgate-core --benches >/dev/null
 echo "benches ran"
 
 step "load benchmark (smoke)"
