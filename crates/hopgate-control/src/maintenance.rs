@@ -122,24 +122,23 @@ impl std::fmt::Debug for Maintenance {
     }
 }
 
-/// go-redis's sizing: workers from the pool size `p`, unless configured.
+/// Handoff workers: the configured number, else go-redis's sizing from the
+/// pool size `p` (`min(p/2, max(10, p/3))`, at least 1). A configured value
+/// is used as given — never silently raised (go-redis raises it to `p/2`).
 pub fn worker_count(p: usize, configured: usize) -> usize {
-    let w = if configured > 0 {
-        (p / 2).max(configured)
-    } else {
-        (p / 2).min((p / 3).max(10))
-    };
-    w.max(1)
+    if configured > 0 {
+        return configured;
+    }
+    (p / 2).min((p / 3).max(10)).max(1)
 }
 
-/// go-redis's sizing: the handoff queue from workers `w` and pool size `p`.
+/// Handoff queue: the configured size, else go-redis's sizing from workers
+/// `w` and pool size `p` (`max(20w, p)` capped at `5p`, at least 2).
 pub fn queue_size(w: usize, p: usize, configured: usize) -> usize {
-    let q = if configured > 0 {
-        configured.max(200)
-    } else {
-        (20 * w).max(p)
-    };
-    q.min((5 * p).max(2)).max(2)
+    if configured > 0 {
+        return configured;
+    }
+    (20 * w).max(p).min((5 * p).max(2)).max(2)
 }
 
 impl Maintenance {
@@ -680,7 +679,9 @@ mod tests {
         assert_eq!(worker_count(1, 0), 1);
         assert!(queue_size(1, 1, 0) >= 2);
         assert_eq!(worker_count(10, 20), 20);
+        assert_eq!(worker_count(100, 3), 3, "a configured value is used as given");
         assert_eq!(queue_size(5, 100, 300), 300);
+        assert_eq!(queue_size(5, 100, 7), 7);
     }
 
     #[test]
