@@ -679,7 +679,11 @@ mod tests {
         assert_eq!(worker_count(1, 0), 1);
         assert!(queue_size(1, 1, 0) >= 2);
         assert_eq!(worker_count(10, 20), 20);
-        assert_eq!(worker_count(100, 3), 3, "a configured value is used as given");
+        assert_eq!(
+            worker_count(100, 3),
+            3,
+            "a configured value is used as given"
+        );
         assert_eq!(queue_size(5, 100, 300), 300);
         assert_eq!(queue_size(5, 100, 7), 7);
     }

@@ -347,3 +347,23 @@ pub fn dead_addr() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap()
 }
+
+/// A new session whose first request was served by the backend `backend`
+/// (the `node` its JSON names); its token.
+pub async fn session_served_by(gw: &Gateway, backend: &str) -> String {
+    let c = client();
+    for _ in 0..50 {
+        let r = c.get(gw.url("/")).send().await.unwrap();
+        let token = r
+            .headers()
+            .get("hop-session")
+            .expect("sessions are on")
+            .to_str()
+            .unwrap()
+            .to_owned();
+        if json(r).await["node"] == backend {
+            return token;
+        }
+    }
+    panic!("no new session landed on {backend}");
+}

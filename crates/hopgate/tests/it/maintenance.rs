@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::harness::{client, config, json, service, Backend, Gateway};
+use crate::harness::{client, config, json, service, session_served_by, Backend, Gateway};
 
 async fn notify(gw: &Gateway, body: serde_json::Value) -> (u16, serde_json::Value) {
     let r = client()
@@ -194,22 +194,7 @@ async fn moving_keeps_sessions_bound_and_lets_in_flight_finish() {
     let gw = Gateway::start(&(cfg(&svc, "") + "sessions: { ttl: 1h }\n")).await;
     let c = client();
     // Find a session bound to node a.
-    let mut token = None;
-    for _ in 0..20 {
-        let r = c.get(gw.url("/")).send().await.unwrap();
-        let t = r
-            .headers()
-            .get("hop-session")
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_owned();
-        if json(r).await["node"] == "old-a" {
-            token = Some(t);
-            break;
-        }
-    }
-    let token = token.expect("a session lands on a");
+    let token = session_served_by(&gw, "old-a").await;
     let slow = {
         let (url, t) = (gw.url("/slow?sleep_ms=400"), token.clone());
         tokio::spawn(async move { client().get(url).header("hop-session", t).send().await })
@@ -277,22 +262,7 @@ async fn an_unreachable_new_address_makes_the_sessions_hop() {
         "sessions: { ttl: 1h }\nmaintenance: { handoff_timeout: 500ms, max_handoff_retries: 2 }\n";
     let gw = Gateway::start(&(cfg(&svc, "") + extra)).await;
     let c = client();
-    let mut token = None;
-    for _ in 0..20 {
-        let r = c.get(gw.url("/")).send().await.unwrap();
-        let t = r
-            .headers()
-            .get("hop-session")
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_owned();
-        if json(r).await["node"] == "a" {
-            token = Some(t);
-            break;
-        }
-    }
-    let token = token.unwrap();
+    let token = session_served_by(&gw, "a").await;
     let dead = crate::harness::dead_addr();
     let (s, _) = notify(&gw, serde_json::json!({"service": "s", "node": "a", "kind": "MOVING", "seq": 1, "to": dead.to_string(), "in": 1})).await;
     assert_eq!(s, 200);
@@ -457,22 +427,7 @@ async fn moving_under_continuous_load_loses_nothing_and_leaves_the_old_address()
     let svc = service("s", &[("a", old.addr, ""), ("b", b.addr, "")]);
     let gw = Gateway::start(&(cfg(&svc, "") + "sessions: { ttl: 1h }\n")).await;
     let c = client();
-    let mut token = None;
-    for _ in 0..20 {
-        let r = c.get(gw.url("/")).send().await.unwrap();
-        let t = r
-            .headers()
-            .get("hop-session")
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_owned();
-        if json(r).await["node"] == "old-a" {
-            token = Some(t);
-            break;
-        }
-    }
-    let token = Arc::new(token.expect("a session bound to a"));
+    let token = Arc::new(session_served_by(&gw, "old-a").await);
     let stop = Arc::new(AtomicBool::new(false));
     let noticed = Arc::new(AtomicBool::new(false));
     let (errors, late_on_old, served_new) = (
