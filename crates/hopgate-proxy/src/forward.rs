@@ -492,6 +492,35 @@ impl Forwarder {
             let result = pool.send(addr, request, &settings).await;
             drop(inflight);
             match result {
+                // A gRPC backend that answers UNAVAILABLE before any
+                // response byte (a trailers-only response) has not processed
+                // the call: like a refused stream, replay it elsewhere when a
+                // copy exists (SPEC §4).
+                Ok(resp)
+                    if sent_attempts < attempts
+                        && svc.retry_budget.available() > 0
+                        && grpc_unavailable_at_once(&resp) =>
+                {
+                    match template.as_ref().or(refused_template.as_ref()) {
+                        Some((parts, body)) => {
+                            tracing::warn!(service = %svc.name, node = %node.id, "gRPC UNAVAILABLE before any response byte; retrying elsewhere");
+                            account(svc, node, Observation::Failure);
+                            last = ErrorKind::ConnectionLost;
+                            let body = if body.is_empty() {
+                                ProxyBody::Empty
+                            } else {
+                                ProxyBody::full(body.clone())
+                            };
+                            upstream = Some(Request::from_parts(copy_head(parts), body));
+                            drop(resp);
+                            continue;
+                        }
+                        None => {
+                            out.status = resp.status().as_u16();
+                            return (Ok(resp), out);
+                        }
+                    }
+                }
                 Ok(mut resp) => {
                     let status = resp.status().as_u16();
                     let seen = if status >= 500 {
@@ -910,6 +939,15 @@ fn copy_head(p: &http::request::Parts) -> http::request::Parts {
     *r.version_mut() = p.version;
     *r.headers_mut() = p.headers.clone();
     r.into_parts().0
+}
+
+/// A trailers-only gRPC answer with `grpc-status: 14` (UNAVAILABLE): the
+/// backend refused the call before producing any response byte.
+fn grpc_unavailable_at_once(resp: &Response<ProxyBody>) -> bool {
+    use http_body::Body;
+    is_grpc(resp.headers())
+        && resp.headers().get("grpc-status").is_some_and(|v| v == "14")
+        && resp.body().is_end_stream()
 }
 
 /// A gRPC response (its stream gets a drain deadline).

@@ -83,6 +83,8 @@ struct NodeState {
     abandoned: AtomicUsize,
     /// Highest item number any Count stream has handed to the transport.
     last_sent: AtomicU32,
+    /// When set, every call is refused with UNAVAILABLE before any work.
+    unavailable: std::sync::atomic::AtomicBool,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -107,6 +109,9 @@ impl tower::Service<http::Request<tonic::body::Body>> for Probe {
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
         let node = Arc::clone(&self.0);
         Box::pin(async move {
+            if node.unavailable.load(Ordering::SeqCst) {
+                return Ok(Status::unavailable("not taking calls").into_http());
+            }
             let mut grpc = tonic::server::Grpc::new(ProstCodec::<Reply, Ask>::default());
             let resp = match req.uri().path() {
                 ECHO => grpc.unary(Echo(node), req).await,
@@ -266,6 +271,7 @@ impl GrpcNode {
             deadlines: parking_lot::Mutex::default(),
             abandoned: AtomicUsize::new(0),
             last_sent: AtomicU32::new(0),
+            unavailable: std::sync::atomic::AtomicBool::new(false),
         });
         let (shutdown, signal) = oneshot::channel::<()>();
         let svc = Probe(Arc::clone(&state));
@@ -1054,4 +1060,30 @@ async fn sigterm_lets_an_open_stream_finish_then_refuses_connections() {
         .connect()
         .await;
     assert!(refused.is_err(), "a new gRPC connection is refused");
+}
+
+/// A backend that answers UNAVAILABLE before producing any response byte
+/// has not processed the call: the gateway replays it on another node
+/// (SPEC §4), and the refusing node never sees the call.
+#[tokio::test]
+async fn unavailable_before_any_response_byte_is_retried_elsewhere() {
+    let a = GrpcNode::start("a").await;
+    let b = GrpcNode::start("b").await;
+    a.state.unavailable.store(true, Ordering::SeqCst);
+    let gw = grpc_gateway(&[("a", a.addr), ("b", b.addr)], "").await;
+    let mut via = ProbeClient::connect(gw.addr).await;
+    for i in 0..20 {
+        let text = format!("call-{i}");
+        let r = via.echo(&text).await.expect("no client sees UNAVAILABLE");
+        assert_eq!(r.node, "b");
+        assert_eq!(r.text, text);
+    }
+    assert!(
+        a.state.received.lock().is_empty(),
+        "the refusing node processed nothing"
+    );
+    assert!(
+        gw.logs().contains("UNAVAILABLE before any response byte"),
+        "some calls were retried"
+    );
 }
