@@ -217,6 +217,8 @@ pub(crate) struct Gateway {
     tasks: Vec<JoinHandle<()>>,
     session_stop: watch::Sender<bool>,
     session_task: JoinHandle<()>,
+    admin_stop: watch::Sender<bool>,
+    admin_task: JoinHandle<()>,
 }
 
 impl Gateway {
@@ -273,11 +275,11 @@ impl Gateway {
             Some(Arc::clone(&sessions)),
             Arc::clone(&maintenance),
         );
-        let mut tasks = vec![tokio::spawn(serve_admin(
-            admin_sock,
-            Arc::clone(&admin),
-            rx.clone(),
-        ))];
+        // The admin API outlives the listeners' drain, so `/readyz` answers
+        // 503 to load balancers while in-flight work finishes.
+        let (admin_stop, admin_rx) = watch::channel(false);
+        let admin_task = tokio::spawn(serve_admin(admin_sock, Arc::clone(&admin), admin_rx));
+        let mut tasks = Vec::new();
         // Notifications from backends' Hop-Maintenance headers.
         let m = Arc::clone(&maintenance);
         let mut stop = rx.clone();
@@ -333,6 +335,8 @@ impl Gateway {
             tasks,
             session_stop,
             session_task,
+            admin_stop,
+            admin_task,
         })
     }
 
@@ -394,6 +398,8 @@ impl Gateway {
         }
         let _ = self.session_stop.send(true);
         let _ = self.session_task.await;
+        let _ = self.admin_stop.send(true);
+        let _ = self.admin_task.await;
         tracing::info!("shutdown complete");
     }
 }

@@ -45,3 +45,54 @@ async fn sigterm_lets_a_slow_request_finish() {
     // Nothing listens any more.
     assert!(tokio::net::TcpStream::connect(gw.addr).await.is_err());
 }
+
+#[tokio::test]
+async fn readyz_turns_503_while_in_flight_work_drains() {
+    let b = Backend::start("n1").await;
+    let svc = service("svc", &[("n1", b.addr, "")]);
+    let mut gw = Gateway::start(&config(
+        &svc,
+        "  - { id: all, match: { path_prefix: / }, service: svc }",
+    ))
+    .await;
+    let c = client();
+    assert_eq!(
+        c.get(gw.admin_url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let url = gw.url("/slow?sleep_ms=1500");
+    let slow = tokio::spawn(async move { client().get(url).send().await });
+    loop {
+        let v: serde_json::Value = c
+            .get(b.url("/control/stats"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if v["in_flight"].as_u64().unwrap_or(0) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gw.sigterm();
+    let mut saw_503 = false;
+    for _ in 0..50 {
+        // A fresh connection each time: the admin listener still accepts.
+        if let Ok(r) = client().get(gw.admin_url("/readyz")).send().await {
+            if r.status() == 503 {
+                saw_503 = true;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(saw_503, "load balancers see the gateway going away");
+    assert_eq!(slow.await.unwrap().unwrap().status(), 200);
+    assert_eq!(gw.wait().await, Some(0));
+}
