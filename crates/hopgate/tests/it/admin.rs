@@ -79,14 +79,7 @@ async fn apply_reject_version_and_rollback() {
     assert!(paths.contains(&"routes[0].service"), "{v}");
     assert!(paths.contains(&"listeners[0].address"), "{v}");
     assert_eq!(node(&gw).await, "b");
-    let versions: serde_json::Value = c
-        .get(gw.admin_url("/admin/v1/config/versions"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let versions: serde_json::Value = gw.admin_json("/admin/v1/config/versions").await;
     assert_eq!(versions["current"], 2);
     assert_eq!(versions["reload_failures"], 1);
     assert_eq!(
@@ -96,14 +89,7 @@ async fn apply_reject_version_and_rollback() {
     assert_eq!(versions["versions"].as_array().unwrap().len(), 2);
 
     // JSON is accepted too.
-    let cfg: serde_json::Value = c
-        .get(gw.admin_url("/admin/v1/config"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let cfg: serde_json::Value = gw.admin_json("/admin/v1/config").await;
     assert_eq!(cfg["version"], 2);
     let mut doc = cfg["config"].clone();
     doc["routes"][0]["id"] = "renamed".into();
@@ -155,14 +141,7 @@ async fn nodes_health_and_unknown_paths() {
         200
     );
     c.get(gw.url("/")).send().await.unwrap();
-    let v: serde_json::Value = c
-        .get(gw.admin_url("/admin/v1/nodes"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: serde_json::Value = gw.admin_json("/admin/v1/nodes").await;
     let n = &v["nodes"][0];
     assert_eq!(n["id"], "a");
     assert_eq!(n["service"], "s");

@@ -247,6 +247,30 @@ impl Gateway {
         std::fs::rename(&tmp, &self.config_path).unwrap();
     }
 
+    /// The admin API's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        client()
+            .get(self.admin_url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// A JSON document from the admin API.
+    pub async fn admin_json(&self, path: &str) -> serde_json::Value {
+        client()
+            .get(self.admin_url(path))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(|c| c.id())
     }

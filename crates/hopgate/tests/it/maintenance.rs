@@ -19,14 +19,7 @@ async fn notify(gw: &Gateway, body: serde_json::Value) -> (u16, serde_json::Valu
 }
 
 async fn node(gw: &Gateway, id: &str) -> serde_json::Value {
-    let v: serde_json::Value = client()
-        .get(gw.admin_url("/admin/v1/nodes"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: serde_json::Value = gw.admin_json("/admin/v1/nodes").await;
     v["nodes"]
         .as_array()
         .unwrap()
@@ -118,14 +111,7 @@ async fn relaxed_timeouts_dedup_and_malformed_input() {
     )
     .await;
     assert_eq!(s, 404);
-    let m = c
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = gw.metrics().await;
     assert!(
         m.contains(
             "hopgate_maintenance_notifications_total{kind=\"MIGRATING\",result=\"applied\"} 1"
@@ -171,14 +157,7 @@ async fn a_backend_header_announces_maintenance_and_is_stripped() {
         .unwrap();
     assert_eq!(r.status(), 200);
     assert!(r.headers().get("hop-maintenance").is_none());
-    let m = c
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = gw.metrics().await;
     assert!(
         m.contains("hopgate_maintenance_headers_ignored_total{reason=\"malformed\"} 1"),
         "{m}"
@@ -222,14 +201,7 @@ async fn moving_keeps_sessions_bound_and_lets_in_flight_finish() {
             "no hop: the node kept its identity"
         );
     }
-    let sid: serde_json::Value = c
-        .get(gw.admin_url(&format!("/admin/v1/sessions/{token}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let sid: serde_json::Value = gw.admin_json(&format!("/admin/v1/sessions/{token}")).await;
     assert_eq!(sid["bindings"][0]["node"], "a");
     assert_eq!(sid["bindings"][0]["hops"], 0);
     let n = node(&gw, "a").await;
@@ -238,14 +210,7 @@ async fn moving_keeps_sessions_bound_and_lets_in_flight_finish() {
         n["maintenance"]["relaxed"], true,
         "post-handoff relaxed window"
     );
-    let m = c
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = gw.metrics().await;
     assert!(m.contains("hopgate_handoffs_total{outcome=\"ok\"}"), "{m}");
     assert!(
         !m.contains("hopgate_handoffs_total{outcome=\"ok\"} 0"),
@@ -285,23 +250,9 @@ async fn an_unreachable_new_address_makes_the_sessions_hop() {
     let v = json(r).await;
     assert_eq!(v["node"], "b", "the session hopped to a healthy node");
     assert_eq!(v["hop_from"], "a");
-    let hops: serde_json::Value = c
-        .get(gw.admin_url("/admin/v1/hops"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let hops: serde_json::Value = gw.admin_json("/admin/v1/hops").await;
     assert_eq!(hops["hops"][0]["reason"], "maintenance");
-    let m = c
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = gw.metrics().await;
     assert!(
         m.contains("hopgate_handoffs_total{outcome=\"exhausted\"} 1"),
         "{m}"
@@ -426,7 +377,6 @@ async fn moving_under_continuous_load_loses_nothing_and_leaves_the_old_address()
     let moved = Backend::start("new-a").await;
     let svc = service("s", &[("a", old.addr, ""), ("b", b.addr, "")]);
     let gw = Gateway::start(&(cfg(&svc, "") + "sessions: { ttl: 1h }\n")).await;
-    let c = client();
     let token = Arc::new(session_served_by(&gw, "old-a").await);
     let stop = Arc::new(AtomicBool::new(false));
     let noticed = Arc::new(AtomicBool::new(false));
@@ -497,14 +447,7 @@ async fn moving_under_continuous_load_loses_nothing_and_leaves_the_old_address()
         served_new.load(Ordering::Relaxed) > 0,
         "traffic arrived at the new address"
     );
-    let sid: serde_json::Value = c
-        .get(gw.admin_url(&format!("/admin/v1/sessions/{token}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let sid: serde_json::Value = gw.admin_json(&format!("/admin/v1/sessions/{token}")).await;
     assert_eq!(
         sid["bindings"][0]["node"], "a",
         "the session kept its node id"
@@ -535,16 +478,7 @@ async fn the_handoff_breaker_opens_half_opens_and_closes_when_the_address_comes_
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
-    let metrics = || async {
-        client()
-            .get(gw.admin_url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    };
+    let metrics = || async { gw.metrics().await };
     // Nothing listens at `target`: dials fail, retries back off, the breaker
     // opens after two failures and turns the third attempt away.
     let (s, _) = notify(&gw, serde_json::json!({"service": "s", "node": "a", "kind": "MOVING", "seq": 1, "to": target.to_string(), "in": 1})).await;

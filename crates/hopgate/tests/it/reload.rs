@@ -22,14 +22,7 @@ fn two_service_config(a: &Backend, b: &Backend, target: &str, extra: &str) -> St
 }
 
 async fn versions(gw: &Gateway) -> serde_json::Value {
-    client()
-        .get(gw.admin_url("/admin/v1/config/versions"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    gw.admin_json("/admin/v1/config/versions").await
 }
 
 #[tokio::test]

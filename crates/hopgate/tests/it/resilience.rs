@@ -10,14 +10,7 @@ use std::time::Duration;
 use crate::harness::{client, config, json, service, temp_path, Backend, Gateway};
 
 async fn nodes(gw: &Gateway) -> HashMap<String, serde_json::Value> {
-    let v: serde_json::Value = client()
-        .get(gw.admin_url("/admin/v1/nodes"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: serde_json::Value = gw.admin_json("/admin/v1/nodes").await;
     v["nodes"]
         .as_array()
         .unwrap()

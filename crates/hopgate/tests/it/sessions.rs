@@ -123,14 +123,7 @@ async fn a_session_hops_with_its_context_when_its_node_dies() {
     );
     let token = issued(&headers).unwrap();
     let sid = {
-        let v: serde_json::Value = client()
-            .get(gw.admin_url(&format!("/admin/v1/sessions/{token}")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v: serde_json::Value = gw.admin_json(&format!("/admin/v1/sessions/{token}")).await;
         assert_eq!(v["bindings"][0]["node"], bound.as_str());
         assert_eq!(v["bindings"][0]["context_bytes"], 6);
         v["session"].as_str().unwrap().to_owned()
@@ -151,24 +144,10 @@ async fn a_session_hops_with_its_context_when_its_node_dies() {
     assert_eq!(again, new_node);
     assert!(v["hop_from"].is_null());
     // The admin API shows the new binding and the hop.
-    let s: serde_json::Value = client()
-        .get(gw.admin_url(&format!("/admin/v1/sessions/{sid}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let s: serde_json::Value = gw.admin_json(&format!("/admin/v1/sessions/{sid}")).await;
     assert_eq!(s["bindings"][0]["node"], new_node.as_str());
     assert_eq!(s["bindings"][0]["hops"], 1);
-    let hops: serde_json::Value = client()
-        .get(gw.admin_url("/admin/v1/hops?limit=5"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let hops: serde_json::Value = gw.admin_json("/admin/v1/hops?limit=5").await;
     let h = &hops["hops"][0];
     assert_eq!(h["session"], sid.as_str());
     assert_eq!(h["from"], bound.as_str());
@@ -177,14 +156,7 @@ async fn a_session_hops_with_its_context_when_its_node_dies() {
     assert!(gw.logs().contains(&format!(
         "hop session={sid} from={bound} to={new_node} reason=unhealthy"
     )));
-    let metrics = client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = gw.metrics().await;
     assert!(
         metrics.contains("hopgate_hops_total{service=\"s\",reason=\"unhealthy\"} 1"),
         "{metrics}"
@@ -217,14 +189,7 @@ async fn drain_migrate_moves_sessions_and_lets_in_flight_finish() {
     let r = slow.await.unwrap().unwrap();
     assert_eq!(r.status(), 200, "the in-flight request finished");
     assert_eq!(json(r).await["node"], bound.as_str());
-    let hops: serde_json::Value = client()
-        .get(gw.admin_url("/admin/v1/hops"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let hops: serde_json::Value = gw.admin_json("/admin/v1/hops").await;
     assert_eq!(hops["hops"][0]["reason"], "draining");
 }
 
@@ -266,14 +231,7 @@ async fn forged_tampered_expired_and_garbage_tokens_are_replaced_and_counted() {
     let gw = gateway(&svc, "", &[]).await;
     let (bound, headers, _) = get(&gw, "/", None).await;
     let token = issued(&headers).unwrap();
-    let sid: serde_json::Value = client()
-        .get(gw.admin_url(&format!("/admin/v1/sessions/{token}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let sid: serde_json::Value = gw.admin_json(&format!("/admin/v1/sessions/{token}")).await;
     let id: SessionId = sid["session"].as_str().unwrap().parse().unwrap();
     let forged = mint(&SessionKeys::from_secrets(b"attacker-key", &[]), id, now());
     let expired = mint(
@@ -303,23 +261,9 @@ async fn forged_tampered_expired_and_garbage_tokens_are_replaced_and_counted() {
     // The real session is untouched: still on its node, no hop.
     let (node, _, _) = get(&gw, "/", Some(&token)).await;
     assert_eq!(node, bound);
-    let s: serde_json::Value = client()
-        .get(gw.admin_url(&format!("/admin/v1/sessions/{id}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let s: serde_json::Value = gw.admin_json(&format!("/admin/v1/sessions/{id}")).await;
     assert_eq!(s["bindings"][0]["hops"], 0);
-    let m = client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = gw.metrics().await;
     assert!(
         m.contains("hopgate_session_tokens_rejected_total{reason=\"bad_signature\"} 2"),
         "{m}"
@@ -397,26 +341,12 @@ async fn an_oversized_context_is_not_stored_and_is_counted() {
         headers.get("hop-session-context").is_none(),
         "never shown to the client"
     );
-    let s: serde_json::Value = client()
-        .get(gw.admin_url(&format!("/admin/v1/sessions/{token}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let s: serde_json::Value = gw.admin_json(&format!("/admin/v1/sessions/{token}")).await;
     assert_eq!(
         s["bindings"][0]["context_bytes"], 5,
         "the last context that fit is kept"
     );
-    let m = client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = gw.metrics().await;
     assert!(
         m.contains("hopgate_session_contexts_total{event=\"oversized\"} 1"),
         "{m}"

@@ -81,14 +81,7 @@ async fn a_websocket_survives_a_hundred_reloads_of_other_routes() {
         let got = ws.next().await.expect("the tunnel is still open").unwrap();
         assert_eq!(got, Message::text(format!("after reload {i}")));
     }
-    let v: serde_json::Value = c
-        .get(gw.admin_url("/admin/v1/config"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: serde_json::Value = gw.admin_json("/admin/v1/config").await;
     assert_eq!(v["version"], 101);
 }
 
@@ -145,14 +138,7 @@ async fn which_node(
     // The echo does not say which node it is; the admin API does (the
     // tunnel counts as in flight on its node).
     let _ = ws;
-    let v: serde_json::Value = client()
-        .get(gw.admin_url("/admin/v1/nodes"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: serde_json::Value = gw.admin_json("/admin/v1/nodes").await;
     v["nodes"]
         .as_array()
         .unwrap()
