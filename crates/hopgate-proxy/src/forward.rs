@@ -32,8 +32,9 @@ use hopgate_store::Binding;
 
 use crate::body::ProxyBody;
 use crate::headers::{
-    append_forwarded_for, new_request_id, strip_hop_by_hop, HOP_MAINTENANCE, HOP_SESSION_CONTEXT,
-    X_FORWARDED_PROTO, X_HOP_FROM, X_REQUEST_ID, X_ROUTE_RULE_ID, X_UPSTREAM_ADDR,
+    append_forwarded_for, new_request_id, scan_request, scan_response, strip_request,
+    strip_response, RequestFacts, GRPC_TIMEOUT, HOP_MAINTENANCE, HOP_SESSION_CONTEXT,
+    X_FORWARDED_FOR, X_FORWARDED_PROTO, X_HOP_FROM, X_REQUEST_ID, X_ROUTE_RULE_ID, X_UPSTREAM_ADDR,
 };
 use crate::metrics::{HopRecord, METRICS};
 use crate::pool::{Pool, PoolSettings, SendFailure};
@@ -78,6 +79,26 @@ struct PendingHop {
     from: Arc<str>,
     reason: HopReason,
     started: Instant,
+}
+
+/// What [`Forwarder::plan`] decided.
+struct Plan {
+    route: usize,
+    selection: hopgate_core::snapshot::Selection,
+    hash: Option<u64>,
+    grpc_deadline: Option<Instant>,
+    /// Sessions are on for this request.
+    sessions_on: bool,
+    client_session: Option<ClientSession>,
+    key: Option<SessionId>,
+    now_unix: u64,
+    /// The bound node, when the session stays on it.
+    sticky: Option<usize>,
+    prior: Option<Binding>,
+    hop: Option<PendingHop>,
+    upgrade: Option<(HeaderValue, hyper::upgrade::OnUpgrade)>,
+    parts: http::request::Parts,
+    body: Incoming,
 }
 
 struct Outcome {
@@ -126,49 +147,6 @@ impl Forwarder {
         &self.snapshot
     }
 
-    /// Handles one client request end to end. Never fails: every problem
-    /// becomes a response from [`error_response`].
-    pub async fn handle(
-        &self,
-        req: Request<Incoming>,
-        peer: SocketAddr,
-        ctx: &RequestCtx,
-    ) -> Response<ProxyBody> {
-        let started = Instant::now();
-        let snap = self.snapshot.load_full();
-        let method = req.method().clone();
-        let mut req = req;
-        // Counted before the gateway adds anything.
-        let client_headers = req.headers().len();
-        let request_id = match req.headers().get(&X_REQUEST_ID) {
-            Some(v) => v.clone(),
-            None => {
-                let id = new_request_id();
-                req.headers_mut().insert(X_REQUEST_ID.clone(), id.clone());
-                id
-            }
-        };
-        METRICS.requests.fetch_add(1, Ordering::Relaxed);
-        let grpc = is_grpc(req.headers());
-        let (resp, outcome) = self
-            .route_and_forward(&snap, req, peer, ctx, client_headers)
-            .await;
-        let resp = match resp {
-            Ok(r) => r,
-            Err(kind) => {
-                METRICS.error(kind);
-                if grpc {
-                    grpc_error_response(kind, Some(&request_id))
-                } else {
-                    error_response(kind, Some(&request_id))
-                }
-            }
-        };
-        METRICS.response(resp.status().as_u16());
-        log_access(&snap, &method, &request_id, &outcome, started, peer, ctx);
-        resp
-    }
-
     /// A backend announced maintenance in a response header: parse it and
     /// hand it to the control plane's intake (never blocks; a malformed or
     /// undeliverable notification is counted and dropped whole).
@@ -193,53 +171,47 @@ impl Forwarder {
         }
     }
 
-    async fn route_and_forward(
+    /// Everything about a request decided before its first attempt:
+    /// limits, access, route, service and group, session binding, and the
+    /// upstream head. Synchronous, so none of its temporaries end up in the
+    /// request's future (which is moved, whole, on every poll path).
+    fn plan(
         &self,
-        snap: &Arc<Snapshot>,
+        snap: &Snapshot,
         req: Request<Incoming>,
-        peer: SocketAddr,
-        ctx: &RequestCtx,
+        conn: &ClientConn,
         client_headers: usize,
-    ) -> (Result<Response<ProxyBody>, ErrorKind>, Outcome) {
-        let mut out = Outcome {
-            status: 0,
-            route: None,
-            service: None,
-            node: None,
-            attempts: 0,
-            error: None,
-            hopped: false,
-        };
-        let fail = |mut out: Outcome, kind: ErrorKind| {
-            out.status = kind.status();
-            out.error = Some(kind);
-            (Err(kind), out)
-        };
+        facts: &RequestFacts,
+        out: &mut Outcome,
+    ) -> Result<Plan, ErrorKind> {
+        let peer = conn.peer;
+        let ctx = &*conn.ctx;
         let limits = &snap.config.limits;
 
         // Limits the HTTP parser does not enforce itself.
         let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
         if uri_len > limits.max_uri_bytes {
-            return fail(out, ErrorKind::UriTooLong);
+            return Err(ErrorKind::UriTooLong);
         }
-        if client_headers > limits.max_headers || head_bytes(&req) > limits.max_header_bytes {
-            return fail(out, ErrorKind::HeadersTooLarge);
+        if client_headers > limits.max_headers || head_bytes(&req, facts) > limits.max_header_bytes
+        {
+            return Err(ErrorKind::HeadersTooLarge);
         }
         if let Some(len) = content_length(&req) {
             if len > limits.max_body_bytes {
-                return fail(out, ErrorKind::BodyTooLarge);
+                return Err(ErrorKind::BodyTooLarge);
             }
         }
 
         let client_ip = snap.access.client_ip(peer.ip(), req.headers());
         if !snap.access.permits(client_ip) {
-            return fail(out, ErrorKind::Forbidden);
+            return Err(ErrorKind::Forbidden);
         }
 
         let host = match host_of(&req) {
             Some(h) => h,
             None if req.version() == Version::HTTP_10 => "",
-            None => return fail(out, ErrorKind::BadRequest),
+            None => return Err(ErrorKind::BadRequest),
         };
         let view = RequestView {
             host,
@@ -250,7 +222,7 @@ impl Forwarder {
             source_ip: client_ip,
         };
         let Some(route_idx) = snap.router.lookup(&view) else {
-            return fail(out, ErrorKind::NoRoute);
+            return Err(ErrorKind::NoRoute);
         };
         out.route = Some(route_idx);
         let route = &snap.routes[route_idx];
@@ -271,9 +243,10 @@ impl Forwarder {
             .as_ref()
             .and_then(|h| hash_of(h, &req, client_ip));
         // gRPC: `grpc-timeout` is an upper bound for the whole call.
-        let grpc_deadline = req
-            .headers()
-            .get("grpc-timeout")
+        let grpc_deadline = facts
+            .grpc_timeout
+            .then(|| req.headers().get(&GRPC_TIMEOUT))
+            .flatten()
             .and_then(|v| parse_grpc_timeout(v.as_bytes()))
             .map(|d| Instant::now() + d);
         // Sessions: who is this, where is it bound, must it hop?
@@ -290,7 +263,7 @@ impl Forwarder {
             }
             _ => Stickiness::Unbound,
         };
-        let (mut sticky, prior, mut hop) = match stick {
+        let (sticky, prior, hop) = match stick {
             Stickiness::Unbound => (None, None, None),
             Stickiness::Stay { node, binding } => (Some(node), Some(binding), None),
             Stickiness::Hop { binding, reason } => {
@@ -313,14 +286,20 @@ impl Forwarder {
             tunnel::upgrade_request(&req).map(|proto| (proto, hyper::upgrade::on(&mut req)));
         // Build the upstream request once; retries re-target it.
         let (mut parts, body) = req.into_parts();
-        strip_hop_by_hop(&mut parts.headers, true);
+        strip_request(&mut parts.headers, facts);
         if let Some((proto, _)) = &upgrade {
             tunnel::restore_upgrade_headers(&mut parts.headers, proto);
         }
         if let Some(cs) = &client_session {
             parts.headers.insert(scfg.header.clone(), cs.token.clone());
         }
-        append_forwarded_for(&mut parts.headers, peer.ip());
+        if facts.forwarded_for {
+            append_forwarded_for(&mut parts.headers, peer.ip());
+        } else {
+            parts
+                .headers
+                .insert(X_FORWARDED_FOR.clone(), conn.forwarded_for.clone());
+        }
         parts.headers.insert(
             X_FORWARDED_PROTO.clone(),
             HeaderValue::from_static(if ctx.tls { "https" } else { "http" }),
@@ -335,338 +314,508 @@ impl Forwarder {
                 }
             }
         }
-        let policy = &snap.config.retries;
-        svc.retry_budget.deposit(policy.budget);
-        // A request that may have reached a backend can be replayed only if
-        // it is replay-safe and its body is small enough to keep.
-        let replay_safe = retry::replay_safe(&parts.method, &parts.headers);
-        let mut refused_copy: Option<Bytes> = None;
-        let (body, kept) = if body_is_empty(&body) {
-            (ProxyBody::Empty, replay_safe.then(Bytes::new))
-        } else if replay_safe
-            && content_length_of(&parts.headers).is_some_and(|n| n <= policy.buffer_body)
-        {
-            match Box::pin(ProxyBody::limited(body, policy.buffer_body).collect()).await {
-                Ok(b) => {
-                    let b = b.to_bytes();
-                    (ProxyBody::full(b.clone()), Some(b))
-                }
-                Err(_) => return fail(out, ErrorKind::BadRequest),
-            }
-        } else if svc.protocol == UpstreamProtocol::Http2 && upgrade.is_none() {
-            // An HTTP/2 backend may refuse a stream it never processed
-            // (GOAWAY races). Keep a copy when the whole body has already
-            // arrived — without waiting for it: a streaming client must not
-            // be held up — so a refused stream can be replayed elsewhere.
-            let wait = if is_grpc(&parts.headers) {
-                GRPC_BODY_WAIT
-            } else {
-                std::time::Duration::ZERO
-            };
-            let (body, whole) = Box::pin(take_arrived(
-                body,
-                policy.buffer_body,
-                limits.max_body_bytes,
-                wait,
-            ))
-            .await;
-            refused_copy = whole;
-            (body, None)
-        } else {
-            (ProxyBody::limited(body, limits.max_body_bytes), None)
-        };
-        let template = kept.map(|b| (copy_head(&parts), b));
-        let refused_template = refused_copy.map(|b| (copy_head(&parts), b));
-        let mut upstream = Some(Request::from_parts(parts, body));
+        Ok(Plan {
+            route: route_idx,
+            selection,
+            hash,
+            grpc_deadline,
+            sessions_on: sessions.is_some(),
+            client_session,
+            key,
+            now_unix,
+            sticky,
+            prior,
+            hop,
+            upgrade,
+            parts,
+            body,
+        })
+    }
 
-        let attempts = (policy.attempts as usize).min(MAX_TRACKED);
-        let mut tried = [usize::MAX; MAX_TRACKED];
-        let mut n_tried = 0;
-        let mut refused = 0; // picks turned away by an open breaker
-        let mut last = ErrorKind::NoLiveNode;
-        let mut sent_attempts = 0;
-        while sent_attempts < attempts {
-            let now = now_ms();
-            // The balancer's choice, unless it can only offer nodes this
-            // request already tried; then, as a last resort, a node that only
-            // passive verdicts (ejection, open breaker) keep out.
-            let mut last_resort = false;
-            let node_idx = match sticky.take() {
-                Some(i) => i,
-                None => match svc.pick(selection.group, now, hash, &tried[..n_tried]) {
-                    Some(i) if !tried[..n_tried].contains(&i) => i,
-                    picked => match svc.pick_last_resort(
-                        selection.group,
-                        &tried[..n_tried],
-                        fastrand::usize(..),
-                    ) {
-                        Some(i) => {
-                            last_resort = true;
-                            i
-                        }
-                        None => match picked {
-                            Some(i) => i,
-                            None => break,
-                        },
-                    },
-                },
-            };
-            let node = &svc.nodes[node_idx];
-            if n_tried < MAX_TRACKED && !tried[..n_tried].contains(&node_idx) {
-                tried[n_tried] = node_idx;
-                n_tried += 1;
-            }
-            if !last_resort && !node.state.try_acquire(now) {
-                if hop.is_none() && prior.as_ref().is_some_and(|b| *b.node == *node.id) {
-                    hop = Some(PendingHop {
-                        from: Arc::clone(&node.shared_id),
-                        reason: HopReason::CircuitOpen,
-                        started: Instant::now(),
-                    });
-                }
-                refused += 1;
-                if refused > svc.nodes.len() {
-                    break;
-                }
-                continue;
-            }
-            if sent_attempts > 0 && !svc.retry_budget.try_withdraw() {
-                tracing::warn!(service = %svc.name, "retry budget exhausted; not retrying");
-                break;
-            }
-            sent_attempts += 1;
-            if sent_attempts > 1 {
-                METRICS.retries.fetch_add(1, Ordering::Relaxed);
-            }
-            if last_resort {
-                METRICS.last_resort_picks.fetch_add(1, Ordering::Relaxed);
-            }
-            out.attempts = sent_attempts;
-            out.node = Some(node_idx);
-            let Some(mut request) = upstream.take() else {
-                break;
-            };
-            retarget(&mut request, node, svc);
-            if let Some(moved) = node.state.moved_to() {
-                if let Ok(v) = HeaderValue::from_str(&moved.to_string()) {
-                    request.headers_mut().insert(X_UPSTREAM_ADDR.clone(), v);
-                }
-            }
-            if let Some(h) = hop.as_ref().filter(|h| *h.from != *node.id) {
-                let headers = request.headers_mut();
-                if let Ok(v) = HeaderValue::from_str(&h.from) {
-                    headers.insert(X_HOP_FROM.clone(), v);
-                }
-                if let Some(ctx) = prior.as_ref().and_then(|b| b.context.as_deref()) {
-                    if let Ok(v) = HeaderValue::from_bytes(ctx) {
-                        headers.insert(HOP_SESSION_CONTEXT.clone(), v);
-                        METRICS.contexts_delivered.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            let mut settings = pool_settings(snap, svc);
-            if node.state.is_relaxed(now) {
-                // Maintenance: slow answers are not failures.
-                let relaxed = snap.config.maintenance.relaxed_timeout;
-                settings.request_timeout = settings.request_timeout.max(relaxed);
-                settings.connect_timeout = settings.connect_timeout.max(relaxed);
-                settings.idle_timeout = settings.idle_timeout.max(relaxed);
-            }
-            if upgrade.is_some() {
-                // Upgrades need a connection of their own, spoken in HTTP/1.1.
-                settings.protocol = UpstreamProtocol::Http1;
-            }
-            if let Some(t) = grpc_deadline {
-                // The client's deadline bounds the wait for an answer too.
-                settings.request_timeout = settings
-                    .request_timeout
-                    .min(t.saturating_duration_since(Instant::now()));
-            }
-            let pool = node
-                .state
-                .extension(|| Arc::new(Pool::new(settings.max_idle)))
-                .expect("the node extension slot holds the pool");
-            let inflight = node.state.begin_request();
-            let sent_at = Instant::now();
-            let addr = node.state.moved_to().unwrap_or(node.address);
-            let result = pool.send(addr, request, &settings).await;
-            drop(inflight);
-            match result {
-                // A gRPC backend that answers UNAVAILABLE before any
-                // response byte (a trailers-only response) has not processed
-                // the call: like a refused stream, replay it elsewhere when a
-                // copy exists (SPEC §4).
-                Ok(resp)
-                    if sent_attempts < attempts
-                        && svc.retry_budget.available() > 0
-                        && grpc_unavailable_at_once(&resp) =>
+    /// The attempts of a planned request: body handling, node picks,
+    /// retries, the response. Returns the request's whole future (boxed
+    /// once by the caller): the plan is taken apart here, before the
+    /// `async` block, so each part is stored in the future exactly once.
+    fn forward(
+        conn: Arc<ClientConn>,
+        snap: Arc<Snapshot>,
+        plan: Plan,
+        facts: RequestFacts,
+        done: Done,
+    ) -> impl std::future::Future<Output = Response<ProxyBody>> + Send + 'static {
+        let Plan {
+            route: route_idx,
+            selection,
+            hash,
+            grpc_deadline,
+            sessions_on,
+            client_session,
+            key,
+            now_unix,
+            sticky,
+            prior,
+            hop,
+            upgrade,
+            parts,
+            body,
+        } = plan;
+        let mut done = done;
+        async move {
+            let fwd = &conn.forwarder;
+            let ctx = &*conn.ctx;
+            let out = &mut done.out;
+            let mut sticky = sticky;
+            let mut hop = hop;
+            let route = &snap.routes[route_idx];
+            let svc = &snap.services[selection.service];
+            let limits = &snap.config.limits;
+            let scfg = &snap.config.sessions;
+            let sessions = fwd.sessions.as_deref().filter(|_| sessions_on);
+            let result: Result<Response<ProxyBody>, ErrorKind> = 'forward: {
+                let policy = &snap.config.retries;
+                svc.retry_budget.deposit(policy.budget);
+                // A request that may have reached a backend can be replayed only if
+                // it is replay-safe and its body is small enough to keep.
+                let replay_safe = retry::replay_safe(&parts.method, &parts.headers);
+                let mut refused_copy: Option<Bytes> = None;
+                let (body, kept) = if body_is_empty(&body) {
+                    (ProxyBody::Empty, replay_safe.then(Bytes::new))
+                } else if replay_safe
+                    && content_length_of(&parts.headers).is_some_and(|n| n <= policy.buffer_body)
                 {
-                    match template.as_ref().or(refused_template.as_ref()) {
-                        Some((parts, body)) => {
-                            tracing::warn!(service = %svc.name, node = %node.id, "gRPC UNAVAILABLE before any response byte; retrying elsewhere");
-                            account(svc, node, Observation::Failure);
-                            last = ErrorKind::ConnectionLost;
-                            let body = if body.is_empty() {
-                                ProxyBody::Empty
-                            } else {
-                                ProxyBody::full(body.clone())
-                            };
-                            upstream = Some(Request::from_parts(copy_head(parts), body));
-                            drop(resp);
-                            continue;
+                    match Box::pin(ProxyBody::limited(body, policy.buffer_body).collect()).await {
+                        Ok(b) => {
+                            let b = b.to_bytes();
+                            (ProxyBody::full(b.clone()), Some(b))
                         }
-                        None => {
-                            out.status = resp.status().as_u16();
-                            return (Ok(resp), out);
-                        }
+                        Err(_) => break 'forward Err(ErrorKind::BadRequest),
                     }
-                }
-                Ok(mut resp) => {
-                    let status = resp.status().as_u16();
-                    let seen = if status >= 500 {
-                        Observation::ServerError
+                } else if svc.protocol == UpstreamProtocol::Http2 && upgrade.is_none() {
+                    // An HTTP/2 backend may refuse a stream it never processed
+                    // (GOAWAY races). Keep a copy when the whole body has already
+                    // arrived — without waiting for it: a streaming client must not
+                    // be held up — so a refused stream can be replayed elsewhere.
+                    let wait = if facts.grpc {
+                        GRPC_BODY_WAIT
                     } else {
-                        node.state
-                            .observe_latency_us(sent_at.elapsed().as_micros() as u64);
-                        if last_resort {
-                            node.state.recover();
-                        }
-                        Observation::Success
+                        std::time::Duration::ZERO
                     };
-                    account(svc, node, seen);
-                    if let Some(v) = resp.headers_mut().remove(&HOP_MAINTENANCE) {
-                        self.maintenance_header(svc, node, &v);
-                    }
-                    let on_upstream =
-                        (status == 101 && upgrade.is_some()).then(|| hyper::upgrade::on(&mut resp));
-                    strip_hop_by_hop(resp.headers_mut(), false);
-                    out.hopped = hop.as_ref().is_some_and(|h| *h.from != *node.id) && status < 500;
-                    if sessions.is_none() {
-                        // Only the gateway keeps contexts; never leak one.
-                        resp.headers_mut().remove(&HOP_SESSION_CONTEXT);
-                    }
-                    if let (Some(s), Some(cs), Some(k)) = (sessions, &client_session, &key) {
-                        settle_session(
-                            SessionOutcome {
-                                sessions: s,
-                                cfg: scfg,
-                                svc,
-                                node,
-                                key: k,
-                                client: cs,
-                                prior: prior.as_ref(),
-                                hop: hop.as_ref(),
-                                status,
-                                now_unix,
-                                tls: ctx.tls,
+                    let (body, whole) = Box::pin(take_arrived(
+                        body,
+                        policy.buffer_body,
+                        limits.max_body_bytes,
+                        wait,
+                    ))
+                    .await;
+                    refused_copy = whole;
+                    (body, None)
+                } else {
+                    (ProxyBody::limited(body, limits.max_body_bytes), None)
+                };
+                let replay = match (kept, refused_copy) {
+                    (Some(body), _) => Some(Replay::new(&parts, body, true)),
+                    (None, Some(body)) => Some(Replay::new(&parts, body, false)),
+                    (None, None) => None,
+                };
+                let mut upstream = Some(Request::from_parts(parts, body));
+
+                let attempts = (policy.attempts as usize).min(MAX_TRACKED);
+                let mut tried = [usize::MAX; MAX_TRACKED];
+                let mut n_tried = 0;
+                let mut refused = 0; // picks turned away by an open breaker
+                let mut last = ErrorKind::NoLiveNode;
+                let mut sent_attempts = 0;
+                while sent_attempts < attempts {
+                    let now = now_ms();
+                    // The balancer's choice, unless it can only offer nodes this
+                    // request already tried; then, as a last resort, a node that only
+                    // passive verdicts (ejection, open breaker) keep out.
+                    let mut last_resort = false;
+                    let node_idx = match sticky.take() {
+                        Some(i) => i,
+                        None => match svc.pick(selection.group, now, hash, &tried[..n_tried]) {
+                            Some(i) if !tried[..n_tried].contains(&i) => i,
+                            picked => match svc.pick_last_resort(
+                                selection.group,
+                                &tried[..n_tried],
+                                fastrand::usize(..),
+                            ) {
+                                Some(i) => {
+                                    last_resort = true;
+                                    i
+                                }
+                                None => match picked {
+                                    Some(i) => i,
+                                    None => break,
+                                },
                             },
-                            resp.headers_mut(),
-                        );
+                        },
+                    };
+                    let node = &svc.nodes[node_idx];
+                    if n_tried < MAX_TRACKED && !tried[..n_tried].contains(&node_idx) {
+                        tried[n_tried] = node_idx;
+                        n_tried += 1;
                     }
-                    if let (Some(on_upstream), Some((proto, on_client))) = (on_upstream, upgrade) {
-                        tunnel::restore_upgrade_headers(resp.headers_mut(), &proto);
-                        let websocket = proto.as_bytes().eq_ignore_ascii_case(b"websocket");
-                        tunnel::spawn(
-                            on_client,
-                            on_upstream,
-                            tunnel::TunnelCtx {
-                                websocket,
-                                idle: snap.config.timeouts.idle,
-                                node: Arc::clone(&node.state),
-                                drain_deadline: svc.drain.deadline,
-                                stopping: self.stopping.clone(),
-                                inflight: node.state.begin_request(),
-                            },
-                        );
-                        out.status = status;
-                        return (Ok(resp), out);
-                    }
-                    if is_grpc(resp.headers()) {
-                        let (parts, body) = resp.into_parts();
-                        let body = ProxyBody::guarded(
-                            body,
-                            Arc::clone(&node.state),
-                            svc.drain.deadline,
-                            grpc_deadline.map(tokio::time::Instant::from_std),
-                        );
-                        resp = Response::from_parts(parts, body);
-                    }
-                    if ctx.debug_headers {
-                        let h = resp.headers_mut();
-                        h.insert(X_ROUTE_RULE_ID.clone(), route.id_header.clone());
-                        h.insert(X_UPSTREAM_ADDR.clone(), node.address_header.clone());
-                    }
-                    out.status = status;
-                    return (Ok(resp), out);
-                }
-                Err(SendFailure::NotSent { request, error }) => {
-                    if hop.is_none() && prior.as_ref().is_some_and(|b| *b.node == *node.id) {
-                        hop = Some(PendingHop {
-                            from: Arc::clone(&node.shared_id),
-                            reason: HopReason::Unhealthy,
-                            started: Instant::now(),
-                        });
-                    }
-                    account(svc, node, Observation::Failure);
-                    log_upstream_failure(&svc.name, node, &error, sent_attempts, true);
-                    last = error.kind;
-                    upstream = Some(*request);
-                }
-                Err(SendFailure::Refused(error)) => {
-                    // Never processed: replay from a copy, whatever the method.
-                    if hop.is_none() && prior.as_ref().is_some_and(|b| *b.node == *node.id) {
-                        hop = Some(PendingHop {
-                            from: Arc::clone(&node.shared_id),
-                            reason: HopReason::Unhealthy,
-                            started: Instant::now(),
-                        });
-                    }
-                    log_upstream_failure(&svc.name, node, &error, sent_attempts, true);
-                    last = error.kind;
-                    account(svc, node, Observation::Failure);
-                    match template.as_ref().or(refused_template.as_ref()) {
-                        Some((parts, body)) => {
-                            let body = if body.is_empty() {
-                                ProxyBody::Empty
-                            } else {
-                                ProxyBody::full(body.clone())
-                            };
-                            upstream = Some(Request::from_parts(parts.clone(), body));
+                    if !last_resort && !node.state.try_acquire(now) {
+                        if hop.is_none() && prior.as_ref().is_some_and(|b| *b.node == *node.id) {
+                            hop = Some(PendingHop {
+                                from: Arc::clone(&node.shared_id),
+                                reason: HopReason::CircuitOpen,
+                                started: Instant::now(),
+                            });
                         }
-                        None => return fail(out, error.kind),
-                    }
-                }
-                Err(SendFailure::Sent(error)) => {
-                    log_upstream_failure(&svc.name, node, &error, sent_attempts, false);
-                    last = error.kind;
-                    if error.kind == ErrorKind::BodyTooLarge {
-                        return fail(out, error.kind);
-                    }
-                    account(svc, node, Observation::Failure);
-                    if hop.is_none() && prior.as_ref().is_some_and(|b| *b.node == *node.id) {
-                        hop = Some(PendingHop {
-                            from: Arc::clone(&node.shared_id),
-                            reason: HopReason::Unhealthy,
-                            started: Instant::now(),
-                        });
-                    }
-                    match &template {
-                        // Replay-safe with its body kept: send a copy elsewhere.
-                        Some((parts, body)) => {
-                            let body = if body.is_empty() {
-                                ProxyBody::Empty
-                            } else {
-                                ProxyBody::full(body.clone())
-                            };
-                            upstream = Some(Request::from_parts(parts.clone(), body));
+                        refused += 1;
+                        if refused > svc.nodes.len() {
+                            break;
                         }
-                        // May have run on the backend; never send it twice.
-                        None => return fail(out, error.kind),
+                        continue;
+                    }
+                    if sent_attempts > 0 && !svc.retry_budget.try_withdraw() {
+                        tracing::warn!(service = %svc.name, "retry budget exhausted; not retrying");
+                        break;
+                    }
+                    sent_attempts += 1;
+                    if sent_attempts > 1 {
+                        METRICS.retries.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if last_resort {
+                        METRICS.last_resort_picks.fetch_add(1, Ordering::Relaxed);
+                    }
+                    out.attempts = sent_attempts;
+                    out.node = Some(node_idx);
+                    let Some(request) = upstream.take() else {
+                        break;
+                    };
+                    let request = for_node(request, node, svc, hop.as_ref(), prior.as_ref());
+                    let mut settings = pool_settings(&snap, svc);
+                    if node.state.is_relaxed(now) {
+                        // Maintenance: slow answers are not failures.
+                        let relaxed = snap.config.maintenance.relaxed_timeout;
+                        settings.request_timeout = settings.request_timeout.max(relaxed);
+                        settings.connect_timeout = settings.connect_timeout.max(relaxed);
+                        settings.idle_timeout = settings.idle_timeout.max(relaxed);
+                    }
+                    if upgrade.is_some() {
+                        // Upgrades need a connection of their own, spoken in HTTP/1.1.
+                        settings.protocol = UpstreamProtocol::Http1;
+                    }
+                    if let Some(t) = grpc_deadline {
+                        // The client's deadline bounds the wait for an answer too.
+                        settings.request_timeout = settings
+                            .request_timeout
+                            .min(t.saturating_duration_since(Instant::now()));
+                    }
+                    let pool = node
+                        .state
+                        .extension(|| Arc::new(Pool::new(settings.max_idle)))
+                        .expect("the node extension slot holds the pool");
+                    let inflight = node.state.begin_request();
+                    let sent_at = Instant::now();
+                    let addr = node.state.moved_to().unwrap_or(node.address);
+                    let result = pool.send(addr, request, &settings).await;
+                    drop(inflight);
+                    match result {
+                        // A gRPC backend that answers UNAVAILABLE before any
+                        // response byte (a trailers-only response) has not processed
+                        // the call: like a refused stream, replay it elsewhere when a
+                        // copy exists (SPEC §4).
+                        Ok(resp)
+                            if sent_attempts < attempts
+                                && svc.retry_budget.available() > 0
+                                && facts.grpc
+                                && grpc_unavailable_at_once(&resp) =>
+                        {
+                            match &replay {
+                                Some(copy) => {
+                                    tracing::warn!(service = %svc.name, node = %node.id, "gRPC UNAVAILABLE before any response byte; retrying elsewhere");
+                                    account(svc, node, Observation::Failure);
+                                    last = ErrorKind::ConnectionLost;
+                                    upstream = Some(copy.request());
+                                    drop(resp);
+                                    continue;
+                                }
+                                None => {
+                                    out.status = resp.status().as_u16();
+                                    break 'forward Ok(resp);
+                                }
+                            }
+                        }
+                        Ok(mut resp) => {
+                            let status = resp.status().as_u16();
+                            let seen = if status >= 500 {
+                                Observation::ServerError
+                            } else {
+                                node.state
+                                    .observe_latency_us(sent_at.elapsed().as_micros() as u64);
+                                if last_resort {
+                                    node.state.recover();
+                                }
+                                Observation::Success
+                            };
+                            account(svc, node, seen);
+                            let rf = scan_response(resp.headers());
+                            if rf.maintenance {
+                                if let Some(v) = resp.headers_mut().remove(&HOP_MAINTENANCE) {
+                                    fwd.maintenance_header(svc, node, &v);
+                                }
+                            }
+                            let on_upstream = (status == 101 && upgrade.is_some())
+                                .then(|| hyper::upgrade::on(&mut resp));
+                            strip_response(resp.headers_mut(), &rf);
+                            out.hopped =
+                                hop.as_ref().is_some_and(|h| *h.from != *node.id) && status < 500;
+                            if sessions.is_none() && rf.context() {
+                                // Only the gateway keeps contexts; never leak one.
+                                resp.headers_mut().remove(&HOP_SESSION_CONTEXT);
+                            }
+                            if let (Some(s), Some(cs), Some(k)) = (sessions, &client_session, &key)
+                            {
+                                settle_session(
+                                    SessionOutcome {
+                                        sessions: s,
+                                        cfg: scfg,
+                                        svc,
+                                        node,
+                                        key: k,
+                                        client: cs,
+                                        prior: prior.as_ref(),
+                                        hop: hop.as_ref(),
+                                        status,
+                                        now_unix,
+                                        tls: ctx.tls,
+                                    },
+                                    resp.headers_mut(),
+                                );
+                            }
+                            if let (Some(on_upstream), Some((proto, on_client))) =
+                                (on_upstream, upgrade)
+                            {
+                                tunnel::restore_upgrade_headers(resp.headers_mut(), &proto);
+                                let websocket = proto.as_bytes().eq_ignore_ascii_case(b"websocket");
+                                tunnel::spawn(
+                                    on_client,
+                                    on_upstream,
+                                    tunnel::TunnelCtx {
+                                        websocket,
+                                        idle: snap.config.timeouts.idle,
+                                        node: Arc::clone(&node.state),
+                                        drain_deadline: svc.drain.deadline,
+                                        stopping: fwd.stopping.clone(),
+                                        inflight: node.state.begin_request(),
+                                    },
+                                );
+                                out.status = status;
+                                break 'forward Ok(resp);
+                            }
+                            if rf.grpc {
+                                let (parts, body) = resp.into_parts();
+                                let body = ProxyBody::guarded(
+                                    body,
+                                    Arc::clone(&node.state),
+                                    svc.drain.deadline,
+                                    grpc_deadline.map(tokio::time::Instant::from_std),
+                                );
+                                resp = Response::from_parts(parts, body);
+                            }
+                            if ctx.debug_headers {
+                                let h = resp.headers_mut();
+                                h.insert(X_ROUTE_RULE_ID.clone(), route.id_header.clone());
+                                h.insert(X_UPSTREAM_ADDR.clone(), node.address_header.clone());
+                            }
+                            out.status = status;
+                            break 'forward Ok(resp);
+                        }
+                        Err(SendFailure::NotSent { request, error }) => {
+                            if hop.is_none() && prior.as_ref().is_some_and(|b| *b.node == *node.id)
+                            {
+                                hop = Some(PendingHop {
+                                    from: Arc::clone(&node.shared_id),
+                                    reason: HopReason::Unhealthy,
+                                    started: Instant::now(),
+                                });
+                            }
+                            account(svc, node, Observation::Failure);
+                            log_upstream_failure(&svc.name, node, &error, sent_attempts, true);
+                            last = error.kind;
+                            upstream = Some(*request);
+                        }
+                        Err(SendFailure::Refused(error)) => {
+                            // Never processed: replay from a copy, whatever the method.
+                            if hop.is_none() && prior.as_ref().is_some_and(|b| *b.node == *node.id)
+                            {
+                                hop = Some(PendingHop {
+                                    from: Arc::clone(&node.shared_id),
+                                    reason: HopReason::Unhealthy,
+                                    started: Instant::now(),
+                                });
+                            }
+                            log_upstream_failure(&svc.name, node, &error, sent_attempts, true);
+                            last = error.kind;
+                            account(svc, node, Observation::Failure);
+                            match &replay {
+                                Some(copy) => upstream = Some(copy.request()),
+                                None => break 'forward Err(error.kind),
+                            }
+                        }
+                        Err(SendFailure::Sent(error)) => {
+                            log_upstream_failure(&svc.name, node, &error, sent_attempts, false);
+                            last = error.kind;
+                            if error.kind == ErrorKind::BodyTooLarge {
+                                break 'forward Err(error.kind);
+                            }
+                            account(svc, node, Observation::Failure);
+                            if hop.is_none() && prior.as_ref().is_some_and(|b| *b.node == *node.id)
+                            {
+                                hop = Some(PendingHop {
+                                    from: Arc::clone(&node.shared_id),
+                                    reason: HopReason::Unhealthy,
+                                    started: Instant::now(),
+                                });
+                            }
+                            match replay.as_ref().filter(|r| r.after_sent) {
+                                // Replay-safe with its body kept: send a copy elsewhere.
+                                Some(copy) => upstream = Some(copy.request()),
+                                // May have run on the backend; never send it twice.
+                                None => break 'forward Err(error.kind),
+                            }
+                        }
                     }
                 }
+                Err(last)
+            };
+            done.finish(&snap, &conn, result)
+        }
+    }
+}
+
+/// One client connection's share of the gateway: the request handler and
+/// the facts about the connection, computed once when it is accepted.
+#[derive(Debug)]
+pub struct ClientConn {
+    pub forwarder: Forwarder,
+    pub peer: SocketAddr,
+    /// `X-Forwarded-For` for a client that sent none: the peer's address.
+    pub forwarded_for: HeaderValue,
+    pub ctx: Arc<RequestCtx>,
+}
+
+/// The future of one request (what hyper's service call returns).
+pub type ResponseFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Response<ProxyBody>> + Send>>;
+
+impl ClientConn {
+    pub fn new(forwarder: Forwarder, peer: SocketAddr, ctx: Arc<RequestCtx>) -> ClientConn {
+        ClientConn {
+            forwarder,
+            peer,
+            forwarded_for: crate::headers::peer_header(peer.ip()),
+            ctx,
+        }
+    }
+
+    /// Handles one client request end to end. Never fails: every problem
+    /// becomes a response from [`error_response`]. Everything up to the
+    /// first attempt runs synchronously here; a request turned away
+    /// before that (limits, access, no route) costs no future at all.
+    pub fn serve(self: &Arc<Self>, req: Request<Incoming>) -> ResponseFuture {
+        let started = Instant::now();
+        let fwd = &self.forwarder;
+        let snap = fwd.snapshot.load_full();
+        let method = req.method().clone();
+        let mut req = req;
+        // Counted before the gateway adds anything.
+        let client_headers = req.headers().len();
+        let facts = scan_request(req.headers());
+        // Room for the headers the gateway adds, so the map grows once.
+        req.headers_mut().reserve(6);
+        let request_id = match facts
+            .request_id
+            .then(|| req.headers().get(&X_REQUEST_ID))
+            .flatten()
+        {
+            Some(v) => v.clone(),
+            None => {
+                let id = new_request_id();
+                req.headers_mut().insert(X_REQUEST_ID.clone(), id.clone());
+                id
+            }
+        };
+        METRICS.requests.fetch_add(1, Ordering::Relaxed);
+        let mut done = Done {
+            method,
+            request_id,
+            started,
+            grpc: facts.grpc,
+            out: Outcome {
+                status: 0,
+                route: None,
+                service: None,
+                node: None,
+                attempts: 0,
+                error: None,
+                hopped: false,
+            },
+        };
+        match fwd.plan(&snap, req, self, client_headers, &facts, &mut done.out) {
+            Ok(plan) => Box::pin(Forwarder::forward(
+                Arc::clone(self),
+                snap,
+                plan,
+                facts,
+                done,
+            )),
+            Err(kind) => {
+                let resp = done.finish(&snap, self, Err(kind));
+                Box::pin(std::future::ready(resp))
             }
         }
-        fail(out, last)
+    }
+}
+
+/// What the end of a request needs from its start: the answer's form, the
+/// access log line, the counters.
+struct Done {
+    method: Method,
+    request_id: HeaderValue,
+    started: Instant,
+    grpc: bool,
+    out: Outcome,
+}
+
+impl Done {
+    /// The response to the client (an error becomes the gateway's own
+    /// answer), counted and logged.
+    fn finish(
+        self,
+        snap: &Snapshot,
+        conn: &ClientConn,
+        result: Result<Response<ProxyBody>, ErrorKind>,
+    ) -> Response<ProxyBody> {
+        let mut out = self.out;
+        let resp = match result {
+            Ok(r) => r,
+            Err(kind) => {
+                out.status = kind.status();
+                out.error = Some(kind);
+                METRICS.error(kind);
+                if self.grpc {
+                    grpc_error_response(kind, Some(&self.request_id))
+                } else {
+                    error_response(kind, Some(&self.request_id))
+                }
+            }
+        };
+        METRICS.response(resp.status().as_u16());
+        log_access(
+            snap,
+            &self.method,
+            &self.request_id,
+            &out,
+            self.started,
+            conn.peer,
+            &conn.ctx,
+        );
+        resp
     }
 }
 
@@ -782,6 +931,67 @@ fn pool_settings(snap: &Snapshot, svc: &CompiledService) -> PoolSettings {
         connect_timeout: t.connect,
         request_timeout: t.request,
     }
+}
+
+/// A copy of a request kept so that it can be sent again elsewhere.
+struct Replay {
+    head: http::request::Parts,
+    body: Bytes,
+    /// Replay-safe: may be sent again even after a send that may have
+    /// reached a backend. Otherwise only after the backend refused it
+    /// unprocessed.
+    after_sent: bool,
+}
+
+impl Replay {
+    fn new(head: &http::request::Parts, body: Bytes, after_sent: bool) -> Replay {
+        Replay {
+            head: copy_head(head),
+            body,
+            after_sent,
+        }
+    }
+
+    fn request(&self) -> Request<ProxyBody> {
+        let body = if self.body.is_empty() {
+            ProxyBody::Empty
+        } else {
+            ProxyBody::full(self.body.clone())
+        };
+        Request::from_parts(copy_head(&self.head), body)
+    }
+}
+
+/// The upstream request for one attempt on `node`: re-targeted, with
+/// `X-Upstream-Addr` for a moved node and `X-Hop-From` /
+/// `Hop-Session-Context` when the session hops to it. By value in and out,
+/// so the request's future never holds a borrowed copy across the send.
+fn for_node(
+    mut request: Request<ProxyBody>,
+    node: &CompiledNode,
+    svc: &CompiledService,
+    hop: Option<&PendingHop>,
+    prior: Option<&Binding>,
+) -> Request<ProxyBody> {
+    retarget(&mut request, node, svc);
+    if let Some(moved) = node.state.moved_to() {
+        if let Ok(v) = HeaderValue::from_str(&moved.to_string()) {
+            request.headers_mut().insert(X_UPSTREAM_ADDR.clone(), v);
+        }
+    }
+    if let Some(h) = hop.filter(|h| *h.from != *node.id) {
+        let headers = request.headers_mut();
+        if let Ok(v) = HeaderValue::from_str(&h.from) {
+            headers.insert(X_HOP_FROM.clone(), v);
+        }
+        if let Some(ctx) = prior.and_then(|b| b.context.as_deref()) {
+            if let Ok(v) = HeaderValue::from_bytes(ctx) {
+                headers.insert(HOP_SESSION_CONTEXT.clone(), v);
+                METRICS.contexts_delivered.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    request
 }
 
 /// Points the upstream request at `node`: URI form for the protocol,
@@ -919,14 +1129,13 @@ fn parse_grpc_timeout(v: &[u8]) -> Option<std::time::Duration> {
     })
 }
 
-/// Size of a request head as sent: request line and `name: value` lines.
-fn head_bytes<B>(req: &Request<B>) -> usize {
+/// Size of a request head as sent: request line and `name: value` lines
+/// (counted by [`scan_request`]).
+fn head_bytes<B>(req: &Request<B>, facts: &RequestFacts) -> usize {
     let line = req.method().as_str().len()
         + req.uri().path_and_query().map_or(1, |p| p.as_str().len())
         + 12;
-    req.headers()
-        .iter()
-        .fold(line, |n, (k, v)| n + k.as_str().len() + v.len() + 4)
+    line + facts.header_bytes
 }
 
 /// A copy of a request head for replays: method, URI, version and headers

@@ -18,72 +18,240 @@ pub static X_UPSTREAM_ADDR: HeaderName = HeaderName::from_static("x-upstream-add
 pub static X_HOP_FROM: HeaderName = HeaderName::from_static("x-hop-from");
 pub static HOP_SESSION_CONTEXT: HeaderName = HeaderName::from_static("hop-session-context");
 pub static HOP_MAINTENANCE: HeaderName = HeaderName::from_static("hop-maintenance");
+pub static GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
-/// Does `name` need attention from [`strip_hop_by_hop`]?
-fn special(name: &HeaderName) -> bool {
-    *name == header::CONNECTION
-        || *name == header::TRANSFER_ENCODING
-        || *name == header::UPGRADE
-        || *name == header::TRAILER
-        || *name == header::PROXY_AUTHENTICATE
-        || *name == header::PROXY_AUTHORIZATION
-        || *name == header::EXPECT
-        || *name == header::TE
-        || *name == KEEP_ALIVE
-        || *name == PROXY_CONNECTION
-        || *name == X_HOP_FROM
-        || *name == HOP_SESSION_CONTEXT
+// The headers [`strip_hop_by_hop`] removes, as bits of a mask that one
+// pass over the names fills ([`scan_request`], [`scan_response`]).
+const CONNECTION_BIT: u16 = 1;
+const TRANSFER_ENCODING_BIT: u16 = 1 << 1;
+const UPGRADE_BIT: u16 = 1 << 2;
+const TRAILER_BIT: u16 = 1 << 3;
+const PROXY_AUTHENTICATE_BIT: u16 = 1 << 4;
+const PROXY_AUTHORIZATION_BIT: u16 = 1 << 5;
+const EXPECT_BIT: u16 = 1 << 6;
+const TE_BIT: u16 = 1 << 7;
+const KEEP_ALIVE_BIT: u16 = 1 << 8;
+const PROXY_CONNECTION_BIT: u16 = 1 << 9;
+const X_HOP_FROM_BIT: u16 = 1 << 10;
+const HOP_SESSION_CONTEXT_BIT: u16 = 1 << 11;
+
+/// The hop-by-hop (or gateway-only) bit of `name`; 0 for everything else.
+fn hop_bit(name: &HeaderName) -> u16 {
+    // Standard names compare as small integers; the custom ones below are
+    // only compared when the length matches.
+    if *name == header::CONNECTION {
+        CONNECTION_BIT
+    } else if *name == header::TRANSFER_ENCODING {
+        TRANSFER_ENCODING_BIT
+    } else if *name == header::UPGRADE {
+        UPGRADE_BIT
+    } else if *name == header::TRAILER {
+        TRAILER_BIT
+    } else if *name == header::PROXY_AUTHENTICATE {
+        PROXY_AUTHENTICATE_BIT
+    } else if *name == header::PROXY_AUTHORIZATION {
+        PROXY_AUTHORIZATION_BIT
+    } else if *name == header::EXPECT {
+        EXPECT_BIT
+    } else if *name == header::TE {
+        TE_BIT
+    } else if *name == KEEP_ALIVE {
+        KEEP_ALIVE_BIT
+    } else if *name == PROXY_CONNECTION {
+        PROXY_CONNECTION_BIT
+    } else if *name == X_HOP_FROM {
+        X_HOP_FROM_BIT
+    } else if *name == HOP_SESSION_CONTEXT {
+        HOP_SESSION_CONTEXT_BIT
+    } else {
+        0
+    }
 }
 
-/// Removes hop-by-hop headers. `TE: trailers` is kept on requests (gRPC
-/// needs it); everything named in `Connection` goes too. On requests the
-/// headers only the gateway may send to backends (`X-Hop-From`,
-/// `Hop-Session-Context`) are removed as well.
-///
-/// One pass over the header names finds whether there is anything to do at
-/// all (usually not), instead of hashing a dozen names for every request.
+/// Is a name listed in a `Connection` value one of the hop-by-hop (or
+/// gateway-only) headers [`strip`] handles by itself? Compared without
+/// building a [`HeaderName`], which allocates for non-standard names.
+fn is_hop_name(token: &str) -> bool {
+    const NAMES: [&str; 12] = [
+        "keep-alive",
+        "upgrade",
+        "te",
+        "connection",
+        "transfer-encoding",
+        "trailer",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "expect",
+        "proxy-connection",
+        "x-hop-from",
+        "hop-session-context",
+    ];
+    NAMES
+        .iter()
+        .any(|n| n.len() == token.len() && n.eq_ignore_ascii_case(token))
+}
+
+/// What the request path needs to know about a request's headers, found
+/// in one pass over them instead of a hashed lookup per question.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RequestFacts {
+    /// Bytes of the header lines as sent (`name: value` plus CRLF each).
+    pub header_bytes: usize,
+    /// The hop-by-hop (and gateway-only) headers present.
+    hop: u16,
+    pub request_id: bool,
+    pub forwarded_for: bool,
+    /// `Content-Type: application/grpc…`.
+    pub grpc: bool,
+    pub grpc_timeout: bool,
+}
+
+/// One pass over a request's headers; see [`RequestFacts`].
+pub fn scan_request(headers: &HeaderMap) -> RequestFacts {
+    let mut f = RequestFacts::default();
+    for (name, value) in headers {
+        f.header_bytes += name.as_str().len() + value.len() + 4;
+        if *name == header::CONTENT_TYPE {
+            f.grpc |= value.as_bytes().starts_with(b"application/grpc");
+        } else if *name == X_REQUEST_ID {
+            f.request_id = true;
+        } else if *name == X_FORWARDED_FOR {
+            f.forwarded_for = true;
+        } else if *name == GRPC_TIMEOUT {
+            f.grpc_timeout = true;
+        } else {
+            f.hop |= hop_bit(name);
+        }
+    }
+    f
+}
+
+/// What the gateway looks for in a backend's response headers.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseFacts {
+    hop: u16,
+    pub maintenance: bool,
+    pub grpc: bool,
+}
+
+impl ResponseFacts {
+    /// The backend sent a session context.
+    pub fn context(&self) -> bool {
+        self.hop & HOP_SESSION_CONTEXT_BIT != 0
+    }
+}
+
+/// One pass over a response's headers; see [`ResponseFacts`].
+pub fn scan_response(headers: &HeaderMap) -> ResponseFacts {
+    let mut f = ResponseFacts::default();
+    for (name, value) in headers {
+        if *name == header::CONTENT_TYPE {
+            f.grpc |= value.as_bytes().starts_with(b"application/grpc");
+        } else if *name == HOP_MAINTENANCE {
+            f.maintenance = true;
+        } else {
+            f.hop |= hop_bit(name);
+        }
+    }
+    f
+}
+
+/// Removes the hop-by-hop headers of a request found by [`scan_request`].
+/// `TE: trailers` is kept (gRPC needs it); everything named in
+/// `Connection` goes too, and so do the headers only the gateway may send
+/// to backends (`X-Hop-From`, `Hop-Session-Context`).
+pub fn strip_request(headers: &mut HeaderMap, facts: &RequestFacts) {
+    strip(headers, facts.hop, true);
+}
+
+/// Removes the hop-by-hop headers of a response found by
+/// [`scan_response`]. `Hop-Session-Context` stays: the session code decides
+/// whether to keep or drop it.
+pub fn strip_response(headers: &mut HeaderMap, facts: &ResponseFacts) {
+    strip(headers, facts.hop & !HOP_SESSION_CONTEXT_BIT, false);
+}
+
+/// Removes hop-by-hop headers (RFC 9110 §7.6.1, and every header named in
+/// `Connection`). On requests `TE: trailers` is kept and the gateway-only
+/// headers go as well.
+#[cfg(test)]
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, is_request: bool) {
-    if !headers.keys().any(special) {
+    let hop = headers.keys().fold(0, |m, n| m | hop_bit(n));
+    strip(headers, hop, is_request);
+}
+
+/// Removes the headers in `hop` (a mask from [`hop_bit`]); only names known
+/// to be present are looked up.
+fn strip(headers: &mut HeaderMap, hop: u16, is_request: bool) {
+    if hop == 0 {
         return;
     }
-    if let Some(conn) = headers.get(header::CONNECTION) {
-        // Rare: only a client or backend that names extra headers pays this.
-        let named: Vec<HeaderName> = conn
-            .to_str()
-            .unwrap_or("")
-            .split(',')
-            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-            .collect();
-        for n in named {
-            if n != header::TE || !is_request {
-                headers.remove(&n);
+    if hop & CONNECTION_BIT != 0 {
+        // Other names listed in `Connection` go too. The hop-by-hop names
+        // are handled below whether listed or not (so `Connection:
+        // keep-alive`, the usual value, costs no lookup); `TE: trailers`
+        // stays on requests even when listed (gRPC needs it).
+        let mut others: Vec<HeaderName> = Vec::new();
+        for value in headers.get_all(header::CONNECTION) {
+            for token in value.to_str().unwrap_or("").split(',') {
+                let token = token.trim();
+                if token.is_empty() || token.eq_ignore_ascii_case("close") || is_hop_name(token) {
+                    continue;
+                }
+                others.extend(HeaderName::from_bytes(token.as_bytes()).ok());
             }
         }
-        headers.remove(header::CONNECTION);
+        for name in &others {
+            headers.remove(name);
+        }
     }
-    headers.remove(&KEEP_ALIVE);
-    headers.remove(&PROXY_CONNECTION);
-    headers.remove(header::TRANSFER_ENCODING);
-    headers.remove(header::UPGRADE);
-    headers.remove(header::TRAILER);
-    headers.remove(header::PROXY_AUTHENTICATE);
-    headers.remove(header::PROXY_AUTHORIZATION);
+    let always = [
+        (CONNECTION_BIT, &header::CONNECTION),
+        (KEEP_ALIVE_BIT, &KEEP_ALIVE),
+        (PROXY_CONNECTION_BIT, &PROXY_CONNECTION),
+        (TRANSFER_ENCODING_BIT, &header::TRANSFER_ENCODING),
+        (UPGRADE_BIT, &header::UPGRADE),
+        (TRAILER_BIT, &header::TRAILER),
+        (PROXY_AUTHENTICATE_BIT, &header::PROXY_AUTHENTICATE),
+        (PROXY_AUTHORIZATION_BIT, &header::PROXY_AUTHORIZATION),
+    ];
+    for (bit, name) in always {
+        if hop & bit != 0 {
+            headers.remove(name);
+        }
+    }
     if is_request {
         // hopgate answers `Expect: 100-continue` itself (hyper sends the 100
         // when the body is first read).
-        headers.remove(header::EXPECT);
-        if let Some(te) = headers.get(header::TE) {
-            if !te.as_bytes().eq_ignore_ascii_case(b"trailers") {
+        if hop & EXPECT_BIT != 0 {
+            headers.remove(header::EXPECT);
+        }
+        if hop & TE_BIT != 0 {
+            let trailers_only = headers
+                .get_all(header::TE)
+                .iter()
+                .all(|te| te.as_bytes().eq_ignore_ascii_case(b"trailers"));
+            if !trailers_only {
                 headers.remove(header::TE);
             }
         }
-        headers.remove(&X_HOP_FROM);
-        headers.remove(&HOP_SESSION_CONTEXT);
-    } else {
+        if hop & X_HOP_FROM_BIT != 0 {
+            headers.remove(&X_HOP_FROM);
+        }
+        if hop & HOP_SESSION_CONTEXT_BIT != 0 {
+            headers.remove(&HOP_SESSION_CONTEXT);
+        }
+    } else if hop & TE_BIT != 0 {
         headers.remove(header::TE);
     }
+}
+
+/// The `X-Forwarded-For` value of a client with none: its address, built
+/// once per connection.
+pub fn peer_header(peer: IpAddr) -> HeaderValue {
+    HeaderValue::from_str(&peer.to_string()).expect("an IP address is a valid header value")
 }
 
 /// Appends the peer to `X-Forwarded-For` (like nginx's
@@ -158,6 +326,67 @@ mod tests {
         h.insert(header::TE, HeaderValue::from_static("gzip"));
         strip_hop_by_hop(&mut h, true);
         assert!(h.get(header::TE).is_none());
+    }
+
+    #[test]
+    fn scans_find_what_the_request_path_asks_about() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("a.example"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc+proto"),
+        );
+        h.insert("grpc-timeout", HeaderValue::from_static("1S"));
+        h.insert("x-request-id", HeaderValue::from_static("r1"));
+        let f = scan_request(&h);
+        assert!(f.grpc && f.grpc_timeout && f.request_id && !f.forwarded_for);
+        assert_eq!(f.hop, 0);
+        let lines: usize = h.iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
+        assert_eq!(f.header_bytes, lines);
+        h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        let f = scan_request(&h);
+        assert!(f.forwarded_for && f.hop == CONNECTION_BIT);
+
+        let mut r = HeaderMap::new();
+        r.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        assert_eq!(scan_response(&r), ResponseFacts::default());
+        r.insert("hop-maintenance", HeaderValue::from_static("MOVING seq=1"));
+        r.insert("hop-session-context", HeaderValue::from_static("c"));
+        let f = scan_response(&r);
+        assert!(f.maintenance && f.context() && !f.grpc);
+    }
+
+    #[test]
+    fn strip_request_and_response_use_the_scan() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, X-Secret, te, close"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert(header::EXPECT, HeaderValue::from_static("100-continue"));
+        h.insert("x-hop-from", HeaderValue::from_static("n1"));
+        h.insert("x-keep", HeaderValue::from_static("yes"));
+        let f = scan_request(&h);
+        strip_request(&mut h, &f);
+        let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["te", "x-keep"]);
+
+        // The usual backend answer: only `Connection` itself goes.
+        let mut r = HeaderMap::new();
+        r.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        r.insert(header::TE, HeaderValue::from_static("trailers"));
+        r.insert("hop-session-context", HeaderValue::from_static("ctx"));
+        r.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+        let f = scan_response(&r);
+        strip_response(&mut r, &f);
+        let mut left: Vec<&str> = r.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        // The session code, not the stripper, decides about the context.
+        assert_eq!(left, ["content-length", "hop-session-context"]);
     }
 
     #[test]

@@ -10,7 +10,6 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -28,7 +27,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::body::ProxyBody;
-use crate::forward::{Forwarder, RequestCtx};
+use crate::forward::{ClientConn, Forwarder, RequestCtx, ResponseFuture};
 
 /// What one listener needs to serve.
 #[derive(Debug, Clone)]
@@ -67,6 +66,10 @@ impl ListenerSettings {
     }
 }
 
+/// How many headers hyper's HTTP/1.1 parser takes without a cap set (and
+/// without allocating).
+const HYPER_STACK_HEADERS: usize = 100;
+
 fn server_builder(s: &ListenerSettings) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -77,10 +80,17 @@ fn server_builder(s: &ListenerSettings) -> auto::Builder<TokioExecutor> {
         // answers 431 with a body; hyper's bare 431 is left for heads far
         // beyond it.
         .max_buf_size((s.max_header_bytes * 2).max(16 << 10))
-        // Let the gateway's own check answer (431 with a body naming the
-        // reason); hyper's parser just needs room for them.
-        .max_headers(s.max_headers.max(100) + 1)
         .keep_alive(true);
+    // Up to 100 headers hyper parses into buffers on the stack; a cap set
+    // explicitly makes it allocate two 101-slot vectors per request (~3 KB
+    // each), so it is set only when the limit is above hyper's own. With a
+    // limit of at most 100, hyper answers a bare 431 above 100 headers and
+    // the gateway's check answers 431 with a body between the limit and
+    // 100; above 100, hyper's cap sits just past the limit so the
+    // gateway's check answers.
+    if s.max_headers > HYPER_STACK_HEADERS {
+        builder.http1().max_headers(s.max_headers + 1);
+    }
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -89,22 +99,18 @@ fn server_builder(s: &ListenerSettings) -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// The hyper service of one client connection.
+/// The hyper service of one client connection; cloned (one reference
+/// count) per request.
 #[derive(Clone)]
-struct ConnService {
-    forwarder: Forwarder,
-    peer: SocketAddr,
-    ctx: Arc<RequestCtx>,
-}
+struct ConnService(Arc<ClientConn>);
 
 impl hyper::service::Service<Request<Incoming>> for ConnService {
     type Response = Response<ProxyBody>;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
+    type Future = Infallibly<ResponseFuture>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move { Ok(this.forwarder.handle(req, this.peer, &this.ctx).await) })
+        Infallibly(self.0.serve(req))
     }
 }
 
@@ -156,11 +162,11 @@ pub async fn serve_listener(
             continue;
         }
         let _ = stream.set_nodelay(true);
-        let svc = ConnService {
-            forwarder: ctx.forwarder.clone(),
+        let svc = ConnService(Arc::new(ClientConn::new(
+            ctx.forwarder.clone(),
             peer,
-            ctx: Arc::clone(&req_ctx),
-        };
+            Arc::clone(&req_ctx),
+        )));
         let conn = builder
             .serve_connection_with_upgrades(TokioIo::new(stream), svc)
             .into_owned();
@@ -201,6 +207,17 @@ impl OpenGuard {
 impl Drop for OpenGuard {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Wraps a future that cannot fail in the `Result` hyper's service wants,
+/// without another layer of `async` (and its copy of the future).
+pub struct Infallibly<F>(F);
+
+impl<F: Future + Unpin> Future for Infallibly<F> {
+    type Output = Result<F::Output, Infallible>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx).map(Ok)
     }
 }
 

@@ -249,26 +249,46 @@ impl Pool {
     }
 
     /// Sends `req` to `addr` over a pooled or new connection.
+    ///
+    /// The common case — an idle HTTP/1.1 connection that is ready — runs
+    /// inline with no nested future; waiting for a connection to become
+    /// ready, dialling and HTTP/2 are boxed, so their (larger) futures do not
+    /// sit inside every request's future.
     pub async fn send(
         self: &Arc<Self>,
         addr: SocketAddr,
         req: Request<ProxyBody>,
-        settings: &PoolSettings,
-    ) -> Result<Response<ProxyBody>, SendFailure> {
-        match settings.protocol {
-            UpstreamProtocol::Http1 => self.send_h1(addr, req, settings).await,
-            UpstreamProtocol::Http2 => self.send_h2(addr, req, settings).await,
-        }
-    }
-
-    async fn send_h1(
-        self: &Arc<Self>,
-        addr: SocketAddr,
-        mut req: Request<ProxyBody>,
         s: &PoolSettings,
     ) -> Result<Response<ProxyBody>, SendFailure> {
+        if s.protocol == UpstreamProtocol::Http2 {
+            return Box::pin(self.send_h2(addr, req, s)).await;
+        }
+        let mut req = req;
+        while let Some(mut conn) = self.checkout_h1(addr, s) {
+            if !conn.sender.is_ready() {
+                // A pooled connection that turns out dead here was never
+                // written to: moving on to the next one is always safe.
+                let ready = tokio::time::timeout(s.connect_timeout, conn.sender.ready());
+                if !matches!(Box::pin(ready).await, Ok(Ok(()))) {
+                    conn.meta.set(ConnState::Closed);
+                    continue;
+                }
+            }
+            let fut = conn.sender.try_send_request(req);
+            let result = tokio::time::timeout(s.request_timeout, fut).await;
+            match self.finish_h1(conn, result) {
+                Err(SendFailure::NotSent { request, .. }) => req = *request,
+                other => return other,
+            }
+        }
+        Box::pin(self.dial_and_send_h1(addr, req, s)).await
+    }
+
+    /// Takes an idle HTTP/1.1 connection to `addr` that may be reused,
+    /// closing the stale ones it meets.
+    fn checkout_h1(&self, addr: SocketAddr, s: &PoolSettings) -> Option<H1Conn> {
         let generation = self.generation.load(Ordering::Relaxed);
-        let queue = self.idle.load_full();
+        let queue = self.idle.load();
         if queue.capacity() != s.max_idle.max(1) {
             // A reload changed the pool size: start a queue of the new size;
             // the old one's connections close as it is dropped.
@@ -276,7 +296,7 @@ impl Pool {
                 .store(Arc::new(ArrayQueue::new(s.max_idle.max(1))));
         }
         while let Some(idle) = queue.pop() {
-            let mut conn = idle.conn;
+            let conn = idle.conn;
             if conn.meta.addr != addr
                 || conn.meta.generation < generation
                 || idle.since.elapsed() > s.idle_timeout
@@ -286,23 +306,19 @@ impl Pool {
                 continue;
             }
             conn.meta.set(ConnState::InUse);
-            // A pooled connection that turns out dead here was never written
-            // to: moving on to the next one is always safe.
-            match tokio::time::timeout(s.connect_timeout, conn.sender.ready()).await {
-                Ok(Ok(())) => {}
-                _ => {
-                    conn.meta.set(ConnState::Closed);
-                    continue;
-                }
-            }
-            match self.dispatch_h1(conn, req, s).await {
-                Err(SendFailure::NotSent { request, .. }) => req = *request,
-                other => return other,
-            }
+            return Some(conn);
         }
-        // Boxed: dialling is the rare path, and its (large) handshake future
-        // would otherwise sit inside every request's future.
-        let conn = match Box::pin(self.dial_h1(addr, s, generation)).await {
+        None
+    }
+
+    async fn dial_and_send_h1(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        req: Request<ProxyBody>,
+        s: &PoolSettings,
+    ) -> Result<Response<ProxyBody>, SendFailure> {
+        let generation = self.generation.load(Ordering::Relaxed);
+        let mut conn = match self.dial_h1(addr, s, generation).await {
             Ok(c) => c,
             Err(error) => {
                 return Err(SendFailure::NotSent {
@@ -311,17 +327,26 @@ impl Pool {
                 })
             }
         };
-        self.dispatch_h1(conn, req, s).await
+        let fut = conn.sender.try_send_request(req);
+        let result = tokio::time::timeout(s.request_timeout, fut).await;
+        self.finish_h1(conn, result)
     }
 
-    async fn dispatch_h1(
+    /// Classifies the outcome of one HTTP/1.1 exchange; the connection goes
+    /// with the response body (back to the pool when it is read to the end)
+    /// or is closed.
+    fn finish_h1(
         self: &Arc<Self>,
-        mut conn: H1Conn,
-        req: Request<ProxyBody>,
-        s: &PoolSettings,
+        conn: H1Conn,
+        result: Result<
+            Result<
+                Response<hyper::body::Incoming>,
+                hyper::client::conn::TrySendError<Request<ProxyBody>>,
+            >,
+            tokio::time::error::Elapsed,
+        >,
     ) -> Result<Response<ProxyBody>, SendFailure> {
-        let fut = conn.sender.try_send_request(req);
-        match tokio::time::timeout(s.request_timeout, fut).await {
+        match result {
             Err(_) => {
                 conn.meta.set(ConnState::Closed);
                 Err(SendFailure::Sent(ProxyError::new(
