@@ -28,6 +28,9 @@
 #   --retry-noisy P     redo a matrix run (up to 2 more times, after waiting
 #                       for quiet) when other processes used more than P % of
 #                       the machine during it; the least noisy try is kept
+#   --points LIST       matrix points instead of the default set, comma-separated
+#                       PROTO-SIZE-CONNS, e.g. h1-0-1,h1-0-16,h2c-4k-16
+#                       (PROTO h1|h2c, SIZE 0|4k|64k)
 #   --keep              keep the temporary directory (configs, raw logs)
 #   --out DIR           where latest.md / results go (default bench/out)
 #   -h, --help
@@ -51,6 +54,7 @@ WAIT_QUIET=0
 RETRY_NOISY=""
 QUIET_PCT="${QUIET_PCT:-15}"
 OUT_DIR="$BENCH_DIR/out"
+POINTS=""
 repeat_set=0
 duration_set=0
 
@@ -74,6 +78,8 @@ while [[ $# -gt 0 ]]; do
     --retry-noisy=*) RETRY_NOISY="${1#*=}" ;;
     --wait-quiet) WAIT_QUIET="$2"; shift ;;
     --wait-quiet=*) WAIT_QUIET="${1#*=}" ;;
+    --points) POINTS="$2"; shift ;;
+    --points=*) POINTS="${1#*=}" ;;
     --out) OUT_DIR="$2"; shift ;;
     --out=*) OUT_DIR="${1#*=}" ;;
     -h|--help) usage; exit 0 ;;
@@ -635,10 +641,19 @@ EOF
 
   [[ ${#TARGETS[@]} -gt 0 ]] || die "no target left to measure"
   local points
-  if [[ $QUICK == 1 ]]; then
+  if [[ -n $POINTS ]]; then
+    local x
+    points=()
+    IFS=',' read -r -a _pts <<<"$POINTS"
+    for x in "${_pts[@]}"; do
+      [[ $x =~ ^(h1|h2c)-(0|4k|64k)-[1-9][0-9]*$ ]] || die "--points: '$x' is not PROTO-SIZE-CONNS (h1|h2c, 0|4k|64k, connections)"
+      points+=("${x//-/ }")
+    done
+  elif [[ $QUICK == 1 ]]; then
     points=("h1 0 16" "h2c 4k 16")
   else
-    points=("h1 0 16" "h1 0 128" "h1 4k 16" "h1 4k 128" "h1 64k 16" "h1 64k 128" "h2c 0 16" "h2c 4k 16")
+    # h1 0 B with 1 connection: the added-latency point (no queueing)
+    points=("h1 0 1" "h1 0 16" "h1 0 128" "h1 4k 16" "h1 4k 128" "h1 64k 16" "h1 64k 128" "h2c 0 16" "h2c 4k 16")
   fi
   local total=$(( ${#points[@]} * REPEAT * ${#TARGETS[@]} ))
   log "matrix: ${#points[@]} points x $REPEAT repeats x ${#TARGETS[@]} targets (${TARGETS[*]}) x ${DURATION}s ≈ $(( total * DURATION + ${#TARGETS[@]} ))s"
