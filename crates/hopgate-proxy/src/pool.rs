@@ -13,8 +13,10 @@
 //! method may be retried elsewhere).
 //!
 //! Must not touch: routing, balancing, retry policy (the caller decides).
-//! The idle set is a lock-free queue; the only lock is the HTTP/2 dial lock,
-//! taken when no usable HTTP/2 connection exists.
+//! The idle set is a lock-free queue and the registry of connection drivers
+//! (which a drain's deadline aborts) a lock-free map touched only when a
+//! connection opens or closes; the only lock is the HTTP/2 dial lock, taken
+//! when no usable HTTP/2 connection exists.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -29,7 +31,6 @@ use http::{Request, Response};
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 
 use crate::body::ProxyBody;
 
@@ -127,8 +128,15 @@ pub struct Pool {
     h2_dial: tokio::sync::Mutex<()>,
     /// Connections older than this generation are not reused.
     generation: AtomicU64,
-    /// Busy connections below this generation are closed by their driver.
-    kill_below: watch::Sender<u64>,
+    /// Connections below this generation are closed (their drivers
+    /// aborted) once a drain's deadline has passed.
+    kill_below: Arc<AtomicU64>,
+    /// Every running connection driver, by connection id: its generation
+    /// and the handle that aborts it. Touched when a connection opens or
+    /// closes and by a drain's deadline, never per request (a driver that
+    /// polled a kill signal next to its connection paid for it on every
+    /// wake-up).
+    drivers: Arc<papaya::HashMap<u64, (u64, tokio::task::AbortHandle)>>,
     next_id: AtomicU64,
     open: Arc<AtomicUsize>,
     dialed: AtomicU64,
@@ -156,7 +164,8 @@ impl Pool {
             h2: ArcSwapOption::empty(),
             h2_dial: tokio::sync::Mutex::new(()),
             generation: AtomicU64::new(1),
-            kill_below: watch::channel(0).0,
+            kill_below: Arc::new(AtomicU64::new(0)),
+            drivers: Arc::new(papaya::HashMap::new()),
             next_id: AtomicU64::new(1),
             open: Arc::new(AtomicUsize::new(0)),
             dialed: AtomicU64::new(0),
@@ -207,14 +216,16 @@ impl Pool {
             h2.meta.set(ConnState::Unusable);
         }
         let cut = self.generation.load(Ordering::Relaxed);
-        let kill = self.kill_below.clone();
+        let kill_below = Arc::clone(&self.kill_below);
+        let drivers = Arc::clone(&self.drivers);
         tokio::spawn(async move {
             tokio::time::sleep(deadline).await;
-            kill.send_if_modified(|k| {
-                let changed = *k < cut;
-                *k = (*k).max(cut);
-                changed
-            });
+            kill_below.fetch_max(cut, Ordering::Relaxed);
+            for (_, (generation, handle)) in drivers.pin().iter() {
+                if *generation < cut {
+                    handle.abort();
+                }
+            }
         });
         evicted
     }
@@ -434,24 +445,34 @@ impl Pool {
         Ok(H1Conn { meta, sender })
     }
 
-    /// Runs a connection until it ends or is killed by [`Pool::drain`].
+    /// Runs a connection until it ends or [`Pool::drain`] aborts it.
     fn spawn_driver(
         &self,
         meta: Arc<ConnMeta>,
         conn: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
-        let open = Arc::clone(&self.open);
-        open.fetch_add(1, Ordering::Relaxed);
-        let mut kill = self.kill_below.subscribe();
-        tokio::spawn(async move {
-            let generation = meta.generation;
-            tokio::select! {
-                _ = conn => {}
-                _ = kill.wait_for(|k| *k > generation) => {}
-            }
-            meta.set(ConnState::Closed);
-            open.fetch_sub(1, Ordering::Relaxed);
+        self.open.fetch_add(1, Ordering::Relaxed);
+        let id = meta.id;
+        let generation = meta.generation;
+        let guard = DriverGuard {
+            meta,
+            open: Arc::clone(&self.open),
+            drivers: Arc::clone(&self.drivers),
+        };
+        let task = tokio::spawn(async move {
+            let _guard = guard;
+            conn.await;
         });
+        self.drivers
+            .pin()
+            .insert(id, (generation, task.abort_handle()));
+        // The connection may already have ended (its guard found nothing to
+        // remove), or a drain's deadline may have passed while it was dialled.
+        if task.is_finished() {
+            self.drivers.pin().remove(&id);
+        } else if generation < self.kill_below.load(Ordering::Relaxed) {
+            task.abort();
+        }
     }
 
     async fn send_h2(
@@ -542,6 +563,22 @@ impl Pool {
             let _ = conn.await;
         });
         Ok(H2Conn { meta, sender })
+    }
+}
+
+/// Marks a connection closed and forgets its driver when the driver ends,
+/// whether its connection finished or a drain aborted it.
+struct DriverGuard {
+    meta: Arc<ConnMeta>,
+    open: Arc<AtomicUsize>,
+    drivers: Arc<papaya::HashMap<u64, (u64, tokio::task::AbortHandle)>>,
+}
+
+impl Drop for DriverGuard {
+    fn drop(&mut self) {
+        self.meta.set(ConnState::Closed);
+        self.open.fetch_sub(1, Ordering::Relaxed);
+        self.drivers.pin().remove(&self.meta.id);
     }
 }
 
