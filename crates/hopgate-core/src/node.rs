@@ -19,8 +19,15 @@ use parking_lot::Mutex;
 
 /// Milliseconds since the first call in this process; monotonic.
 pub fn now_ms() -> u64 {
+    ms_at(Instant::now())
+}
+
+/// [`now_ms`] for an instant already read: the request path reads the
+/// clock once and derives what it needs from that.
+pub fn ms_at(at: Instant) -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as u64
+    at.saturating_duration_since(*START.get_or_init(Instant::now))
+        .as_millis() as u64
 }
 
 /// Stable identity of a node across reloads.

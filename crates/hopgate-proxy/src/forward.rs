@@ -23,7 +23,7 @@ use hopgate_core::balance::hash_key;
 use hopgate_core::config::{HashOn, SessionsConfig, UpstreamProtocol};
 use hopgate_core::error::{ErrorKind, ProxyError};
 use hopgate_core::maintenance::Notification;
-use hopgate_core::node::{now_ms, Observation, Verdict};
+use hopgate_core::node::{ms_at, now_ms, Observation, Verdict};
 use hopgate_core::retry;
 use hopgate_core::route::RequestView;
 use hopgate_core::session::{HopReason, SessionId};
@@ -92,6 +92,8 @@ struct Plan {
     client_session: Option<ClientSession>,
     key: Option<SessionId>,
     now_unix: u64,
+    /// [`now_ms`] when the request arrived (the first attempt's clock).
+    now: u64,
     /// The bound node, when the session stays on it.
     sticky: Option<usize>,
     prior: Option<Binding>,
@@ -180,8 +182,8 @@ impl Forwarder {
         snap: &Snapshot,
         req: Request<Incoming>,
         conn: &ClientConn,
-        client_headers: usize,
         facts: &RequestFacts,
+        started: Instant,
         out: &mut Outcome,
     ) -> Result<Plan, ErrorKind> {
         let peer = conn.peer;
@@ -193,8 +195,7 @@ impl Forwarder {
         if uri_len > limits.max_uri_bytes {
             return Err(ErrorKind::UriTooLong);
         }
-        if client_headers > limits.max_headers || head_bytes(&req, facts) > limits.max_header_bytes
-        {
+        if facts.count > limits.max_headers || head_bytes(&req, facts) > limits.max_header_bytes {
             return Err(ErrorKind::HeadersTooLarge);
         }
         if let Some(len) = content_length(&req) {
@@ -226,7 +227,7 @@ impl Forwarder {
         };
         out.route = Some(route_idx);
         let route = &snap.routes[route_idx];
-        let now = now_ms();
+        let now = ms_at(started);
         let selection = snap.select(route_idx, fastrand::u32(..), now);
         let svc = &snap.services[selection.service];
         out.service = Some(selection.service);
@@ -251,8 +252,14 @@ impl Forwarder {
             .map(|d| Instant::now() + d);
         // Sessions: who is this, where is it bound, must it hop?
         let scfg = &snap.config.sessions;
-        let now_unix = session::unix_now();
         let sessions = self.sessions.as_deref().filter(|_| scfg.enabled);
+        // Wall-clock seconds only matter to sessions (token and binding
+        // times).
+        let now_unix = if sessions.is_some() {
+            session::unix_now()
+        } else {
+            0
+        };
         let client_session = sessions.map(|s| session::identify(s, scfg, req.headers(), now_unix));
         let key = client_session
             .as_ref()
@@ -323,6 +330,7 @@ impl Forwarder {
             client_session,
             key,
             now_unix,
+            now,
             sticky,
             prior,
             hop,
@@ -352,6 +360,7 @@ impl Forwarder {
             client_session,
             key,
             now_unix,
+            now: arrived_ms,
             sticky,
             prior,
             hop,
@@ -425,8 +434,10 @@ impl Forwarder {
                 let mut refused = 0; // picks turned away by an open breaker
                 let mut last = ErrorKind::NoLiveNode;
                 let mut sent_attempts = 0;
+                let mut clock = Some(arrived_ms);
                 while sent_attempts < attempts {
-                    let now = now_ms();
+                    // The first attempt uses the clock read on arrival.
+                    let now = clock.take().unwrap_or_else(now_ms);
                     // The balancer's choice, unless it can only offer nodes this
                     // request already tried; then, as a last resort, a node that only
                     // passive verdicts (ejection, open breaker) keep out.
@@ -512,8 +523,10 @@ impl Forwarder {
                     let inflight = node.state.begin_request();
                     let sent_at = Instant::now();
                     let addr = node.state.moved_to().unwrap_or(node.address);
-                    let result = pool.send(addr, request, &settings).await;
+                    let result = pool.send(addr, request, &settings, sent_at).await;
                     drop(inflight);
+                    let answered = Instant::now();
+                    let answered_ms = ms_at(answered);
                     match result {
                         // A gRPC backend that answers UNAVAILABLE before any
                         // response byte (a trailers-only response) has not processed
@@ -528,7 +541,7 @@ impl Forwarder {
                             match &replay {
                                 Some(copy) => {
                                     tracing::warn!(service = %svc.name, node = %node.id, "gRPC UNAVAILABLE before any response byte; retrying elsewhere");
-                                    account(svc, node, Observation::Failure);
+                                    account(svc, node, Observation::Failure, answered_ms);
                                     last = ErrorKind::ConnectionLost;
                                     upstream = Some(copy.request());
                                     drop(resp);
@@ -545,14 +558,15 @@ impl Forwarder {
                             let seen = if status >= 500 {
                                 Observation::ServerError
                             } else {
-                                node.state
-                                    .observe_latency_us(sent_at.elapsed().as_micros() as u64);
+                                node.state.observe_latency_us(
+                                    answered.saturating_duration_since(sent_at).as_micros() as u64,
+                                );
                                 if last_resort {
                                     node.state.recover();
                                 }
                                 Observation::Success
                             };
-                            account(svc, node, seen);
+                            account(svc, node, seen, answered_ms);
                             let rf = scan_response(resp.headers());
                             if rf.maintenance {
                                 if let Some(v) = resp.headers_mut().remove(&HOP_MAINTENANCE) {
@@ -634,7 +648,7 @@ impl Forwarder {
                                     started: Instant::now(),
                                 });
                             }
-                            account(svc, node, Observation::Failure);
+                            account(svc, node, Observation::Failure, answered_ms);
                             log_upstream_failure(&svc.name, node, &error, sent_attempts, true);
                             last = error.kind;
                             upstream = Some(*request);
@@ -651,7 +665,7 @@ impl Forwarder {
                             }
                             log_upstream_failure(&svc.name, node, &error, sent_attempts, true);
                             last = error.kind;
-                            account(svc, node, Observation::Failure);
+                            account(svc, node, Observation::Failure, answered_ms);
                             match &replay {
                                 Some(copy) => upstream = Some(copy.request()),
                                 None => break 'forward Err(error.kind),
@@ -663,7 +677,7 @@ impl Forwarder {
                             if error.kind == ErrorKind::BodyTooLarge {
                                 break 'forward Err(error.kind);
                             }
-                            account(svc, node, Observation::Failure);
+                            account(svc, node, Observation::Failure, answered_ms);
                             if hop.is_none() && prior.as_ref().is_some_and(|b| *b.node == *node.id)
                             {
                                 hop = Some(PendingHop {
@@ -724,7 +738,6 @@ impl ClientConn {
         let method = req.method().clone();
         let mut req = req;
         // Counted before the gateway adds anything.
-        let client_headers = req.headers().len();
         let facts = scan_request(req.headers());
         // Room for the headers the gateway adds, so the map grows once.
         req.headers_mut().reserve(6);
@@ -756,7 +769,7 @@ impl ClientConn {
                 hopped: false,
             },
         };
-        match fwd.plan(&snap, req, self, client_headers, &facts, &mut done.out) {
+        match fwd.plan(&snap, req, self, &facts, started, &mut done.out) {
             Ok(plan) => Box::pin(Forwarder::forward(
                 Arc::clone(self),
                 snap,
@@ -898,8 +911,7 @@ fn settle_session(o: SessionOutcome<'_>, headers: &mut HeaderMap) {
 /// Records an attempt's outcome on the node; ejects it when the outlier
 /// detector asks and the service's ejection cap allows (the panic
 /// threshold: never eject so much that the service has nowhere to go).
-fn account(svc: &CompiledService, node: &CompiledNode, seen: Observation) {
-    let now = now_ms();
+fn account(svc: &CompiledService, node: &CompiledNode, seen: Observation, now: u64) {
     let verdict = node.state.observe(seen, now, &svc.outlier);
     if node.state.is_relaxed(now) {
         // Under maintenance passive ejection is suspended.

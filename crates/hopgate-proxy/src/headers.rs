@@ -97,6 +97,8 @@ fn is_hop_name(token: &str) -> bool {
 /// in one pass over them instead of a hashed lookup per question.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RequestFacts {
+    /// Header lines as the client sent them.
+    pub count: usize,
     /// Bytes of the header lines as sent (`name: value` plus CRLF each).
     pub header_bytes: usize,
     /// The hop-by-hop (and gateway-only) headers present.
@@ -110,7 +112,10 @@ pub struct RequestFacts {
 
 /// One pass over a request's headers; see [`RequestFacts`].
 pub fn scan_request(headers: &HeaderMap) -> RequestFacts {
-    let mut f = RequestFacts::default();
+    let mut f = RequestFacts {
+        count: headers.len(),
+        ..RequestFacts::default()
+    };
     for (name, value) in headers {
         f.header_bytes += name.as_str().len() + value.len() + 4;
         if *name == header::CONTENT_TYPE {

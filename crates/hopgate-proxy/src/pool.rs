@@ -265,17 +265,20 @@ impl Pool {
     /// inline with no nested future; waiting for a connection to become
     /// ready, dialling and HTTP/2 are boxed, so their (larger) futures do not
     /// sit inside every request's future.
+    ///
+    /// `now` is the caller's clock reading (for the idle-timeout check).
     pub async fn send(
         self: &Arc<Self>,
         addr: SocketAddr,
         req: Request<ProxyBody>,
         s: &PoolSettings,
+        now: Instant,
     ) -> Result<Response<ProxyBody>, SendFailure> {
         if s.protocol == UpstreamProtocol::Http2 {
             return Box::pin(self.send_h2(addr, req, s)).await;
         }
         let mut req = req;
-        while let Some(mut conn) = self.checkout_h1(addr, s) {
+        while let Some(mut conn) = self.checkout_h1(addr, s, now) {
             if !conn.sender.is_ready() {
                 // A pooled connection that turns out dead here was never
                 // written to: moving on to the next one is always safe.
@@ -297,7 +300,7 @@ impl Pool {
 
     /// Takes an idle HTTP/1.1 connection to `addr` that may be reused,
     /// closing the stale ones it meets.
-    fn checkout_h1(&self, addr: SocketAddr, s: &PoolSettings) -> Option<H1Conn> {
+    fn checkout_h1(&self, addr: SocketAddr, s: &PoolSettings, now: Instant) -> Option<H1Conn> {
         let generation = self.generation.load(Ordering::Relaxed);
         let queue = self.idle.load();
         if queue.capacity() != s.max_idle.max(1) {
@@ -310,7 +313,7 @@ impl Pool {
             let conn = idle.conn;
             if conn.meta.addr != addr
                 || conn.meta.generation < generation
-                || idle.since.elapsed() > s.idle_timeout
+                || now.saturating_duration_since(idle.since) > s.idle_timeout
                 || conn.sender.is_closed()
             {
                 conn.meta.set(ConnState::Closed);
@@ -702,7 +705,12 @@ mod tests {
             request_timeout: Duration::from_secs(1),
         };
         let req = Request::new(ProxyBody::Empty);
-        let fut = pool.send("127.0.0.1:9".parse().unwrap(), req, &settings);
+        let fut = pool.send(
+            "127.0.0.1:9".parse().unwrap(),
+            req,
+            &settings,
+            Instant::now(),
+        );
         let size = std::mem::size_of_val(&fut);
         assert!(size < 2048, "Pool::send future is {size} bytes");
     }
@@ -738,7 +746,7 @@ mod tests {
                     .header("host", "x")
                     .body(ProxyBody::Empty)
                     .unwrap();
-                pool.send(addr, req, &settings).await
+                pool.send(addr, req, &settings, Instant::now()).await
             })
         };
         // Wait until the connection is open and busy.

@@ -5,6 +5,13 @@
 //! itself lives in the library crates; `anyhow` is used here and nowhere
 //! else.
 
+/// mimalloc instead of glibc's malloc: the request path allocates a few
+/// times per request (the request future, header maps, hyper's buffers),
+/// and mimalloc's thread-local free lists make each allocation and free a
+/// fraction of glibc's cost (measured in docs/BENCHMARKS.md).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod backend;
 mod demo;
 mod gateway;
