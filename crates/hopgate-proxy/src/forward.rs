@@ -818,7 +818,13 @@ impl Done {
                 }
             }
         };
-        METRICS.response(resp.status().as_u16());
+        // A gRPC error travels as HTTP 200 with a `grpc-status`; it is
+        // counted (like the access log shows it) by the gateway's status.
+        METRICS.response(if out.error.is_some() {
+            out.status
+        } else {
+            resp.status().as_u16()
+        });
         log_access(
             snap,
             &self.method,

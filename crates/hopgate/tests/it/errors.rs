@@ -254,6 +254,14 @@ async fn grpc_timeout_bounds_the_wait_and_errors_are_grpc_statuses() {
         "gRPC errors travel as statuses, not HTTP errors"
     );
     assert_eq!(r.headers()["grpc-status"], "4", "DEADLINE_EXCEEDED");
+    // Counted by the gateway's status (504), as the access log shows it,
+    // not as the HTTP 200 the status travels in.
+    let m = gw.metrics().await;
+    assert!(
+        m.contains("hopgate_responses_total{class=\"5xx\"} 1\n")
+            && m.contains("hopgate_responses_total{class=\"2xx\"} 0\n"),
+        "{m}"
+    );
     // A gRPC call with no route: UNIMPLEMENTED, not a text 404.
     drop(gw);
     let gw = Gateway::start(&config(
