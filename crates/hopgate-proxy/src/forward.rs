@@ -1,8 +1,11 @@
 //! The per-request path: one snapshot load, access check, route, node pick,
 //! forward through the node's pool, respond, log.
 //!
-//! Owns [`Forwarder`] (shared by every connection of every listener) and the
-//! retry loop for requests that never reached a backend. Must not touch:
+//! Owns [`Forwarder`] (shared by every connection of every listener),
+//! [`ClientConn`] (one per client connection: where a request starts), the
+//! shape of a request's future (everything before the first attempt runs
+//! synchronously; the rest is one boxed future per request), and the
+//! attempt loop with its retry rules. Must not touch:
 //! the control plane (the snapshot is only loaded, never stored, here), or
 //! a lock: everything on this path is an atomic load or a lock-free queue.
 
