@@ -242,14 +242,7 @@ impl Pool {
         match settings.protocol {
             UpstreamProtocol::Http1 => {
                 let conn = self.dial_h1(addr, settings, generation).await?;
-                conn.meta.set(ConnState::Idle);
-                let idle = IdleConn {
-                    conn,
-                    since: Instant::now(),
-                };
-                if let Err(rejected) = self.idle.load().push(idle) {
-                    rejected.conn.meta.set(ConnState::Closed);
-                }
+                self.park(conn);
             }
             UpstreamProtocol::Http2 => {
                 let conn = self.dial_h2(addr, settings, generation).await?;
@@ -296,6 +289,19 @@ impl Pool {
             }
         }
         Box::pin(self.dial_and_send_h1(addr, req, s)).await
+    }
+
+    /// Puts an HTTP/1.1 connection in the idle set (closing it when the set
+    /// is full).
+    fn park(&self, conn: H1Conn) {
+        conn.meta.set(ConnState::Idle);
+        let idle = IdleConn {
+            conn,
+            since: Instant::now(),
+        };
+        if let Err(rejected) = self.idle.load().push(idle) {
+            rejected.conn.meta.set(ConnState::Closed);
+        }
     }
 
     /// Takes an idle HTTP/1.1 connection to `addr` that may be reused,
@@ -668,14 +674,7 @@ impl Returner {
             conn.meta.set(ConnState::Closed);
             return;
         }
-        conn.meta.set(ConnState::Idle);
-        let idle = IdleConn {
-            conn,
-            since: Instant::now(),
-        };
-        if let Err(rejected) = pool.idle.load().push(idle) {
-            rejected.conn.meta.set(ConnState::Closed);
-        }
+        pool.park(conn);
     }
 }
 
