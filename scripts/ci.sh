@@ -16,6 +16,12 @@ cargo fmt --all -- --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "a gateway without the demo/test backend (--no-default-features)"
+cargo clippy --locked -p hopgate --no-default-features -- -D warnings
+
+step "no unused dependencies"
+bash scripts/unused-deps.sh
+
 step "cargo test"
 cargo test --workspace --locked
 

@@ -12,7 +12,9 @@
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+#[cfg(feature = "demo")]
 mod backend;
+#[cfg(feature = "demo")]
 mod demo;
 mod gateway;
 
@@ -51,8 +53,10 @@ enum Command {
         file: PathBuf,
     },
     /// Start demo backends and the gateway in front of them, on loopback.
+    #[cfg(feature = "demo")]
     Demo(demo::DemoArgs),
     /// A small demo/test backend (not a product feature).
+    #[cfg(feature = "demo")]
     Backend(backend::BackendArgs),
 }
 
@@ -70,7 +74,9 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Validate { file } => validate(&file),
         Command::Run(args) => block_on(run(args)),
+        #[cfg(feature = "demo")]
         Command::Demo(args) => block_on(demo::run(args)),
+        #[cfg(feature = "demo")]
         Command::Backend(args) => block_on(backend::run(args)),
     }
 }
