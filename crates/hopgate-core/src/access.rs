@@ -22,7 +22,7 @@ impl CidrSet {
     pub fn new(nets: &[IpNet]) -> CidrSet {
         let mut set = JointPrefixSet::new();
         for n in nets {
-            set.insert(n.trunc());
+            set.insert(canonical_net(n.trunc()));
         }
         CidrSet {
             set,
@@ -34,9 +34,11 @@ impl CidrSet {
         self.len == 0
     }
 
-    /// Is `ip` inside any network of the set?
+    /// Is `ip` inside any network of the set? An IPv4-mapped IPv6 address
+    /// (`::ffff:10.1.2.3`, how a dual-stack listener sees IPv4 peers) is
+    /// matched as the IPv4 address it is, so IPv4 rules hold for it.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        self.len != 0 && self.set.get_spm(&IpNet::from(ip)).is_some()
+        self.len != 0 && self.set.get_spm(&IpNet::from(ip.to_canonical())).is_some()
     }
 }
 
@@ -63,10 +65,13 @@ impl AccessControl {
     }
 
     /// The client's address: the peer, unless the peer is a trusted proxy,
+    /// always in canonical form (an IPv4-mapped IPv6 address becomes the
+    /// IPv4 address, so IPv4 CIDR rules and hashing see it as IPv4);
     /// in which case `X-Forwarded-For` is walked from the right, skipping
     /// trusted proxies; the first untrusted hop is the client. `Forwarded:
     /// for=` is used the same way when `X-Forwarded-For` is absent.
     pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        let peer = peer.to_canonical();
         if self.trusted.is_empty() || !self.trusted.contains(peer) {
             return peer;
         }
@@ -126,15 +131,29 @@ fn forwarded_for(element: &str) -> Option<&str> {
     })
 }
 
-/// An IP from an XFF/Forwarded hop: `1.2.3.4`, `1.2.3.4:5678`, `[::1]:80`, `::1`.
+/// An IP from an XFF/Forwarded hop: `1.2.3.4`, `1.2.3.4:5678`, `[::1]:80`,
+/// `::1`; canonical (IPv4-mapped addresses as IPv4).
 fn parse_hop_ip(hop: &str) -> Option<IpAddr> {
-    if let Ok(ip) = hop.parse() {
-        return Some(ip);
+    let ip: IpAddr = if let Ok(ip) = hop.parse() {
+        ip
+    } else if let Some(rest) = hop.strip_prefix('[') {
+        rest.split(']').next()?.parse().ok()?
+    } else {
+        hop.rsplit_once(':').and_then(|(h, _)| h.parse().ok())?
+    };
+    Some(ip.to_canonical())
+}
+
+/// A network written in IPv4-mapped form (`::ffff:10.0.0.0/104`) as the
+/// IPv4 network it covers (`10.0.0.0/8`), since lookups are canonical.
+fn canonical_net(n: IpNet) -> IpNet {
+    match n {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(n, IpNet::V4),
+            None => n,
+        },
+        _ => n,
     }
-    if let Some(rest) = hop.strip_prefix('[') {
-        return rest.split(']').next()?.parse().ok();
-    }
-    hop.rsplit_once(':').and_then(|(h, _)| h.parse().ok())
 }
 
 #[cfg(test)]
@@ -166,6 +185,45 @@ mod tests {
         let open = AccessControl::new(&[], &nets(&["1.2.3.4/32"]), &[]);
         assert!(open.permits("8.8.8.8".parse().unwrap()));
         assert!(!open.permits("1.2.3.4".parse().unwrap()));
+    }
+
+    #[test]
+    fn ipv4_mapped_peers_match_ipv4_rules() {
+        let mapped: IpAddr = "::ffff:10.9.1.1".parse().unwrap();
+        let deny = AccessControl::new(&[], &nets(&["10.9.0.0/16"]), &[]);
+        assert!(
+            !deny.permits(mapped),
+            "a mapped IPv4 peer bypassed deny_cidrs"
+        );
+        let allow = AccessControl::new(&nets(&["192.168.0.0/16"]), &[], &[]);
+        assert!(
+            !allow.permits(mapped),
+            "a mapped IPv4 peer outside allow_cidrs got in"
+        );
+        assert!(allow.permits("::ffff:192.168.3.4".parse().unwrap()));
+        // The client address is canonical, so route predicates and hashing
+        // see IPv4.
+        assert_eq!(
+            deny.client_ip(mapped, &HeaderMap::new()),
+            "10.9.1.1".parse::<IpAddr>().unwrap()
+        );
+        // Trusted proxies written as IPv4 hold for mapped peers, and mapped
+        // addresses in X-Forwarded-For are canonical too.
+        let t = AccessControl::new(&[], &[], &nets(&["127.0.0.0/8"]));
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-forwarded-for",
+            HeaderValue::from_static("::ffff:203.0.113.7"),
+        );
+        assert_eq!(
+            t.client_ip("::ffff:127.0.0.1".parse().unwrap(), &h),
+            "203.0.113.7".parse::<IpAddr>().unwrap()
+        );
+        // A network written in mapped form covers the IPv4 addresses.
+        let s = CidrSet::new(&nets(&["::ffff:10.0.0.0/104"]));
+        assert!(s.contains("10.1.2.3".parse().unwrap()));
+        assert!(s.contains("::ffff:10.1.2.3".parse().unwrap()));
+        assert!(!s.contains("11.1.2.3".parse().unwrap()));
     }
 
     #[test]

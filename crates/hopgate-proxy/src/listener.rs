@@ -10,6 +10,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -146,6 +147,10 @@ pub async fn serve_listener(
                 continue;
             }
         };
+        // A dual-stack listener sees IPv4 clients as `::ffff:a.b.c.d`: keep
+        // them as the IPv4 address they are (access rules, hashing and
+        // `X-Forwarded-For` all see that).
+        let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
         let latest = ctx.settings.load();
         if !Arc::ptr_eq(&latest, &current) {
             current = arc_swap::Guard::into_inner(latest);

@@ -193,3 +193,52 @@ async fn round_robin_spreads_over_nodes() {
     assert_eq!(seen.get("a"), Some(&10), "{seen:?}");
     assert_eq!(seen.get("b"), Some(&10), "{seen:?}");
 }
+
+/// A dual-stack listener (`[::]`) sees IPv4 clients as `::ffff:a.b.c.d`:
+/// IPv4 rules must still hold for them, and the backend must see the IPv4
+/// address in `X-Forwarded-For`.
+#[tokio::test]
+async fn ipv4_clients_of_a_dual_stack_listener_meet_ipv4_rules() {
+    if std::net::TcpListener::bind("[::]:0").is_err() {
+        eprintln!("no IPv6 on this machine; skipping");
+        return;
+    }
+    let b = Backend::start("n1").await;
+    let svc = service("app", &[("n1", b.addr, "v1")]);
+    let routes = r#"
+  - { id: r-local4, priority: 10, match: { path_prefix: /c, source_cidrs: [127.0.0.0/8] }, service: app }
+  - { id: r-any, match: { path_prefix: / }, service: app }
+"#;
+    let yaml =
+        config(&svc, routes).replace("address: 127.0.0.1:0, debug", "address: \"[::]:0\", debug");
+    let gw = Gateway::start(&yaml).await;
+    let url = format!("http://127.0.0.1:{}/c", gw.addr.port());
+    let resp = client().get(&url).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["x-route-rule-id"],
+        "r-local4",
+        "an IPv4 client matched no IPv4 source_cidrs rule"
+    );
+    let body = json(resp).await;
+    assert_eq!(body["forwarded_for"], "127.0.0.1");
+
+    // deny_cidrs written for IPv4 keep an IPv4 client out.
+    let denied = yaml.replace(
+        "\nservices:",
+        "\naccess: { deny_cidrs: [127.0.0.0/8] }\nservices:",
+    );
+    gw.rewrite_config(&denied);
+    let mut status = 0;
+    for _ in 0..100 {
+        status = client().get(&url).send().await.unwrap().status().as_u16();
+        if status == 403 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        status, 403,
+        "an IPv4 client bypassed deny_cidrs on a dual-stack listener"
+    );
+}
