@@ -260,16 +260,19 @@ pub fn peer_header(peer: IpAddr) -> HeaderValue {
 }
 
 /// Appends the peer to `X-Forwarded-For` (like nginx's
-/// `$proxy_add_x_forwarded_for`).
+/// `$proxy_add_x_forwarded_for`). Every `X-Forwarded-For` line the client
+/// sent is kept, in order, combined into one comma-separated list as RFC
+/// 9110 §5.3 allows (a front proxy often adds its own line below the
+/// client's); the peer goes last.
 pub fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
-    let mut buf = String::with_capacity(48);
-    if let Some(prev) = headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        buf.push_str(prev);
-        buf.push_str(", ");
+    let mut buf = Vec::with_capacity(48);
+    for prev in headers.get_all(&X_FORWARDED_FOR) {
+        buf.extend_from_slice(prev.as_bytes());
+        buf.extend_from_slice(b", ");
     }
-    use std::fmt::Write;
+    use std::io::Write;
     let _ = write!(buf, "{peer}");
-    if let Ok(v) = HeaderValue::from_str(&buf) {
+    if let Ok(v) = HeaderValue::from_bytes(&buf) {
         headers.insert(X_FORWARDED_FOR.clone(), v);
     }
 }
@@ -298,6 +301,26 @@ fn hex(mut v: u64, out: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_forwarded_for_line_is_kept_then_the_peer() {
+        let mut h = HeaderMap::new();
+        h.append(&X_FORWARDED_FOR, HeaderValue::from_static("203.0.113.7"));
+        h.append(
+            &X_FORWARDED_FOR,
+            HeaderValue::from_static("198.51.100.2, 10.0.0.1"),
+        );
+        append_forwarded_for(&mut h, "127.0.0.1".parse().unwrap());
+        let all: Vec<_> = h.get_all(&X_FORWARDED_FOR).iter().collect();
+        assert_eq!(
+            all,
+            ["203.0.113.7, 198.51.100.2, 10.0.0.1, 127.0.0.1"],
+            "X-Forwarded-For lines after the first were dropped"
+        );
+        let mut none = HeaderMap::new();
+        append_forwarded_for(&mut none, "::1".parse().unwrap());
+        assert_eq!(none[&X_FORWARDED_FOR], "::1");
+    }
 
     #[test]
     fn strips_hop_by_hop_and_named() {
