@@ -9,7 +9,7 @@
 //! changes go through [`Control`]'s single writer.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -17,7 +17,7 @@ use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
@@ -25,6 +25,7 @@ use tokio::sync::watch;
 
 use hopgate_core::config::{sniff_format, ConfigError, Format};
 use hopgate_core::session::SessionId;
+use hopgate_proxy::first_bytes::FirstBytes;
 use hopgate_proxy::metrics::METRICS;
 use hopgate_proxy::pool::Pool;
 use hopgate_proxy::session::{binding_key, unix_now, Sessions};
@@ -124,6 +125,13 @@ pub async fn serve_admin(
     admin: Arc<Admin>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let open = Arc::new(AtomicUsize::new(0));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(ADMIN_HEADER_READ);
+    let builder = Arc::new(builder);
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -137,18 +145,41 @@ pub async fn serve_admin(
                 continue;
             }
         };
+        // Admin connections are few (scrapers, operators); a flood of idle
+        // ones must not eat the process's file descriptors.
+        if open.load(Ordering::Relaxed) >= ADMIN_MAX_CONNECTIONS {
+            if !ADMIN_FULL_WARNED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    limit = ADMIN_MAX_CONNECTIONS,
+                    "admin API: connection limit reached; closing new connections"
+                );
+            }
+            continue;
+        }
+        ADMIN_FULL_WARNED.store(false, Ordering::Relaxed);
+        open.fetch_add(1, Ordering::Relaxed);
+        let open = Arc::clone(&open);
         let admin = Arc::clone(&admin);
+        let builder = Arc::clone(&builder);
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
                 let admin = Arc::clone(&admin);
                 async move { Ok::<_, Infallible>(handle(&admin, req).await) }
             });
-            let _ = auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
+            let io = TokioIo::new(FirstBytes::new(stream, ADMIN_HEADER_READ));
+            let _ = builder.serve_connection(io, svc).await;
+            open.fetch_sub(1, Ordering::Relaxed);
         });
     }
 }
+
+/// Open admin connections at most; more are closed at once.
+pub const ADMIN_MAX_CONNECTIONS: usize = 128;
+/// How long an admin client has to send a request head (and, before that,
+/// its first bytes).
+pub const ADMIN_HEADER_READ: std::time::Duration = std::time::Duration::from_secs(10);
+/// One warning per burst of refused admin connections, not one per refusal.
+static ADMIN_FULL_WARNED: AtomicBool = AtomicBool::new(false);
 
 /// Resolves once shutdown has been requested.
 async fn stopped(rx: &mut watch::Receiver<bool>) {

@@ -28,6 +28,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::body::ProxyBody;
+use crate::first_bytes::FirstBytes;
 use crate::forward::{ClientConn, Forwarder, RequestCtx, ResponseFuture};
 
 /// What one listener needs to serve.
@@ -133,6 +134,7 @@ pub async fn serve_listener(
         tls: false,
     });
 
+    let mut refusing = false;
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -162,9 +164,17 @@ pub async fn serve_listener(
             });
         }
         if open.load(Ordering::Relaxed) >= current.max_connections {
-            tracing::warn!(listener = %ctx.name, %peer, "max_connections reached; closing new connection");
+            // One warning per burst of refusals, not one per connection.
+            if !refusing {
+                refusing = true;
+                tracing::warn!(listener = %ctx.name, %peer, limit = current.max_connections, "max_connections reached; closing new connections");
+            }
             drop(stream);
             continue;
+        }
+        if refusing {
+            refusing = false;
+            tracing::info!(listener = %ctx.name, "below max_connections again; accepting");
         }
         let _ = stream.set_nodelay(true);
         let svc = ConnService(Arc::new(ClientConn::new(
@@ -173,7 +183,10 @@ pub async fn serve_listener(
             Arc::clone(&req_ctx),
         )));
         let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+            .serve_connection_with_upgrades(
+                TokioIo::new(FirstBytes::new(stream, current.header_read_timeout)),
+                svc,
+            )
             .into_owned();
         let conn = graceful.watch(conn);
         let guard = OpenGuard::new(&open);

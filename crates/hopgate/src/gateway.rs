@@ -235,6 +235,9 @@ impl Gateway {
             ),
             None => None,
         };
+        let nofile = crate::fdlimit::raise_nofile();
+        crate::fdlimit::check_fits(cfg.listeners.len(), cfg.limits.max_connections, nofile)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let control = Control::new(cfg.clone(), source);
         let (shutdown, rx) = watch::channel(false);
         // Sessions stop after the listeners have drained, so the final save

@@ -16,6 +16,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod backend;
 #[cfg(feature = "demo")]
 mod demo;
+mod fdlimit;
 mod gateway;
 
 use std::path::{Path, PathBuf};

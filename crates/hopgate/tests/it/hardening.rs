@@ -1,0 +1,85 @@
+//! What silent and hostile clients do to the gateway's own resources:
+//! connections that never speak, a partial HTTP/2 preface, the admin
+//! listener, and a `max_connections` the process cannot hold.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::harness::{client, service, temp_path, Backend, Gateway, BIN};
+
+/// Waits (bounded by `bound`) for the server to close `s`: a read that
+/// returns end of stream or an error. Whether it did.
+async fn closed_by_server(s: &mut TcpStream, bound: Duration) -> bool {
+    let mut buf = [0u8; 256];
+    matches!(
+        tokio::time::timeout(bound, s.read(&mut buf)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+async fn silent_and_partial(addr: SocketAddr) -> Vec<TcpStream> {
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        conns.push(TcpStream::connect(addr).await.unwrap());
+    }
+    let mut partial = TcpStream::connect(addr).await.unwrap();
+    partial.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    conns.push(partial);
+    conns
+}
+
+#[tokio::test]
+async fn connections_that_never_send_a_request_are_closed() {
+    let b = Backend::start("n1").await;
+    let yaml = format!(
+        "listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\ntimeouts: {{ header_read: 1s, shutdown: 5s }}\nservices:\n{}\nroutes:\n  - {{ id: all, match: {{ path_prefix: / }}, service: app }}\n",
+        service("app", &[("n1", b.addr, "")])
+    );
+    let gw = Gateway::start(&yaml).await;
+    // The public listener: silent connections and a partial h2 preface are
+    // closed after header_read (1 s); the bound is only against a hang.
+    for (i, mut c) in silent_and_partial(gw.addr).await.into_iter().enumerate() {
+        assert!(
+            closed_by_server(&mut c, Duration::from_secs(20)).await,
+            "public connection {i} that sent no request was left open"
+        );
+    }
+    // The admin listener has its own deadline (10 s).
+    for (i, mut c) in silent_and_partial(gw.admin).await.into_iter().enumerate() {
+        assert!(
+            closed_by_server(&mut c, Duration::from_secs(40)).await,
+            "admin connection {i} that sent no request was left open"
+        );
+    }
+    // Real clients are served as before, on both.
+    let r = client().get(gw.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r = client().get(gw.admin_url("/livez")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn max_connections_beyond_the_descriptor_limit_is_refused_at_start() {
+    let path = temp_path("yaml");
+    std::fs::write(
+        &path,
+        "listeners:\n  - { name: public, address: 127.0.0.1:0 }\nadmin: { address: 127.0.0.1:0 }\nlimits: { max_connections: 10000000 }\nservices:\n  - { name: app, nodes: [ { id: n1, address: \"127.0.0.1:1\" } ] }\nroutes:\n  - { id: all, match: { path_prefix: / }, service: app }\n",
+    )
+    .unwrap();
+    let out = tokio::process::Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .await
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started with max_connections it cannot hold");
+    assert!(
+        stderr.contains("limits.max_connections") && stderr.contains("RLIMIT_NOFILE"),
+        "{stderr}"
+    );
+}
