@@ -18,4 +18,9 @@ if ((${#need[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+# Third-party protocol peers for the interop tests (gRPC C-core via grpcio).
+if ! python3 -c "import grpc" >/dev/null 2>&1; then
+  echo "deps: installing grpcio (pip)"
+  python3 -m pip install -q --disable-pip-version-check grpcio >/dev/null
+fi
 echo "deps: ok"

@@ -261,7 +261,13 @@ impl Body for ProxyBody {
             ProxyBody::Limited { inner, .. } | ProxyBody::Upstream { inner, .. } => {
                 inner.is_end_stream()
             }
-            ProxyBody::Guarded(g) => g.ended,
+            // A gRPC answer that is complete with its head (trailers-only:
+            // `grpc-status` in the HEADERS frame with END_STREAM) must say
+            // so, or hyper sends the head without END_STREAM and an empty
+            // DATA frame after it, which C-core clients (grpcio, grpc-go's
+            // peers) report as UNKNOWN "Stream removed" instead of the
+            // status the server sent.
+            ProxyBody::Guarded(g) => g.ended || g.inner.is_end_stream(),
             ProxyBody::Prefixed {
                 head,
                 trailers,

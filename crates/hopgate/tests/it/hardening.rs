@@ -77,7 +77,10 @@ async fn max_connections_beyond_the_descriptor_limit_is_refused_at_start() {
         .unwrap();
     let _ = std::fs::remove_file(&path);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "started with max_connections it cannot hold");
+    assert!(
+        !out.status.success(),
+        "started with max_connections it cannot hold"
+    );
     assert!(
         stderr.contains("limits.max_connections") && stderr.contains("RLIMIT_NOFILE"),
         "{stderr}"

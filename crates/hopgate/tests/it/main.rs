@@ -9,6 +9,7 @@ mod harness;
 mod admin;
 mod errors;
 mod grpc;
+mod grpcio;
 mod hardening;
 mod maintenance;
 mod reload;
