@@ -6,8 +6,11 @@
 //! Owns: the document schema, parsing of YAML/JSON text, validation rules and
 //! the embedded default. Must not touch: files, sockets, live node state.
 
+mod bound;
 pub mod raw;
 pub mod validate;
+
+pub use bound::{MAX_DOCUMENT_BYTES, MAX_VALUES};
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -57,6 +60,7 @@ pub enum Format {
 /// Parses a document into the raw stage. Structural errors (unknown field,
 /// wrong type, bad syntax) come back with the path where they happened.
 pub fn parse(text: &str, format: Format) -> Result<RawConfig, ConfigError> {
+    bound::check(text, format == Format::Yaml)?;
     match format {
         Format::Yaml => {
             if text.trim().is_empty() {

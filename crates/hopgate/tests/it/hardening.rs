@@ -86,3 +86,41 @@ async fn max_connections_beyond_the_descriptor_limit_is_refused_at_start() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn a_yaml_alias_bomb_through_the_admin_api_is_refused_and_the_gateway_keeps_serving() {
+    let b = Backend::start("n1").await;
+    let yaml = crate::harness::config(
+        &service("app", &[("n1", b.addr, "")]),
+        "  - { id: all, match: { path_prefix: / }, service: app }\n",
+    );
+    let gw = Gateway::start(&yaml).await;
+    // ~200 KB of valid-looking routes whose `methods` all alias one
+    // anchored list of 3,000 methods: 9 million strings once expanded.
+    let methods = vec!["GET"; 3_000].join(",");
+    let mut bomb = yaml.replace(
+        "routes:\n",
+        &format!("routes:\n  - {{ id: r0, match: {{ path_prefix: /, methods: &big [{methods}] }}, service: app }}\n"),
+    );
+    for i in 1..3_000 {
+        bomb.push_str(&format!(
+            "  - {{ id: r{i}, match: {{ path_prefix: /, methods: *big }}, service: app }}\n"
+        ));
+    }
+    let r = client()
+        .put(gw.admin_url("/admin/v1/config"))
+        .header("content-type", "application/yaml")
+        .body(bomb)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let body = r.text().await.unwrap();
+    assert!(body.contains("expands to more than"), "{body}");
+    let r = client().get(gw.url("/")).send().await.unwrap();
+    assert_eq!(
+        r.status(),
+        200,
+        "the gateway stopped serving after the bomb"
+    );
+}
