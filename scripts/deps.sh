@@ -18,9 +18,10 @@ if ((${#need[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-# Third-party protocol peers for the interop tests (gRPC C-core via grpcio).
-if ! python3 -c "import grpc" >/dev/null 2>&1; then
-  echo "deps: installing grpcio (pip)"
-  python3 -m pip install -q --disable-pip-version-check grpcio >/dev/null
+# Third-party protocol peers for the interop tests: gRPC C-core (grpcio),
+# and the python h2 stack for the HTTP/2 abuse cases.
+if ! python3 -c "import grpc, h2, hpack, hyperframe" >/dev/null 2>&1; then
+  echo "deps: installing grpcio h2 (pip)"
+  python3 -m pip install -q --disable-pip-version-check grpcio h2 >/dev/null
 fi
 echo "deps: ok"

@@ -25,7 +25,7 @@ use tokio::sync::watch;
 
 use hopgate_core::config::{sniff_format, ConfigError, Format};
 use hopgate_core::session::SessionId;
-use hopgate_proxy::first_bytes::FirstBytes;
+use hopgate_proxy::client_io::ClientIo;
 use hopgate_proxy::metrics::METRICS;
 use hopgate_proxy::pool::Pool;
 use hopgate_proxy::session::{binding_key, unix_now, Sessions};
@@ -166,7 +166,7 @@ pub async fn serve_admin(
                 let admin = Arc::clone(&admin);
                 async move { Ok::<_, Infallible>(handle(&admin, req).await) }
             });
-            let io = TokioIo::new(FirstBytes::new(stream, ADMIN_HEADER_READ));
+            let io = TokioIo::new(ClientIo::new(stream, ADMIN_HEADER_READ, ADMIN_WRITE_STALL));
             let _ = builder.serve_connection(io, svc).await;
             open.fetch_sub(1, Ordering::Relaxed);
         });
@@ -178,6 +178,8 @@ pub const ADMIN_MAX_CONNECTIONS: usize = 128;
 /// How long an admin client has to send a request head (and, before that,
 /// its first bytes).
 pub const ADMIN_HEADER_READ: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long an admin client may leave a response unread.
+pub const ADMIN_WRITE_STALL: std::time::Duration = std::time::Duration::from_secs(60);
 /// One warning per burst of refused admin connections, not one per refusal.
 static ADMIN_FULL_WARNED: AtomicBool = AtomicBool::new(false);
 

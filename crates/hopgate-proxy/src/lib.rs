@@ -11,7 +11,7 @@
 //! per request; node live state is read through `hopgate_core::node`.
 
 pub mod body;
-pub mod first_bytes;
+pub mod client_io;
 pub mod forward;
 pub mod headers;
 pub mod listener;

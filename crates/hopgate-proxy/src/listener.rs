@@ -28,7 +28,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::body::ProxyBody;
-use crate::first_bytes::FirstBytes;
+use crate::client_io::ClientIo;
 use crate::forward::{ClientConn, Forwarder, RequestCtx, ResponseFuture};
 
 /// What one listener needs to serve.
@@ -72,6 +72,12 @@ impl ListenerSettings {
 /// without allocating).
 const HYPER_STACK_HEADERS: usize = 100;
 
+/// What a listener advertises as `SETTINGS_MAX_HEADER_LIST_SIZE` for
+/// `limits.max_header_bytes`: 4× the limit, at least 64 KiB.
+fn h2_header_list_size(max_header_bytes: usize) -> u32 {
+    u32::try_from(max_header_bytes.saturating_mul(4).max(64 << 10)).unwrap_or(u32::MAX)
+}
+
 fn server_builder(s: &ListenerSettings) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -96,7 +102,13 @@ fn server_builder(s: &ListenerSettings) -> auto::Builder<TokioExecutor> {
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_header_list_size(s.max_header_bytes as u32)
+        // The advertised list size is also the h2 library's limit for
+        // buffering a header block across CONTINUATION frames, beyond which
+        // it ends the whole connection (COMPRESSION_ERROR). Advertising 4×
+        // the limit keeps a request between the limit and 4× to its own
+        // stream: the gateway's own check answers it 431 with a body, and
+        // the connection's other streams go on.
+        .max_header_list_size(h2_header_list_size(s.max_header_bytes))
         .keep_alive_interval(Some(Duration::from_secs(30)));
     builder
 }
@@ -184,7 +196,11 @@ pub async fn serve_listener(
         )));
         let conn = builder
             .serve_connection_with_upgrades(
-                TokioIo::new(FirstBytes::new(stream, current.header_read_timeout)),
+                TokioIo::new(ClientIo::new(
+                    stream,
+                    current.header_read_timeout,
+                    current.idle_timeout,
+                )),
                 svc,
             )
             .into_owned();

@@ -124,3 +124,63 @@ async fn a_yaml_alias_bomb_through_the_admin_api_is_refused_and_the_gateway_keep
         "the gateway stopped serving after the bomb"
     );
 }
+
+/// Open upstream connections of the node that are not idle (busy with a
+/// response), from `/metrics`.
+async fn busy_upstreams(gw: &Gateway) -> i64 {
+    let m = gw.metrics().await;
+    let get = |state: &str| -> i64 {
+        m.lines()
+            .find(|l| l.starts_with("hopgate_pool_connections{") && l.contains(&format!("state=\"{state}\"")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    get("open") - get("idle")
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_cut_off_and_its_upstream_released() {
+    let b = Backend::start("n1").await;
+    let yaml = format!(
+        "listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\ntimeouts: {{ idle: 2s, shutdown: 5s }}\nservices:\n{}\nroutes:\n  - {{ id: all, match: {{ path_prefix: / }}, service: app }}\n",
+        service("app", &[("n1", b.addr, "")])
+    );
+    let gw = Gateway::start(&yaml).await;
+    // HTTP/1.1: ask for 64 MiB and read none of it.
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(b"GET /?bytes=67108864 HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // While the response is stuck, its upstream connection is busy.
+    let mut busy = 0;
+    for _ in 0..100 {
+        busy = busy_upstreams(&gw).await;
+        if busy > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(busy, 1, "the stuck response holds one upstream connection");
+    // After the stall limit (idle: 2s) the gateway gives up: the upstream
+    // connection is released, and the client gets far less than asked.
+    let mut released = false;
+    for _ in 0..200 {
+        if busy_upstreams(&gw).await == 0 {
+            released = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(released, "a client that never reads pins its upstream connection forever");
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => got += n,
+            Err(_) => panic!("the connection of a client that stopped reading stayed open"),
+        }
+    }
+    assert!(got < 64 << 20, "the whole body arrived: {got} bytes");
+}

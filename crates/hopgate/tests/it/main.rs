@@ -10,6 +10,7 @@ mod admin;
 mod errors;
 mod grpc;
 mod grpcio;
+mod h2_conformance;
 mod hardening;
 mod maintenance;
 mod reload;
