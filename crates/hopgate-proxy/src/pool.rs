@@ -591,22 +591,23 @@ impl Drop for DriverGuard {
     }
 }
 
-/// Is this the error an HTTP/2 peer gives for a stream it never processed
-/// (REFUSED_STREAM, or a stream above GOAWAY's last-stream-id)?
+/// Is this the error an HTTP/2 peer gives for a stream it never processed?
+/// Decided by the h2 error's reason code, found in hyper's source chain:
+/// REFUSED_STREAM (as a stream reset or a connection error), or the
+/// backend's graceful GOAWAY (NO_ERROR, sent by the peer) failing a stream
+/// above its last-stream-id, which it never processed (RFC 9113 §6.8).
 fn is_refused_stream(e: &hyper::Error) -> bool {
     use std::error::Error as _;
     let mut src = e.source();
     while let Some(s) = src {
-        let text = s.to_string();
-        // REFUSED_STREAM; or the backend's graceful GOAWAY (NO_ERROR) failing
-        // a stream above its last-stream-id, which it never processed
-        // (RFC 9113 §6.8).
-        if text.contains("refused stream")
-            || text.contains("REFUSED_STREAM")
-            || (text.contains("connection error received")
-                && text.contains("not a result of an error"))
-        {
-            return true;
+        if let Some(h2e) = s.downcast_ref::<h2::Error>() {
+            if h2e.reason() == Some(h2::Reason::REFUSED_STREAM)
+                || (h2e.is_go_away()
+                    && h2e.is_remote()
+                    && h2e.reason() == Some(h2::Reason::NO_ERROR))
+            {
+                return true;
+            }
         }
         src = s.source();
     }
