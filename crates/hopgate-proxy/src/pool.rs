@@ -27,6 +27,7 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use crossbeam_queue::ArrayQueue;
 use hopgate_core::config::UpstreamProtocol;
 use hopgate_core::error::{ErrorKind, ProxyError};
+use hopgate_core::snapshot::{CompiledService, Snapshot};
 use http::{Request, Response};
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -44,6 +45,33 @@ pub struct PoolSettings {
     pub connect_timeout: Duration,
     /// Until the response head arrives.
     pub request_timeout: Duration,
+}
+
+impl PoolSettings {
+    /// A service's settings under a snapshot: the one place they are built
+    /// (the request path, and the maintenance handoff through
+    /// [`PoolSettings::relaxed`]).
+    pub fn of<U>(snap: &Snapshot<U>, svc: &CompiledService<U>) -> PoolSettings {
+        let t = &snap.config.timeouts;
+        PoolSettings {
+            protocol: svc.protocol,
+            max_idle: svc.pool.max_idle,
+            idle_timeout: svc.pool.idle_timeout,
+            connect_timeout: t.connect,
+            request_timeout: t.request,
+        }
+    }
+
+    /// Maintenance: every timeout raised to at least `relaxed`, so slow
+    /// answers are not failures.
+    pub fn relaxed(self, relaxed: Duration) -> PoolSettings {
+        PoolSettings {
+            idle_timeout: self.idle_timeout.max(relaxed),
+            connect_timeout: self.connect_timeout.max(relaxed),
+            request_timeout: self.request_timeout.max(relaxed),
+            ..self
+        }
+    }
 }
 
 /// The explicit state of one upstream connection.
