@@ -8,9 +8,10 @@
 //! this facade composes them and logs their transitions with the node's
 //! identity:
 //!
-//! - [`breaker`](Breaker): the circuit breaker, shared with the maintenance
-//!   handoff's per-endpoint dial breaker;
-//! - `outlier`: passive outlier detection and the ejection deadline;
+//! - `breaker`: [`Breaker`], the circuit breaker, shared with the
+//!   maintenance handoff's per-endpoint dial breaker;
+//! - `outlier`: passive outlier detection, the ejection deadline and
+//!   [`Verdict`];
 //! - `clock`: [`now_ms`] / [`ms_at`], the time scale of every deadline here;
 //! - `registry`: [`NodeRegistry`], one [`LiveNode`] (state plus the data
 //!   plane's typed upstream handle) per `(service, node id)`.
