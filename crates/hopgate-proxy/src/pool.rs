@@ -620,26 +620,26 @@ impl Drop for DriverGuard {
 }
 
 /// Is this the error an HTTP/2 peer gives for a stream it never processed?
-/// Decided by the h2 error's reason code, found in hyper's source chain:
-/// REFUSED_STREAM (as a stream reset or a connection error), or the
-/// backend's graceful GOAWAY (NO_ERROR, sent by the peer) failing a stream
-/// above its last-stream-id, which it never processed (RFC 9113 §6.8).
+/// Decided by the h2 error found in hyper's source chain ([`refused`]).
 fn is_refused_stream(e: &hyper::Error) -> bool {
     use std::error::Error as _;
     let mut src = e.source();
     while let Some(s) = src {
-        if let Some(h2e) = s.downcast_ref::<h2::Error>() {
-            if h2e.reason() == Some(h2::Reason::REFUSED_STREAM)
-                || (h2e.is_go_away()
-                    && h2e.is_remote()
-                    && h2e.reason() == Some(h2::Reason::NO_ERROR))
-            {
-                return true;
-            }
+        if s.downcast_ref::<h2::Error>().is_some_and(refused) {
+            return true;
         }
         src = s.source();
     }
     false
+}
+
+/// By its reason code: REFUSED_STREAM (as a stream reset or a connection
+/// error), or the backend's graceful GOAWAY (NO_ERROR, sent by the peer)
+/// failing a stream above its last-stream-id, which it never processed
+/// (RFC 9113 §6.8).
+fn refused(e: &h2::Error) -> bool {
+    e.reason() == Some(h2::Reason::REFUSED_STREAM)
+        || (e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR))
 }
 
 /// Maps a hyper error after the request may have been written.
@@ -718,6 +718,19 @@ impl Drop for Returner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refused_streams_are_told_by_reason_code() {
+        assert!(refused(&h2::Reason::REFUSED_STREAM.into()));
+        for other in [
+            h2::Reason::NO_ERROR,
+            h2::Reason::CANCEL,
+            h2::Reason::INTERNAL_ERROR,
+        ] {
+            // Not a GOAWAY from the peer: a NO_ERROR alone proves nothing.
+            assert!(!refused(&other.into()), "{other:?}");
+        }
+    }
 
     /// The request path's futures are moved on every request; keep an eye
     /// on their size (dialling, readiness waits and HTTP/2 are boxed so
