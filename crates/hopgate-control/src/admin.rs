@@ -27,7 +27,6 @@ use hopgate_core::config::{sniff_format, ConfigError, Format};
 use hopgate_core::session::SessionId;
 use hopgate_proxy::client_io::ClientIo;
 use hopgate_proxy::metrics::METRICS;
-use hopgate_proxy::pool::Pool;
 use hopgate_proxy::session::{binding_key, unix_now, Sessions};
 
 use crate::control::{Control, Source};
@@ -547,7 +546,7 @@ fn nodes_json(control: &Control, sessions: Option<&Sessions>) -> Value {
                     "requests": s.requests(),
                     "failures": s.failures(),
                     "latency_ewma_us": s.ewma_us(),
-                    "pool": s.extension_if_set::<Pool>().map(|p| p.stats()),
+                    "pool": n.upstream.pool_if_set().map(|p| p.stats()),
                     "sessions_bound": sessions.map_or(0, |x| x.store.bindings_to(&svc.name, &n.id)),
                     "maintenance": {
                         "relaxed": s.is_relaxed(now),

@@ -17,10 +17,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use hopgate_core::config::{self, Config, ConfigError, Format, RawConfig};
-use hopgate_core::node::{NodeKey, NodeRegistry};
-use hopgate_core::snapshot::Snapshot;
-use hopgate_proxy::pool::Pool;
-use hopgate_proxy::SharedSnapshot;
+use hopgate_core::node::NodeKey;
+use hopgate_proxy::{NodeRegistry, SharedSnapshot, Snapshot};
 
 use crate::health::HealthChecker;
 
@@ -117,10 +115,11 @@ fn content_hash(raw: &RawConfig) -> String {
 impl Control {
     /// Starts the control plane with an already validated config as version 1.
     pub fn new(config: Config, source: Source) -> Arc<Control> {
-        let registry = NodeRegistry::new();
+        let registry = NodeRegistry::default();
         let hash = content_hash(&config.raw);
         let raw = config.raw.clone();
         let snap = Snapshot::compile(Arc::new(config), 1, &registry, None);
+        snap.configure_nodes();
         let control = Control {
             snapshot: Arc::new(ArcSwap::from_pointee(snap)),
             registry,
@@ -259,7 +258,7 @@ impl Control {
                     if prev.address != n.address {
                         n.state.set_moved_to(None);
                         n.state.set_unreachable(false);
-                        if let Some(pool) = n.state.extension_if_set::<Pool>() {
+                        if let Some(pool) = n.upstream.pool_if_set() {
                             pool.drain(drain_deadline(shutdown));
                         }
                         tracing::info!(service = %svc.name, node = %n.id, from = %prev.address, to = %n.address, "node address changed by reload");
@@ -268,6 +267,9 @@ impl Control {
             }
         }
         let snap = Arc::new(snap);
+        // Compiling wrote no live state; the nodes take the new parameters
+        // now, as the snapshot goes in.
+        snap.configure_nodes();
         self.snapshot.store(Arc::clone(&snap));
         self.reloads.fetch_add(1, Ordering::Relaxed);
         self.health.reconcile(&snap);
@@ -276,11 +278,12 @@ impl Control {
         // (they hold the old snapshot), their pooled connections close by
         // the shutdown deadline.
         for gone in self.registry.retain(&keep) {
-            gone.set_draining(true);
-            if let Some(pool) = gone.extension_if_set::<Pool>() {
+            gone.state.set_draining(true);
+            if let Some(pool) = gone.upstream.pool_if_set() {
                 pool.drain(drain_deadline(shutdown));
             }
-            tracing::info!(service = %gone.key().service, node = %gone.key().node, "node removed from config; draining");
+            let key = gone.state.key();
+            tracing::info!(service = %key.service, node = %key.node, "node removed from config; draining");
         }
         let mut versions = self.versions.lock();
         versions.push_back(VersionRecord {

@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 
 use hopgate_core::config::HealthConfig;
 use hopgate_core::node::{Health, NodeKey, NodeState};
-use hopgate_core::snapshot::Snapshot;
+use hopgate_proxy::Snapshot;
 
 /// The running checks, keyed by node identity.
 #[derive(Default)]

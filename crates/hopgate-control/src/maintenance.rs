@@ -24,8 +24,9 @@
 //! (sized from the pool like go-redis does) and exiting after 15 s idle,
 //! each dial bounded by `handoff_timeout`, at most `max_handoff_retries`
 //! attempts with a delay of a third of the time left before T (at least
-//! 500 ms), and a per-endpoint circuit breaker on dial failures whose
-//! open → half-open step happens where it is asked (`allow`). A full queue
+//! 500 ms), and a per-endpoint circuit breaker on dial failures: core's
+//! [`Breaker`], the one nodes use, so its open → half-open step happens
+//! where it is asked (`try_acquire`). A full queue
 //! is logged and counted, never a panic: the connection is simply dialled
 //! lazily by the next request. When every attempt to reach X failed, the
 //! node is marked unreachable so its sessions hop.
@@ -43,9 +44,9 @@ use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use hopgate_core::config::{MaintenanceConfig, MaintenanceMode};
+use hopgate_core::config::{CircuitConfig, MaintenanceConfig, MaintenanceMode};
 use hopgate_core::maintenance::{self, Kind, Notification};
-use hopgate_core::node::{now_ms, NodeKey, NodeState};
+use hopgate_core::node::{now_ms, Breaker, NodeKey, NodeState};
 use hopgate_proxy::pool::{Pool, PoolSettings};
 use hopgate_proxy::SharedSnapshot;
 
@@ -275,16 +276,15 @@ impl Maintenance {
             }
             Kind::Moving => {
                 let within = Duration::from_secs(n.in_secs.unwrap_or(0));
-                let pool = state.extension(|| Arc::new(Pool::new(svc.pool.max_idle)));
+                let pool = Arc::clone(node.upstream.pool(svc.pool.max_idle));
+                // Relaxed like a request to a relaxed node, but each dial
+                // bounded by the handoff timeout.
                 let settings = PoolSettings {
-                    protocol: svc.protocol,
-                    max_idle: svc.pool.max_idle,
-                    idle_timeout: svc.pool.idle_timeout.max(cfg.relaxed_timeout),
                     connect_timeout: cfg.handoff_timeout,
-                    request_timeout: snap.config.timeouts.request.max(cfg.relaxed_timeout),
+                    ..PoolSettings::of(&snap, svc).relaxed(cfg.relaxed_timeout)
                 };
-                match (n.to, pool) {
-                    (Some(to), Some(pool)) => {
+                match n.to {
+                    Some(to) => {
                         state.set_moved_to(Some(to));
                         state.set_unreachable(false);
                         let post_until = now + cfg.post_handoff_relaxed.as_millis() as u64;
@@ -304,15 +304,12 @@ impl Maintenance {
                                 timeout: cfg.handoff_timeout,
                                 deadline,
                                 group: Arc::clone(&group),
-                                breaker: BreakerParams {
-                                    failures: cfg.breaker_failures,
-                                    reset: cfg.breaker_reset,
-                                },
+                                breaker: endpoint_breaker(cfg),
                             });
                         }
                         format!("moved to {to}; {idle} idle connections handed off; old ones closed in {}s", within.as_secs())
                     }
-                    (None, Some(pool)) => {
+                    None => {
                         let half = within / 2;
                         tokio::spawn(async move {
                             tokio::time::sleep(half).await;
@@ -323,7 +320,6 @@ impl Maintenance {
                         });
                         format!("reconnect to the same address in {}s", half.as_secs_f64())
                     }
-                    _ => "no pool".to_owned(),
                 }
             }
         };
@@ -357,15 +353,39 @@ struct Job {
     /// The MOVING deadline.
     deadline: Instant,
     group: Arc<JobGroup>,
-    breaker: BreakerParams,
+    /// Parameters of the endpoint's dial breaker.
+    breaker: CircuitConfig,
 }
 
-/// Parameters of the per-endpoint handoff breakers.
-#[derive(Clone, Copy, Debug)]
-struct BreakerParams {
-    failures: u32,
-    reset: Duration,
+/// Probes a half-open endpoint breaker admits (and successes that close it).
+const EP_PROBES: u32 = 3;
+
+/// The per-endpoint dial breaker's parameters: `breaker_failures`
+/// consecutive dial failures (default 5) open it for `breaker_reset` (60 s);
+/// then the asking path turns it half-open and admits 3 probes; 3 successes
+/// close it, a failure reopens it.
+fn endpoint_breaker(cfg: &MaintenanceConfig) -> CircuitConfig {
+    CircuitConfig {
+        enabled: true,
+        failure_threshold: cfg.breaker_failures,
+        reset_timeout: cfg.breaker_reset,
+        max_requests: EP_PROBES,
+    }
 }
+
+/// Runs `f` on the dial breaker of `job`'s endpoint (created on first
+/// use), tuned to the job's parameters.
+fn with_breaker<R>(breakers: &Breakers, job: &Job, f: impl FnOnce(&Breaker) -> R) -> R {
+    let mut map = breakers.lock();
+    let b = map
+        .entry(job.endpoint)
+        .or_insert_with(|| Breaker::new(&job.breaker));
+    b.configure(&job.breaker);
+    f(b)
+}
+
+/// The dial breakers, one per endpoint.
+type Breakers = Mutex<HashMap<SocketAddr, Breaker>>;
 
 /// Bounded queue + on-demand workers + per-endpoint breakers.
 struct Handoff {
@@ -374,7 +394,7 @@ struct Handoff {
     max_workers: usize,
     capacity: usize,
     stats: Arc<MaintStats>,
-    breakers: Arc<Mutex<HashMap<SocketAddr, EndpointBreaker>>>,
+    breakers: Arc<Breakers>,
 }
 
 /// How long an idle handoff worker waits before it exits.
@@ -409,7 +429,7 @@ fn submit(
     tx: &mpsc::Sender<Job>,
     rx: &Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
     stats: &Arc<MaintStats>,
-    breakers: &Arc<Mutex<HashMap<SocketAddr, EndpointBreaker>>>,
+    breakers: &Arc<Breakers>,
     max_workers: usize,
     job: Job,
 ) {
@@ -457,14 +477,10 @@ async fn run_job(
     tx: &mpsc::Sender<Job>,
     rx: &Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
     stats: &Arc<MaintStats>,
-    breakers: &Arc<Mutex<HashMap<SocketAddr, EndpointBreaker>>>,
+    breakers: &Arc<Breakers>,
     max_workers: usize,
 ) {
-    let allowed = breakers
-        .lock()
-        .entry(job.endpoint)
-        .or_default()
-        .allow(Instant::now(), job.breaker);
+    let allowed = with_breaker(breakers, &job, |b| b.try_acquire(now_ms()).passed());
     if !allowed {
         stats
             .handoff_breaker_rejections
@@ -477,17 +493,13 @@ async fn run_job(
         tokio::time::timeout(job.timeout, job.pool.prewarm(job.endpoint, &job.settings)).await;
     match dialled {
         Ok(Ok(())) => {
-            breakers.lock().entry(job.endpoint).or_default().success();
+            with_breaker(breakers, &job, Breaker::success);
             stats.handoffs_ok.fetch_add(1, Ordering::Relaxed);
             job.group.succeeded.store(true, Ordering::Relaxed);
             job.state.set_unreachable(false);
         }
         failed => {
-            breakers
-                .lock()
-                .entry(job.endpoint)
-                .or_default()
-                .failure(Instant::now(), job.breaker);
+            with_breaker(breakers, &job, |b| b.failure(now_ms()));
             stats
                 .handoff_attempts_failed
                 .fetch_add(1, Ordering::Relaxed);
@@ -530,71 +542,6 @@ fn finish_failed(job: &Job, stats: &MaintStats, why: &str) {
     }
 }
 
-/// A circuit breaker on dial failures to one endpoint: `breaker_failures`
-/// consecutive failures (default 5) open it for `breaker_reset` (60 s); then
-/// `allow` (the asking path) turns it half-open and admits 3 probes; 3
-/// successes close it, a failure reopens.
-#[derive(Debug, Default)]
-struct EndpointBreaker {
-    failures: u32,
-    opened_at: Option<Instant>,
-    half_open: bool,
-    probes: u32,
-    successes: u32,
-}
-
-const EP_PROBES: u32 = 3;
-
-impl EndpointBreaker {
-    fn allow(&mut self, now: Instant, p: BreakerParams) -> bool {
-        match self.opened_at {
-            None if !self.half_open => true,
-            Some(at) if !self.half_open => {
-                if now.duration_since(at) < p.reset {
-                    return false;
-                }
-                self.half_open = true;
-                self.probes = 0;
-                self.successes = 0;
-                self.allow(now, p)
-            }
-            _ => {
-                if self.probes < EP_PROBES {
-                    self.probes += 1;
-                    true
-                } else {
-                    false
-                }
-            }
-        }
-    }
-
-    fn success(&mut self) {
-        if self.half_open {
-            self.successes += 1;
-            if self.successes >= EP_PROBES {
-                *self = EndpointBreaker::default();
-            }
-        } else {
-            self.failures = 0;
-        }
-    }
-
-    fn failure(&mut self, now: Instant, p: BreakerParams) {
-        if self.half_open {
-            *self = EndpointBreaker {
-                opened_at: Some(now),
-                ..Default::default()
-            };
-            return;
-        }
-        self.failures += 1;
-        if self.failures >= p.failures {
-            self.opened_at = Some(now);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -602,9 +549,8 @@ mod tests {
     fn intake_for_tests() -> Arc<Maintenance> {
         let text = "listeners: [ { name: p, address: 127.0.0.1:0 } ]\nadmin: { address: 127.0.0.1:0 }\nservices: [ { name: s, nodes: [ { id: a, address: 127.0.0.1:9 } ] } ]\nroutes: [ { id: r, service: s } ]\n";
         let cfg = hopgate_core::config::load(text, hopgate_core::config::Format::Yaml).unwrap();
-        let registry = hopgate_core::node::NodeRegistry::new();
-        let snap =
-            hopgate_core::snapshot::Snapshot::compile(Arc::new(cfg.clone()), 1, &registry, None);
+        let registry = hopgate_proxy::NodeRegistry::default();
+        let snap = hopgate_proxy::Snapshot::compile(Arc::new(cfg.clone()), 1, &registry, None);
         let shared = Arc::new(arc_swap::ArcSwap::from_pointee(snap));
         Maintenance::new(shared, cfg.maintenance, 64)
     }
@@ -690,32 +636,35 @@ mod tests {
 
     #[test]
     fn endpoint_breaker_really_half_opens() {
-        let p = BreakerParams {
-            failures: 5,
-            reset: Duration::from_secs(60),
-        };
-        let mut b = EndpointBreaker::default();
-        let t0 = Instant::now();
-        for _ in 0..p.failures {
-            assert!(b.allow(t0, p));
-            b.failure(t0, p);
+        let cfg = MaintenanceConfig::default();
+        let p = endpoint_breaker(&cfg);
+        assert_eq!(
+            (p.failure_threshold, p.reset_timeout),
+            (5, Duration::from_secs(60))
+        );
+        let b = Breaker::new(&p);
+        let t0 = now_ms();
+        let reset = p.reset_timeout.as_millis() as u64;
+        for _ in 0..p.failure_threshold {
+            assert!(b.try_acquire(t0).passed());
+            b.failure(t0);
         }
-        assert!(!b.allow(t0, p), "open");
-        let later = t0 + p.reset;
+        assert!(!b.try_acquire(t0).passed(), "open");
+        let later = t0 + reset;
         for _ in 0..EP_PROBES {
-            assert!(b.allow(later, p), "half-open admits probes");
+            assert!(b.try_acquire(later).passed(), "half-open admits probes");
         }
-        assert!(!b.allow(later, p), "only max probes");
-        b.failure(later, p);
+        assert!(!b.try_acquire(later).passed(), "only max probes");
+        b.failure(later);
         assert!(
-            !b.allow(later + Duration::from_secs(1), p),
+            !b.try_acquire(later + 1000).passed(),
             "a half-open failure reopens"
         );
-        let again = later + p.reset;
-        assert!(b.allow(again, p));
+        let again = later + reset;
+        assert!(b.try_acquire(again).passed());
         for _ in 0..EP_PROBES {
             b.success();
         }
-        assert!((0..4).all(|_| b.allow(again, p)), "closed");
+        assert!((0..4).all(|_| b.try_acquire(again).passed()), "closed");
     }
 }

@@ -15,7 +15,6 @@ use http_body_util::Full;
 
 use hopgate_core::node::{now_ms, CircuitState, Health};
 use hopgate_proxy::metrics::{get, TokenRejection, ERROR_KIND_LIST, HOP_BUCKETS, METRICS};
-use hopgate_proxy::pool::Pool;
 use hopgate_proxy::session::Sessions;
 
 use crate::control::Control;
@@ -226,7 +225,7 @@ pub fn render(
                 u8::from(s.is_draining())
             );
             let _ = writeln!(inflight, "hopgate_node_in_flight{{{l}}} {}", s.in_flight());
-            if let Some(p) = s.extension_if_set::<Pool>() {
+            if let Some(p) = n.upstream.pool_if_set() {
                 let st = p.stats();
                 let _ = writeln!(
                     pool,

@@ -51,6 +51,8 @@ fn bench(c: &mut Criterion) {
                     let cfg = load(text, Format::Yaml).unwrap();
                     let prev = live.load_full();
                     let snap = Snapshot::compile(Arc::new(cfg), v, &registry, Some(&prev));
+                    // What the writer does as it swaps a snapshot in.
+                    snap.configure_nodes();
                     live.store(Arc::new(snap));
                     v += 1;
                 })

@@ -366,6 +366,18 @@ pub struct ServiceConfig {
     pub nodes: Vec<NodeConfig>,
 }
 
+/// A node's health as active checks see it. The config names the one a
+/// node starts with ([`HealthConfig::initial`]); live node state
+/// (`crate::node`, which re-exports it) holds the current one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    /// Not checked yet: routable.
+    Unknown = 0,
+    Healthy = 1,
+    Unhealthy = 2,
+}
+
 /// Active health checks of a service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HealthConfig {
@@ -379,7 +391,7 @@ pub struct HealthConfig {
     /// Inclusive range of statuses that pass.
     pub expect_status: (u16, u16),
     /// Health before the first check: `Unknown` or `Healthy` (both routable).
-    pub initial: crate::node::Health,
+    pub initial: Health,
 }
 
 /// Passive outlier detection of a service.

@@ -7,8 +7,27 @@
 //! prebuilt header values — lives here, behind one atomic pointer held by
 //! the control plane.
 //!
+//! Compiling is pure with respect to running nodes: it reads node state
+//! (to carry balancer counters over) and may create state for a node seen
+//! for the first time, but writes nothing into a node any running snapshot
+//! refers to. The parts of the config that live in node state (breaker
+//! parameters, a health check's initial health) are pushed by
+//! [`Snapshot::configure_nodes`], which the single writer calls when it
+//! swaps the snapshot in. So a compile whose snapshot is thrown away (a
+//! dry run, a benchmark) changes nothing a request can see. Creating state
+//! for new nodes is allowed because nothing running can see it: only this
+//! snapshot refers to it, and the writer's next `NodeRegistry::retain`
+//! forgets it if that snapshot is never swapped in.
+//!
+//! The type parameter `U` is the data plane's per-node upstream handle
+//! (`hopgate-proxy`'s `Upstream`: the node's connection pool), carried
+//! from the [`NodeRegistry`] into every [`CompiledNode`] so the request
+//! path reaches it through a field; core never looks inside it. The
+//! default `()` serves core's tests and benchmarks.
+//!
 //! Must not touch: I/O, the swap itself (the control plane owns the single
-//! writer), live state other than through [`NodeState`].
+//! writer), live state other than through [`NodeState`], and live state of
+//! existing nodes at all while compiling.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,21 +40,20 @@ use crate::config::{
     CircuitConfig, Config, DrainConfig, HashOn, HealthConfig, OutlierConfig, PoolConfig, Target,
     UpstreamProtocol,
 };
-use crate::node::Health;
-use crate::node::{NodeRegistry, NodeState};
+use crate::node::{Health, NodeRegistry, NodeState};
 use crate::retry::RetryBudget;
 use crate::route::{Router, RuleSpec};
 
 /// Compiled form of a whole configuration.
 #[derive(Debug)]
-pub struct Snapshot {
+pub struct Snapshot<U = ()> {
     /// Monotonic version assigned by the control plane.
     pub version: u64,
     pub config: Arc<Config>,
     pub router: Router,
     /// Indexed like `config.routes` (and the router's rule indices).
     pub routes: Vec<CompiledRoute>,
-    pub services: Vec<CompiledService>,
+    pub services: Vec<CompiledService<U>>,
     pub access: AccessControl,
 }
 
@@ -77,7 +95,7 @@ pub enum CompiledTarget {
 }
 
 #[derive(Debug)]
-pub struct CompiledService {
+pub struct CompiledService<U = ()> {
     pub name: String,
     /// `name`, shared (session bindings hold it without copying).
     pub shared_name: Arc<str>,
@@ -90,7 +108,7 @@ pub struct CompiledService {
     pub drain: DrainConfig,
     /// Shared with the same service in the previous snapshot.
     pub retry_budget: Arc<RetryBudget>,
-    pub nodes: Vec<CompiledNode>,
+    pub nodes: Vec<CompiledNode<U>>,
     /// Every node of the service.
     pub all: Group,
     /// One group per distinct version, in first-seen order.
@@ -108,7 +126,7 @@ pub struct Group {
 }
 
 #[derive(Debug)]
-pub struct CompiledNode {
+pub struct CompiledNode<U = ()> {
     pub id: String,
     /// `id`, shared (session bindings hold it without copying).
     pub shared_id: Arc<str>,
@@ -120,6 +138,9 @@ pub struct CompiledNode {
     pub version: String,
     pub weight: u32,
     pub state: Arc<NodeState>,
+    /// The data plane's handle on the node's upstream (its pool), shared
+    /// with the registry and every snapshot that keeps the node.
+    pub upstream: Arc<U>,
 }
 
 /// The outcome of [`Snapshot::select`].
@@ -139,7 +160,7 @@ pub enum GroupRef {
     Version(usize),
 }
 
-impl CompiledService {
+impl<U> CompiledService<U> {
     pub fn group(&self, g: GroupRef) -> &Group {
         match g {
             GroupRef::All => &self.all,
@@ -178,7 +199,7 @@ impl CompiledService {
     }
 }
 
-impl CompiledService {
+impl<U> CompiledService<U> {
     /// When no available node is left: a node of group `g`, not in
     /// `exclude`, that only passive verdicts keep out (ejected, breaker
     /// open) — see [`NodeState::last_resort_ok`]. Starts at a random member
@@ -192,7 +213,7 @@ impl CompiledService {
     }
 }
 
-impl Snapshot {
+impl<U> Snapshot<U> {
     /// May a session bound to node `node` of the route's service stay there
     /// under the route's version rules? (Any node of any group the rule can
     /// send to; for a split, any arm — a bound session keeps its version.)
@@ -208,32 +229,48 @@ impl Snapshot {
         }
     }
 
-    /// Compiles a validated config. Node states come from `registry` (so they
-    /// outlive this snapshot); balancer counters are carried over from
-    /// `previous` for groups whose membership did not change.
+    /// Pushes the parts of the config that live in node state into the
+    /// nodes of this snapshot: each service's breaker parameters, and a
+    /// health check's initial `healthy` for a node not checked yet. The
+    /// single writer calls it when it swaps this snapshot in; compiling
+    /// never does (see the module doc).
+    pub fn configure_nodes(&self) {
+        for svc in &self.services {
+            for node in &svc.nodes {
+                node.state.configure(&svc.circuit);
+                if let Some(h) = &svc.health {
+                    if h.initial == Health::Healthy && node.state.health() == Health::Unknown {
+                        node.state.set_health(Health::Healthy);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<U: Default> Snapshot<U> {
+    /// Compiles a validated config. Node states and upstream handles come
+    /// from `registry` (so they outlive this snapshot); balancer counters
+    /// are carried over from `previous` for groups whose membership did not
+    /// change. Writes no live state (see the module doc); the writer calls
+    /// [`Snapshot::configure_nodes`] when it swaps the result in.
     pub fn compile(
         config: Arc<Config>,
         version: u64,
-        registry: &NodeRegistry,
-        previous: Option<&Snapshot>,
-    ) -> Snapshot {
-        let services: Vec<CompiledService> = config
+        registry: &NodeRegistry<U>,
+        previous: Option<&Snapshot<U>>,
+    ) -> Snapshot<U> {
+        let services: Vec<CompiledService<U>> = config
             .services
             .iter()
             .map(|svc| {
                 let prev = previous.and_then(|p| p.services.iter().find(|s| s.name == svc.name));
-                let nodes: Vec<CompiledNode> = svc
+                let nodes: Vec<CompiledNode<U>> = svc
                     .nodes
                     .iter()
                     .map(|n| {
                         let addr = n.address.to_string();
-                        let state = registry.get_or_create(&svc.name, &n.id);
-                        state.configure(&svc.circuit);
-                        if let Some(h) = &svc.health {
-                            if h.initial == Health::Healthy && state.health() == Health::Unknown {
-                                state.set_health(Health::Healthy);
-                            }
-                        }
+                        let live = registry.live(&svc.name, &n.id);
                         CompiledNode {
                             id: n.id.clone(),
                             shared_id: Arc::from(n.id.as_str()),
@@ -243,7 +280,8 @@ impl Snapshot {
                             authority: addr.parse().expect("a socket address is a valid authority"),
                             version: n.version.clone(),
                             weight: n.weight,
-                            state,
+                            state: live.state,
+                            upstream: live.upstream,
                         }
                     })
                     .collect();
@@ -364,7 +402,9 @@ impl Snapshot {
             access,
         }
     }
+}
 
+impl<U> Snapshot<U> {
     /// Resolves a matched route to the group to balance over. `roll` is a
     /// uniformly random number used for weighted splits. When the chosen
     /// version group has no available node and the rule is not
@@ -396,5 +436,70 @@ impl Snapshot {
             group: if fell_back { GroupRef::All } else { wanted },
             fell_back,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{self, Format};
+
+    fn config(threshold: u32, nodes: &[&str]) -> Arc<Config> {
+        let nodes: Vec<String> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, id)| format!("{{ id: {id}, address: 127.0.0.1:{} }}", 9000 + i))
+            .collect();
+        let text = format!(
+            "listeners: [ {{ name: p, address: 127.0.0.1:0 }} ]\n\
+             admin: {{ address: 127.0.0.1:0 }}\n\
+             services:\n  - name: s\n    health: {{ initial: healthy }}\n    \
+             circuit: {{ failure_threshold: {threshold}, reset_timeout: 7s }}\n    \
+             nodes: [ {} ]\n\
+             routes: [ {{ id: r, service: s }} ]\n",
+            nodes.join(", ")
+        );
+        Arc::new(config::load(&text, Format::Yaml).expect("a valid test config"))
+    }
+
+    #[test]
+    fn compiling_alone_leaves_node_state_untouched() {
+        let registry = NodeRegistry::new();
+        let running = Snapshot::compile(config(2, &["a"]), 1, &registry, None);
+        let a = Arc::clone(&running.services[0].nodes[0].state);
+        assert_eq!(a.health(), Health::Unknown, "compile set no health");
+        assert_eq!(
+            a.circuit_params(),
+            CircuitConfig::default(),
+            "compile pushed no breaker parameters"
+        );
+        // The writer swaps it in.
+        running.configure_nodes();
+        let tuned = a.circuit_params();
+        assert_eq!(tuned.failure_threshold, 2);
+        assert_eq!(a.health(), Health::Healthy);
+        a.set_health(Health::Unhealthy);
+
+        // A compile whose snapshot is never swapped in (a dry run).
+        let dry = Snapshot::compile(config(9, &["a", "b"]), 2, &registry, Some(&running));
+        assert!(
+            Arc::ptr_eq(&dry.services[0].nodes[0].state, &a),
+            "same live node"
+        );
+        assert_eq!(
+            a.circuit_params(),
+            tuned,
+            "the running node keeps its breaker"
+        );
+        assert_eq!(a.health(), Health::Unhealthy);
+        let b = &dry.services[0].nodes[1].state;
+        assert_eq!(b.health(), Health::Unknown);
+        assert_eq!(b.circuit_params(), CircuitConfig::default());
+
+        // Swapped in, it applies.
+        dry.configure_nodes();
+        assert_eq!(a.circuit_params().failure_threshold, 9);
+        assert_eq!(a.health(), Health::Unhealthy, "checked health is kept");
+        assert_eq!(b.health(), Health::Healthy);
     }
 }

@@ -30,7 +30,6 @@ use hopgate_core::node::{ms_at, now_ms, Observation, Verdict};
 use hopgate_core::retry;
 use hopgate_core::route::RequestView;
 use hopgate_core::session::{HopReason, SessionId};
-use hopgate_core::snapshot::{CompiledNode, CompiledService, Snapshot};
 use hopgate_store::Binding;
 
 use crate::body::ProxyBody;
@@ -40,10 +39,11 @@ use crate::headers::{
     X_FORWARDED_FOR, X_FORWARDED_PROTO, X_HOP_FROM, X_REQUEST_ID, X_ROUTE_RULE_ID, X_UPSTREAM_ADDR,
 };
 use crate::metrics::{HopRecord, METRICS};
-use crate::pool::{Pool, PoolSettings, SendFailure};
+use crate::pool::{PoolSettings, SendFailure};
 use crate::respond::{error_response, grpc_error_response};
 use crate::session::{self, ClientSession, Sessions, Stickiness};
 use crate::tunnel;
+use crate::upstream::{CompiledNode, CompiledService, Snapshot};
 
 /// The snapshot pointer the control plane writes and the data plane loads.
 pub type SharedSnapshot = Arc<ArcSwap<Snapshot>>;
@@ -501,13 +501,10 @@ impl Forwarder {
                         break;
                     };
                     let request = for_node(request, node, svc, hop.as_ref(), prior.as_ref());
-                    let mut settings = pool_settings(&snap, svc);
+                    let mut settings = PoolSettings::of(&snap, svc);
                     if node.state.is_relaxed(now) {
                         // Maintenance: slow answers are not failures.
-                        let relaxed = snap.config.maintenance.relaxed_timeout;
-                        settings.request_timeout = settings.request_timeout.max(relaxed);
-                        settings.connect_timeout = settings.connect_timeout.max(relaxed);
-                        settings.idle_timeout = settings.idle_timeout.max(relaxed);
+                        settings = settings.relaxed(snap.config.maintenance.relaxed_timeout);
                     }
                     if upgrade.is_some() {
                         // Upgrades need a connection of their own, spoken in HTTP/1.1.
@@ -519,10 +516,7 @@ impl Forwarder {
                             .request_timeout
                             .min(t.saturating_duration_since(Instant::now()));
                     }
-                    let pool = node
-                        .state
-                        .extension(|| Arc::new(Pool::new(settings.max_idle)))
-                        .expect("the node extension slot holds the pool");
+                    let pool = node.upstream.pool(settings.max_idle);
                     let inflight = node.state.begin_request();
                     let sent_at = Instant::now();
                     let addr = node.state.moved_to().unwrap_or(node.address);
@@ -940,17 +934,6 @@ fn account(svc: &CompiledService, node: &CompiledNode, seen: Observation, now: u
                 "not ejecting: the service's max_ejected_percent is reached"
             );
         }
-    }
-}
-
-fn pool_settings(snap: &Snapshot, svc: &CompiledService) -> PoolSettings {
-    let t = &snap.config.timeouts;
-    PoolSettings {
-        protocol: svc.protocol,
-        max_idle: svc.pool.max_idle,
-        idle_timeout: svc.pool.idle_timeout,
-        connect_timeout: t.connect,
-        request_timeout: t.request,
     }
 }
 

@@ -4,7 +4,7 @@
 //! per-request path ([`forward`]): snapshot load → access check → route →
 //! node pick → forward through the node's [`pool`] → respond, the header
 //! rewriting ([`headers`]) and the single error-to-response mapping
-//! ([`respond`]).
+//! ([`respond`]). Each node's pool hangs off its typed [`upstream`] handle.
 //!
 //! Must not touch: the control plane. The snapshot arrives through an
 //! `ArcSwap` that the control plane writes and this crate only loads, once
@@ -20,6 +20,8 @@ pub mod pool;
 pub mod respond;
 pub mod session;
 pub mod tunnel;
+pub mod upstream;
 
 pub use forward::{Forwarder, SharedSnapshot};
 pub use listener::{serve_listener, ListenerCtx, ListenerSettings};
+pub use upstream::{CompiledNode, CompiledService, LiveNode, NodeRegistry, Snapshot, Upstream};

@@ -27,6 +27,7 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use crossbeam_queue::ArrayQueue;
 use hopgate_core::config::UpstreamProtocol;
 use hopgate_core::error::{ErrorKind, ProxyError};
+use hopgate_core::snapshot::{CompiledService, Snapshot};
 use http::{Request, Response};
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -44,6 +45,33 @@ pub struct PoolSettings {
     pub connect_timeout: Duration,
     /// Until the response head arrives.
     pub request_timeout: Duration,
+}
+
+impl PoolSettings {
+    /// A service's settings under a snapshot: the one place they are built
+    /// (the request path, and the maintenance handoff through
+    /// [`PoolSettings::relaxed`]).
+    pub fn of<U>(snap: &Snapshot<U>, svc: &CompiledService<U>) -> PoolSettings {
+        let t = &snap.config.timeouts;
+        PoolSettings {
+            protocol: svc.protocol,
+            max_idle: svc.pool.max_idle,
+            idle_timeout: svc.pool.idle_timeout,
+            connect_timeout: t.connect,
+            request_timeout: t.request,
+        }
+    }
+
+    /// Maintenance: every timeout raised to at least `relaxed`, so slow
+    /// answers are not failures.
+    pub fn relaxed(self, relaxed: Duration) -> PoolSettings {
+        PoolSettings {
+            idle_timeout: self.idle_timeout.max(relaxed),
+            connect_timeout: self.connect_timeout.max(relaxed),
+            request_timeout: self.request_timeout.max(relaxed),
+            ..self
+        }
+    }
 }
 
 /// The explicit state of one upstream connection.
@@ -591,26 +619,27 @@ impl Drop for DriverGuard {
     }
 }
 
-/// Is this the error an HTTP/2 peer gives for a stream it never processed
-/// (REFUSED_STREAM, or a stream above GOAWAY's last-stream-id)?
+/// Is this the error an HTTP/2 peer gives for a stream it never processed?
+/// Decided by the h2 error found in hyper's source chain ([`refused`]).
 fn is_refused_stream(e: &hyper::Error) -> bool {
     use std::error::Error as _;
     let mut src = e.source();
     while let Some(s) = src {
-        let text = s.to_string();
-        // REFUSED_STREAM; or the backend's graceful GOAWAY (NO_ERROR) failing
-        // a stream above its last-stream-id, which it never processed
-        // (RFC 9113 §6.8).
-        if text.contains("refused stream")
-            || text.contains("REFUSED_STREAM")
-            || (text.contains("connection error received")
-                && text.contains("not a result of an error"))
-        {
+        if s.downcast_ref::<h2::Error>().is_some_and(refused) {
             return true;
         }
         src = s.source();
     }
     false
+}
+
+/// By its reason code: REFUSED_STREAM (as a stream reset or a connection
+/// error), or the backend's graceful GOAWAY (NO_ERROR, sent by the peer)
+/// failing a stream above its last-stream-id, which it never processed
+/// (RFC 9113 §6.8).
+fn refused(e: &h2::Error) -> bool {
+    e.reason() == Some(h2::Reason::REFUSED_STREAM)
+        || (e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR))
 }
 
 /// Maps a hyper error after the request may have been written.
@@ -689,6 +718,19 @@ impl Drop for Returner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refused_streams_are_told_by_reason_code() {
+        assert!(refused(&h2::Reason::REFUSED_STREAM.into()));
+        for other in [
+            h2::Reason::NO_ERROR,
+            h2::Reason::CANCEL,
+            h2::Reason::INTERNAL_ERROR,
+        ] {
+            // Not a GOAWAY from the peer: a NO_ERROR alone proves nothing.
+            assert!(!refused(&other.into()), "{other:?}");
+        }
+    }
 
     /// The request path's futures are moved on every request; keep an eye
     /// on their size (dialling, readiness waits and HTTP/2 are boxed so

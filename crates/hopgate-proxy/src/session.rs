@@ -20,10 +20,10 @@ use hopgate_core::balance::hash_key;
 use hopgate_core::config::{DrainMode, SessionsConfig};
 use hopgate_core::node::{CircuitState, Health};
 use hopgate_core::session::{self, HopFacts, HopReason, SessionId, SessionKeys, TokenError};
-use hopgate_core::snapshot::{CompiledService, Snapshot};
 use hopgate_store::{Binding, SessionStore};
 
 use crate::metrics::{TokenRejection, METRICS};
+use crate::upstream::{CompiledService, Snapshot};
 
 /// Keys and store, shared by every request.
 pub struct Sessions {

@@ -10,14 +10,13 @@ use super::super::raw::{
     RawSources, RawStore, Text,
 };
 use super::super::{
-    CircuitConfig, DrainConfig, DrainMode, HealthConfig, MaintenanceConfig, MaintenanceMode,
-    OutlierConfig, RetryConfig, SessionsConfig, SourcesConfig, StoreConfig,
+    CircuitConfig, DrainConfig, DrainMode, Health, HealthConfig, MaintenanceConfig,
+    MaintenanceMode, OutlierConfig, RetryConfig, SessionsConfig, SourcesConfig, StoreConfig,
 };
 use super::{
     check_path, int_in, is_env_name, is_tchar, parse_header_name, positive_duration, size_in,
     Validator,
 };
-use crate::node::Health;
 use crate::units;
 
 impl Validator {
