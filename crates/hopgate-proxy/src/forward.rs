@@ -1269,8 +1269,25 @@ fn log_access(
 
 #[cfg(test)]
 mod tests {
-    use super::parse_grpc_timeout;
+    use super::*;
     use std::time::Duration;
+
+    /// The size of what `F` returns, without calling it.
+    fn output_size<F, A, B, C, D, E, R>(_: &F) -> usize
+    where
+        F: FnOnce(A, B, C, D, E) -> R,
+    {
+        std::mem::size_of::<R>()
+    }
+
+    /// Every request's future is boxed, moved and polled whole: it must
+    /// not grow. The bound is its size on 2026-11-30, in the test build and
+    /// in the release build alike (`-Zprint-type-sizes`).
+    #[test]
+    fn request_future_stays_small() {
+        let size = output_size(&Forwarder::forward);
+        assert!(size <= 2904, "the request future is {size} bytes");
+    }
 
     #[test]
     fn grpc_timeouts() {
