@@ -5,21 +5,22 @@
 //! [`ClientConn`] (one per client connection: where a request starts), the
 //! shape of a request's future (everything before the first attempt runs
 //! synchronously; the rest is one boxed future per request), and the
-//! driver of that future, `Forwarder::forward`: the only `async` code of
-//! the request path. Each phase of `docs/request-lifecycle.md` is a plain
-//! function in a file named after it:
+//! driver of that future, `Forwarder::forward`, the one place where a
+//! request waits (for its body, for each send). The steps it calls are
+//! plain functions, each phase of `docs/request-lifecycle.md` in a file
+//! named after it:
 //!
-//! - [`plan`]: limits, access, route, select, hash key, session
+//! - `plan`: limits, access, route, select, hash key, session
 //!   stickiness, the upgrade hand-off, the upstream request (phases 4–11);
-//! - [`replay`]: how the body is taken and the copy it is replayed from
+//! - `replay`: how the body is taken and the copy it is replayed from
 //!   (phase 12);
-//! - [`attempt`]: choose a node, admit, budget, build and settle one
-//!   attempt (phase 13.1–13.5);
-//! - [`failure`]: what a failed attempt leads to: one decision and one
+//! - `attempt`: choose a node, admit it, spend the budget, build the
+//!   attempt, record its outcome on the node (phase 13.1–13.5);
+//! - `failure`: what a failed attempt leads to: one decision and one
 //!   order of steps for every failure class (phase 13.6);
-//! - [`answer`]: a backend's answer on its way to the client (phase 13.7);
-//! - [`grpc`]: gRPC deadlines and UNAVAILABLE answers;
-//! - [`done`]: the end of every request: error answers, counters, access
+//! - `answer`: a backend's answer on its way to the client (phase 13.7);
+//! - `grpc`: gRPC deadlines and UNAVAILABLE answers;
+//! - `done`: the end of every request: error answers, counters, access
 //!   log (phases 15–16).
 //!
 //! Must not touch: the control plane (the snapshot is only loaded, never
@@ -232,7 +233,11 @@ impl Forwarder {
                         break;
                     };
                     let node = &svc.nodes[node_idx];
-                    let request = attempt::for_node(request, node, svc, &flight, hop.as_ref());
+                    // A MOVING node's new address, read once for the header
+                    // and the send.
+                    let moved = node.state.moved_to();
+                    let request =
+                        attempt::for_node(request, node, svc, &flight, hop.as_ref(), moved);
                     let settings = attempt::settings(
                         &snap,
                         svc,
@@ -244,7 +249,7 @@ impl Forwarder {
                     let pool = attempt::pool_of(node, settings.max_idle);
                     let inflight = node.state.begin_request();
                     let sent_at = Instant::now();
-                    let addr = node.state.moved_to().unwrap_or(node.address);
+                    let addr = moved.unwrap_or(node.address);
                     let result = pool.send(addr, request, &settings, sent_at).await;
                     drop(inflight);
                     let answered = Instant::now();
@@ -263,11 +268,12 @@ impl Forwarder {
                         snap: &snap,
                         flight: &flight,
                     };
-                    let resp = match Failed::classify(result, facts.grpc) {
-                        Ok(resp) => resp,
-                        Err(failed) => {
+                    let resp = match result {
+                        // The common case: an answer, handled in place.
+                        Ok(resp) if !(facts.grpc && grpc::unavailable_at_once(&resp)) => resp,
+                        failed => {
                             match failure::on_failure(
-                                failed,
+                                Failed::from(failed),
                                 req,
                                 &at,
                                 &mut hop,

@@ -36,7 +36,8 @@ use crate::session::{self, ClientSession, Sessions};
 use crate::tunnel;
 
 /// The backend's answer, readied for the client (5xx answers too: they
-/// are passed on, not retried).
+/// are passed on, not retried). The common case: inline in the driver.
+#[inline]
 pub(super) fn answer(
     mut resp: Response<ProxyBody>,
     req: Req<'_>,

@@ -10,6 +10,7 @@
 //! awaits it), what a failure leads to (`failure`), the answer (`answer`),
 //! the session store.
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -128,7 +129,8 @@ pub(super) fn spend(svc: &CompiledService, sent: usize, last_resort: bool) -> bo
 }
 
 /// Step 4: the upstream request for one attempt on `node`: re-targeted,
-/// with `X-Upstream-Addr` for a moved node and `X-Hop-From` /
+/// with `X-Upstream-Addr` for a moved node (`moved`: its moved-to address,
+/// read once per attempt, the one the send goes to) and `X-Hop-From` /
 /// `Hop-Session-Context` when the session hops to it. By value in and out,
 /// so the request's future never holds a borrowed copy across the send.
 pub(super) fn for_node(
@@ -137,9 +139,10 @@ pub(super) fn for_node(
     svc: &CompiledService,
     flight: &Flight,
     hop: Option<&PendingHop>,
+    moved: Option<SocketAddr>,
 ) -> Request<ProxyBody> {
     retarget(&mut request, node, svc);
-    if let Some(moved) = node.state.moved_to() {
+    if let Some(moved) = moved {
         if let Ok(v) = HeaderValue::from_str(&moved.to_string()) {
             request.headers_mut().insert(X_UPSTREAM_ADDR.clone(), v);
         }
@@ -162,16 +165,19 @@ pub(super) fn for_node(
 /// Points the upstream request at `node`: URI form for the protocol,
 /// `X-Upstream-Addr`.
 fn retarget(req: &mut Request<ProxyBody>, node: &CompiledNode, svc: &CompiledService) {
-    let pq = req
-        .uri()
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    // Copied only where the URI is rebuilt (an origin-form HTTP/1.1
+    // request keeps its URI).
+    let pq = |req: &Request<ProxyBody>| {
+        req.uri()
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"))
+    };
     match svc.protocol {
         UpstreamProtocol::Http1 => {
             *req.version_mut() = Version::HTTP_11;
             if req.uri().scheme().is_some() || req.uri().authority().is_some() {
-                *req.uri_mut() = Uri::from(pq);
+                *req.uri_mut() = Uri::from(pq(req));
             }
         }
         UpstreamProtocol::Http2 => {
@@ -186,7 +192,7 @@ fn retarget(req: &mut Request<ProxyBody>, node: &CompiledNode, svc: &CompiledSer
             let mut p = http::uri::Parts::default();
             p.scheme = Some(Scheme::HTTP);
             p.authority = Some(authority);
-            p.path_and_query = Some(pq);
+            p.path_and_query = Some(pq(req));
             if let Ok(u) = Uri::from_parts(p) {
                 *req.uri_mut() = u;
             }
@@ -200,6 +206,7 @@ fn retarget(req: &mut Request<ProxyBody>, node: &CompiledNode, svc: &CompiledSer
 /// Step 4: the send's settings: the snapshot's, raised while the node is
 /// relaxed (maintenance), HTTP/1.1 for an upgrade, and bounded by a gRPC
 /// client's deadline.
+#[inline]
 pub(super) fn settings(
     snap: &Snapshot,
     svc: &CompiledService,

@@ -17,7 +17,6 @@ use hopgate_core::session::HopReason;
 
 use super::attempt::Attempted;
 use super::done::Outcome;
-use super::grpc;
 use super::plan::{begin_hop_if_bound, PendingHop};
 use super::replay::{CopyKind, Replay};
 use super::Req;
@@ -148,20 +147,13 @@ pub(super) enum Failed {
     GrpcUnavailable(Box<Response<ProxyBody>>),
 }
 
-impl Failed {
-    /// The send's result: an answer, or a failure (a gRPC request's
-    /// UNAVAILABLE answer before any response byte is one).
-    #[inline]
-    pub(super) fn classify(
-        result: Result<Response<ProxyBody>, SendFailure>,
-        grpc_request: bool,
-    ) -> Result<Response<ProxyBody>, Failed> {
+impl From<Result<Response<ProxyBody>, SendFailure>> for Failed {
+    /// A send's result the driver did not take as an answer: an `Ok` is
+    /// a gRPC UNAVAILABLE answer before any response byte.
+    fn from(result: Result<Response<ProxyBody>, SendFailure>) -> Failed {
         match result {
-            Ok(resp) if grpc_request && grpc::unavailable_at_once(&resp) => {
-                Err(Failed::GrpcUnavailable(Box::new(resp)))
-            }
-            Ok(resp) => Ok(resp),
-            Err(f) => Err(Failed::Send(f)),
+            Ok(resp) => Failed::GrpcUnavailable(Box::new(resp)),
+            Err(f) => Failed::Send(f),
         }
     }
 }

@@ -40,6 +40,7 @@ pub(super) enum Capture {
 
 /// Decides how to take the body (checked in this order: empty, buffered,
 /// already arrived, streamed).
+#[inline]
 pub(super) fn capture(
     body: &Incoming,
     headers: &HeaderMap,
