@@ -207,14 +207,9 @@ impl Forwarder {
                         match attempt::choose(svc, &flight, &mut sticky, &mut tried, now) {
                             Choice::Node { idx, last_resort } => (idx, last_resort),
                             Choice::Refused(idx) => {
-                                let node = &svc.nodes[idx];
-                                let prior = flight.prior.as_ref();
-                                begin_hop_if_bound(
-                                    &mut hop,
-                                    prior,
-                                    &node.shared_id,
-                                    HopReason::CircuitOpen,
-                                );
+                                let node = &svc.nodes[idx].shared_id;
+                                let reason = HopReason::CircuitOpen;
+                                begin_hop_if_bound(&mut hop, flight.prior.as_ref(), node, reason);
                                 refused += 1;
                                 if refused > svc.nodes.len() {
                                     break;
