@@ -37,7 +37,10 @@ async fn run(case: &str, addr: &str, extra: &[&str]) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["after"], 200, "{case}: a well-behaved client was not served afterwards: {v}");
+    assert_eq!(
+        v["after"], 200,
+        "{case}: a well-behaved client was not served afterwards: {v}"
+    );
     v["seen"].clone()
 }
 
@@ -65,11 +68,17 @@ async fn hostile_http2_clients_are_bounded_and_others_keep_being_served() {
     // CVE-2023-44487: the connection is told to go away (ENHANCE_YOUR_CALM)
     // long before the 20,000 resets are all sent.
     let seen = run("rapid_reset", &addr, &[]).await;
-    assert!(seen["goaway"] == 11 || seen["closed"] == true, "rapid reset: {seen}");
+    assert!(
+        seen["goaway"] == 11 || seen["closed"] == true,
+        "rapid reset: {seen}"
+    );
 
     // CONTINUATION without end: the connection ends, memory stays bounded.
     let seen = run("continuation_flood", &addr, &[]).await;
-    assert!(!seen["goaway"].is_null() || seen["closed"] == true, "continuation flood: {seen}");
+    assert!(
+        !seen["goaway"].is_null() || seen["closed"] == true,
+        "continuation flood: {seen}"
+    );
 
     // SETTINGS and PING floods are answered (or cut) without growing.
     run("settings_flood", &addr, &[]).await;
@@ -79,12 +88,18 @@ async fn hostile_http2_clients_are_bounded_and_others_keep_being_served() {
     // 431, the next stream on the same connection is served.
     let seen = run("oversized_headers", &addr, &["40000"]).await;
     assert_eq!(seen["stream1"], 431, "oversized header list: {seen}");
-    assert_eq!(seen["stream3"], 200, "the connection died with the oversized stream: {seen}");
+    assert_eq!(
+        seen["stream3"], 200,
+        "the connection died with the oversized stream: {seen}"
+    );
     assert!(seen["goaway"].is_null(), "{seen}");
     // Far above it: the connection is ended, nothing is buffered without
     // bound.
     let seen = run("oversized_headers", &addr, &["400000"]).await;
-    assert!(!seen["goaway"].is_null() || seen["stream1"] == 431, "{seen}");
+    assert!(
+        !seen["goaway"].is_null() || seen["stream1"] == 431,
+        "{seen}"
+    );
 
     // 1,000 concurrent streams: beyond the advertised limit they are
     // refused with REFUSED_STREAM (7).
@@ -93,5 +108,8 @@ async fn hostile_http2_clients_are_bounded_and_others_keep_being_served() {
     assert!(refused || !seen["goaway"].is_null(), "stream limit: {seen}");
 
     let grown = rss_kib(pid).saturating_sub(rss_before);
-    assert!(grown < 64 * 1024, "the gateway grew by {grown} KiB under HTTP/2 abuse");
+    assert!(
+        grown < 64 * 1024,
+        "the gateway grew by {grown} KiB under HTTP/2 abuse"
+    );
 }

@@ -131,7 +131,10 @@ async fn busy_upstreams(gw: &Gateway) -> i64 {
     let m = gw.metrics().await;
     let get = |state: &str| -> i64 {
         m.lines()
-            .find(|l| l.starts_with("hopgate_pool_connections{") && l.contains(&format!("state=\"{state}\"")))
+            .find(|l| {
+                l.starts_with("hopgate_pool_connections{")
+                    && l.contains(&format!("state=\"{state}\""))
+            })
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
@@ -172,7 +175,10 @@ async fn a_client_that_stops_reading_is_cut_off_and_its_upstream_released() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(released, "a client that never reads pins its upstream connection forever");
+    assert!(
+        released,
+        "a client that never reads pins its upstream connection forever"
+    );
     let mut got = 0usize;
     let mut buf = vec![0u8; 1 << 16];
     loop {

@@ -1,0 +1,231 @@
+//! Phase 13, steps 6 and 7, for an attempt that was answered: the
+//! backend's answer on its way to the client.
+//!
+//! Owns the node's verdict on an answer (success or server error, the
+//! latency sample, recovery of a last resort), `Hop-Maintenance` answers
+//! handed to the control plane's intake, hop-by-hop stripping, the session
+//! settled by the answer ([`settle_session`]: context, binding, hop log,
+//! token), the upgrade's tunnel, the gRPC stream guard and the debug
+//! headers. Must not touch: retries (an answer, 5xx included, is never
+//! retried here), error answers (`done`), the node choice.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use http::header::{HeaderMap, HeaderValue};
+use http::Response;
+
+use crate::upstream::{CompiledNode, CompiledService};
+use hopgate_core::config::SessionsConfig;
+use hopgate_core::node::Observation;
+use hopgate_core::session::SessionId;
+use hopgate_store::Binding;
+
+use super::attempt::Attempted;
+use super::done::Outcome;
+use super::grpc;
+use super::plan::{PendingHop, Upgrade};
+use super::{Forwarder, Req};
+use crate::body::ProxyBody;
+use crate::headers::{
+    scan_response, strip_response, HOP_MAINTENANCE, HOP_SESSION_CONTEXT, X_ROUTE_RULE_ID,
+    X_UPSTREAM_ADDR,
+};
+use crate::metrics::{HopRecord, METRICS};
+use crate::session::{self, ClientSession, Sessions};
+use crate::tunnel;
+
+/// The backend's answer, readied for the client (5xx answers too: they
+/// are passed on, not retried). The common case: inline in the driver.
+#[inline]
+pub(super) fn answer(
+    mut resp: Response<ProxyBody>,
+    req: Req<'_>,
+    at: &Attempted<'_>,
+    hop: Option<&PendingHop>,
+    upgrade: Option<Upgrade>,
+    out: &mut Outcome,
+) -> Response<ProxyBody> {
+    let Req { conn, snap, flight } = req;
+    let (fwd, ctx) = (&conn.forwarder, &*conn.ctx);
+    let (svc, node) = (at.svc, at.node);
+    let status = resp.status().as_u16();
+    let seen = if status >= 500 {
+        Observation::ServerError
+    } else {
+        node.state.observe_latency_us(
+            at.answered
+                .saturating_duration_since(at.sent_at)
+                .as_micros() as u64,
+        );
+        if at.last_resort {
+            node.state.recover();
+        }
+        Observation::Success
+    };
+    at.account(seen);
+    let rf = scan_response(resp.headers());
+    if rf.maintenance {
+        if let Some(v) = resp.headers_mut().remove(&HOP_MAINTENANCE) {
+            fwd.maintenance_header(svc, node, &v);
+        }
+    }
+    let on_upstream = (status == 101 && upgrade.is_some()).then(|| hyper::upgrade::on(&mut resp));
+    strip_response(resp.headers_mut(), &rf);
+    out.hopped = hop.is_some_and(|h| *h.from != *node.id) && status < 500;
+    let sessions = fwd.sessions.as_deref().filter(|_| flight.sessions_on);
+    if sessions.is_none() && rf.context() {
+        // Only the gateway keeps contexts; never leak one.
+        resp.headers_mut().remove(&HOP_SESSION_CONTEXT);
+    }
+    if let (Some(s), Some(cs), Some(k)) = (sessions, &flight.client_session, &flight.key) {
+        settle_session(
+            SessionOutcome {
+                sessions: s,
+                cfg: &snap.config.sessions,
+                svc,
+                node,
+                key: k,
+                client: cs,
+                prior: flight.prior.as_ref(),
+                hop,
+                status,
+                now_unix: flight.now_unix,
+                tls: ctx.tls,
+            },
+            resp.headers_mut(),
+        );
+    }
+    out.status = status;
+    if let (Some(on_upstream), Some((proto, on_client))) = (on_upstream, upgrade) {
+        tunnel::restore_upgrade_headers(resp.headers_mut(), &proto);
+        let websocket = proto.as_bytes().eq_ignore_ascii_case(b"websocket");
+        tunnel::spawn(
+            on_client,
+            on_upstream,
+            tunnel::TunnelCtx {
+                websocket,
+                idle: snap.config.timeouts.idle,
+                node: Arc::clone(&node.state),
+                drain_deadline: svc.drain.deadline,
+                stopping: fwd.stopping.clone(),
+                inflight: node.state.begin_request(),
+            },
+        );
+        return resp;
+    }
+    if rf.grpc {
+        resp = grpc::guard(resp, svc, node, flight.grpc_deadline);
+    }
+    if ctx.debug_headers {
+        let h = resp.headers_mut();
+        h.insert(
+            X_ROUTE_RULE_ID.clone(),
+            snap.routes[flight.route].id_header.clone(),
+        );
+        h.insert(X_UPSTREAM_ADDR.clone(), node.address_header.clone());
+    }
+    resp
+}
+
+impl Forwarder {
+    /// A backend announced maintenance in a response header: parse it and
+    /// hand it to the control plane's intake (never blocks; a malformed or
+    /// undeliverable notification is counted and dropped whole).
+    fn maintenance_header(&self, svc: &CompiledService, node: &CompiledNode, value: &HeaderValue) {
+        let parsed = value
+            .to_str()
+            .map_err(|_| "not text".to_owned())
+            .and_then(|v| hopgate_core::maintenance::parse_header(&svc.name, &node.id, v));
+        match (parsed, &self.maintenance) {
+            (Ok(n), Some(tx)) => {
+                if tx.try_send(n).is_err() {
+                    METRICS.maintenance_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            (Ok(_), None) => {}
+            (Err(e), _) => {
+                METRICS
+                    .maintenance_malformed
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(service = %svc.name, node = %node.id, error = %e, "malformed Hop-Maintenance header ignored");
+            }
+        }
+    }
+}
+
+/// Everything [`settle_session`] needs about an answered request.
+struct SessionOutcome<'a> {
+    sessions: &'a Sessions,
+    cfg: &'a SessionsConfig,
+    svc: &'a CompiledService,
+    node: &'a CompiledNode,
+    key: &'a SessionId,
+    client: &'a ClientSession,
+    prior: Option<&'a Binding>,
+    hop: Option<&'a PendingHop>,
+    status: u16,
+    now_unix: u64,
+    tls: bool,
+}
+
+/// After a backend answered: keep the context it sent (and hide it from
+/// the client), bind or rebind the session, complete a hop (log, count,
+/// time), and hand the client its token when it needs one.
+fn settle_session(o: SessionOutcome<'_>, headers: &mut HeaderMap) {
+    let mut context = None;
+    if let Some(v) = headers.remove(&HOP_SESSION_CONTEXT) {
+        if v.len() <= o.cfg.context_max {
+            context = Some(Arc::<[u8]>::from(v.as_bytes()));
+            METRICS.contexts_stored.fetch_add(1, Ordering::Relaxed);
+        } else {
+            METRICS.contexts_oversized.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(service = %o.svc.name, node = %o.node.id, bytes = v.len(), limit = o.cfg.context_max, "Hop-Session-Context too large; not stored");
+        }
+    }
+    let moved = o.prior.is_none_or(|b| *b.node != *o.node.id);
+    let ttl = o.cfg.ttl.as_secs();
+    let stale = o
+        .prior
+        .is_some_and(|b| b.expires_at.saturating_sub(o.now_unix) < ttl / 2);
+    if o.status < 500 && (moved || context.is_some() || stale || o.client.issue) {
+        let mut b = Binding::new(
+            Arc::clone(&o.svc.shared_name),
+            Arc::clone(&o.node.shared_id),
+            if moved {
+                o.now_unix
+            } else {
+                o.prior.map_or(o.now_unix, |b| b.bound_at)
+            },
+            o.now_unix + ttl,
+        );
+        b.hops = o.prior.map_or(0, |p| p.hops) + u32::from(moved && o.prior.is_some());
+        b.context = context.or_else(|| o.prior.and_then(|p| p.context.clone()));
+        o.sessions.store.put(*o.key, b);
+    }
+    if let (Some(h), true) = (o.hop, moved && o.status < 500) {
+        let duration_us = h.started.elapsed().as_micros() as u64;
+        tracing::info!(
+            "hop session={} from={} to={} reason={}",
+            o.client.id,
+            h.from,
+            o.node.id,
+            h.reason.label()
+        );
+        METRICS.hop(HopRecord {
+            at: o.now_unix,
+            session: o.client.id.to_string(),
+            service: o.svc.name.clone(),
+            from: h.from.to_string(),
+            to: o.node.id.clone(),
+            reason: h.reason.label(),
+            duration_us,
+        });
+    }
+    if o.client.issue {
+        if let Some(c) = session::set_cookie(o.cfg, &o.client.token, o.tls) {
+            headers.append(http::header::SET_COOKIE, c);
+        }
+        headers.insert(o.cfg.header.clone(), o.client.token.clone());
+    }
+}

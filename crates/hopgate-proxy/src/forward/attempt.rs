@@ -1,0 +1,288 @@
+//! Phase 13, steps 1 to 5: one attempt. Choose a node (the bound one,
+//! the balancer's, or a last resort), admit it (breaker), spend the retry
+//! budget, build the request for the node, its send settings and its pool;
+//! and, once it answered or failed, record the outcome on the node
+//! ([`account`]).
+//!
+//! Owns [`Tried`], [`choose`], [`spend`], [`for_node`] / `retarget`,
+//! [`settings`], [`pool_of`] (the one place that finds a node's pool) and
+//! the outlier accounting. Must not touch: the send itself (the driver
+//! awaits it), what a failure leads to (`failure`), the answer (`answer`),
+//! the session store.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::{HeaderValue, HOST};
+use http::uri::{PathAndQuery, Scheme};
+use http::{Request, Uri, Version};
+
+use crate::upstream::{CompiledNode, CompiledService, Snapshot};
+use hopgate_core::config::UpstreamProtocol;
+use hopgate_core::node::{Observation, Verdict};
+
+use super::plan::{Flight, PendingHop};
+use crate::body::ProxyBody;
+use crate::headers::{HOP_SESSION_CONTEXT, X_HOP_FROM, X_UPSTREAM_ADDR};
+use crate::metrics::METRICS;
+use crate::pool::{Pool, PoolSettings};
+
+/// Most nodes one request remembers having tried (`retries.attempts` is at
+/// most 10).
+pub(super) const MAX_TRACKED: usize = 16;
+
+/// The nodes a request has tried, in a fixed array (no allocation).
+pub(super) struct Tried {
+    nodes: [usize; MAX_TRACKED],
+    len: usize,
+}
+
+impl Default for Tried {
+    fn default() -> Tried {
+        Tried {
+            nodes: [usize::MAX; MAX_TRACKED],
+            len: 0,
+        }
+    }
+}
+
+impl Tried {
+    fn as_slice(&self) -> &[usize] {
+        &self.nodes[..self.len]
+    }
+
+    fn note(&mut self, node: usize) {
+        if self.len < MAX_TRACKED && !self.as_slice().contains(&node) {
+            self.nodes[self.len] = node;
+            self.len += 1;
+        }
+    }
+}
+
+/// The node of an attempt.
+pub(super) enum Choice {
+    /// Send to this node (`last_resort`: picked past passive verdicts, so
+    /// its breaker was not asked).
+    Node { idx: usize, last_resort: bool },
+    /// This node's breaker turned the attempt away (it counts as tried).
+    Refused(usize),
+    /// No node is left to try.
+    Nothing,
+}
+
+/// Steps 1 and 2: the bound node on the first attempt, else the
+/// balancer's choice, unless it can only offer nodes this request already
+/// tried; then, as a last resort, a node that only passive verdicts
+/// (ejection, open breaker) keep out. The breaker admits all but a last
+/// resort.
+#[inline]
+pub(super) fn choose(
+    svc: &CompiledService,
+    flight: &Flight,
+    sticky: &mut Option<usize>,
+    tried: &mut Tried,
+    now: u64,
+) -> Choice {
+    let group = flight.selection.group;
+    let mut last_resort = false;
+    let idx = match sticky.take() {
+        Some(i) => i,
+        None => match svc.pick(group, now, flight.hash, tried.as_slice()) {
+            Some(i) if !tried.as_slice().contains(&i) => i,
+            picked => match svc.pick_last_resort(group, tried.as_slice(), fastrand::usize(..)) {
+                Some(i) => {
+                    last_resort = true;
+                    i
+                }
+                None => match picked {
+                    Some(i) => i,
+                    None => return Choice::Nothing,
+                },
+            },
+        },
+    };
+    tried.note(idx);
+    if !last_resort && !svc.nodes[idx].state.try_acquire(now) {
+        return Choice::Refused(idx);
+    }
+    Choice::Node { idx, last_resort }
+}
+
+/// Step 3: every attempt after the first withdraws a token from the
+/// service's retry budget; false when it is empty. Counts retries and
+/// last-resort picks.
+#[inline]
+pub(super) fn spend(svc: &CompiledService, sent: usize, last_resort: bool) -> bool {
+    if sent > 0 && !svc.retry_budget.try_withdraw() {
+        tracing::warn!(service = %svc.name, "retry budget exhausted; not retrying");
+        return false;
+    }
+    if sent > 0 {
+        METRICS.retries.fetch_add(1, Ordering::Relaxed);
+    }
+    if last_resort {
+        METRICS.last_resort_picks.fetch_add(1, Ordering::Relaxed);
+    }
+    true
+}
+
+/// Step 4: the upstream request for one attempt on `node`: re-targeted,
+/// with `X-Upstream-Addr` for a moved node (`moved`: its moved-to address,
+/// read once per attempt, the one the send goes to) and `X-Hop-From` /
+/// `Hop-Session-Context` when the session hops to it. By value in and out,
+/// so the request's future never holds a borrowed copy across the send.
+pub(super) fn for_node(
+    mut request: Request<ProxyBody>,
+    node: &CompiledNode,
+    svc: &CompiledService,
+    flight: &Flight,
+    hop: Option<&PendingHop>,
+    moved: Option<SocketAddr>,
+) -> Request<ProxyBody> {
+    retarget(&mut request, node, svc);
+    if let Some(moved) = moved {
+        if let Ok(v) = HeaderValue::from_str(&moved.to_string()) {
+            request.headers_mut().insert(X_UPSTREAM_ADDR.clone(), v);
+        }
+    }
+    if let Some(h) = hop.filter(|h| *h.from != *node.id) {
+        let headers = request.headers_mut();
+        if let Ok(v) = HeaderValue::from_str(&h.from) {
+            headers.insert(X_HOP_FROM.clone(), v);
+        }
+        if let Some(ctx) = flight.prior.as_ref().and_then(|b| b.context.as_deref()) {
+            if let Ok(v) = HeaderValue::from_bytes(ctx) {
+                headers.insert(HOP_SESSION_CONTEXT.clone(), v);
+                METRICS.contexts_delivered.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    request
+}
+
+/// Points the upstream request at `node`: URI form for the protocol,
+/// `X-Upstream-Addr`.
+fn retarget(req: &mut Request<ProxyBody>, node: &CompiledNode, svc: &CompiledService) {
+    // Copied only where the URI is rebuilt (an origin-form HTTP/1.1
+    // request keeps its URI).
+    let pq = |req: &Request<ProxyBody>| {
+        req.uri()
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"))
+    };
+    match svc.protocol {
+        UpstreamProtocol::Http1 => {
+            *req.version_mut() = Version::HTTP_11;
+            if req.uri().scheme().is_some() || req.uri().authority().is_some() {
+                *req.uri_mut() = Uri::from(pq(req));
+            }
+        }
+        UpstreamProtocol::Http2 => {
+            *req.version_mut() = Version::HTTP_2;
+            // :authority carries the client's host so virtual hosting works.
+            let authority = req
+                .headers()
+                .get(HOST)
+                .and_then(|h| h.to_str().ok())
+                .and_then(|h| h.parse().ok())
+                .unwrap_or_else(|| node.authority.clone());
+            let mut p = http::uri::Parts::default();
+            p.scheme = Some(Scheme::HTTP);
+            p.authority = Some(authority);
+            p.path_and_query = Some(pq(req));
+            if let Ok(u) = Uri::from_parts(p) {
+                *req.uri_mut() = u;
+            }
+            req.headers_mut().remove(HOST);
+        }
+    }
+    req.headers_mut()
+        .insert(X_UPSTREAM_ADDR.clone(), node.address_header.clone());
+}
+
+/// Step 4: the send's settings: the snapshot's, raised while the node is
+/// relaxed (maintenance), HTTP/1.1 for an upgrade, and bounded by a gRPC
+/// client's deadline.
+#[inline]
+pub(super) fn settings(
+    snap: &Snapshot,
+    svc: &CompiledService,
+    node: &CompiledNode,
+    now: u64,
+    upgrade: bool,
+    grpc_deadline: Option<Instant>,
+) -> PoolSettings {
+    let mut settings = PoolSettings::of(snap, svc);
+    if node.state.is_relaxed(now) {
+        // Maintenance: slow answers are not failures.
+        settings = settings.relaxed(snap.config.maintenance.relaxed_timeout);
+    }
+    if upgrade {
+        // Upgrades need a connection of their own, spoken in HTTP/1.1.
+        settings.protocol = UpstreamProtocol::Http1;
+    }
+    if let Some(t) = grpc_deadline {
+        // The client's deadline bounds the wait for an answer too.
+        settings.request_timeout = settings
+            .request_timeout
+            .min(t.saturating_duration_since(Instant::now()));
+    }
+    settings
+}
+
+/// Step 5: the node's pool, created on its first use.
+#[inline]
+pub(super) fn pool_of(node: &CompiledNode, max_idle: usize) -> &Arc<Pool> {
+    node.upstream.pool(max_idle)
+}
+
+/// One sent attempt, as the steps after it see it.
+pub(super) struct Attempted<'a> {
+    pub(super) svc: &'a CompiledService,
+    pub(super) node: &'a CompiledNode,
+    /// 1 for the first attempt.
+    pub(super) number: usize,
+    /// Another attempt may follow this one (`retries.attempts`).
+    pub(super) attempts_left: bool,
+    pub(super) last_resort: bool,
+    pub(super) sent_at: Instant,
+    pub(super) answered: Instant,
+    /// `answered`, in [`hopgate_core::node::now_ms`] milliseconds.
+    pub(super) answered_ms: u64,
+}
+
+impl Attempted<'_> {
+    /// Records the attempt's outcome on its node.
+    pub(super) fn account(&self, seen: Observation) {
+        account(self.svc, self.node, seen, self.answered_ms);
+    }
+}
+
+/// Records an attempt's outcome on the node; ejects it when the outlier
+/// detector asks and the service's ejection cap allows (the panic
+/// threshold: never eject so much that the service has nowhere to go).
+fn account(svc: &CompiledService, node: &CompiledNode, seen: Observation, now: u64) {
+    let verdict = node.state.observe(seen, now, &svc.outlier);
+    if node.state.is_relaxed(now) {
+        // Under maintenance passive ejection is suspended.
+        return;
+    }
+    if let Verdict::Eject(time) = verdict {
+        let total = svc.nodes.len();
+        let ejected = svc.nodes.iter().filter(|n| n.state.is_ejected(now)).count();
+        if (ejected + 1) * 100 <= total * usize::from(svc.outlier.max_ejected_percent) {
+            node.state.eject_for(time, now);
+        } else {
+            tracing::debug!(
+                service = %svc.name,
+                node = %node.id,
+                ejected,
+                total,
+                "not ejecting: the service's max_ejected_percent is reached"
+            );
+        }
+    }
+}

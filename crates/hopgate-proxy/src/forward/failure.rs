@@ -1,0 +1,327 @@
+//! Phase 13, step 6, for an attempt that failed: what it leads to.
+//!
+//! Owns the failure classes ([`Class`]: not sent, refused, sent, and a
+//! gRPC UNAVAILABLE answered before any byte), the pure retry / replay /
+//! hop decision ([`decide`]) and [`on_failure`], which carries a decision
+//! out in one order for every class: log, account on the node, start a
+//! hop, remember the error, then resend, replay, or end the request. Must
+//! not touch: node choice and the retry budget's withdrawals (the next
+//! attempt's `attempt::choose` / `attempt::spend`), an answer's handling
+//! (`answer`), the session store.
+
+use http::Response;
+
+use hopgate_core::error::{ErrorKind, ProxyError};
+use hopgate_core::node::Observation;
+use hopgate_core::session::HopReason;
+
+use super::attempt::Attempted;
+use super::done::Outcome;
+use super::plan::{begin_hop_if_bound, PendingHop};
+use super::replay::{CopyKind, Replay};
+use super::Req;
+use crate::body::ProxyBody;
+use crate::pool::SendFailure;
+
+/// How an attempt failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Class {
+    /// The request cannot have reached the backend; it came back untouched.
+    NotSent,
+    /// HTTP/2: the backend refused the stream without processing it, but
+    /// the request's body was consumed.
+    Refused,
+    /// The request may have reached the backend.
+    Sent,
+    /// A gRPC call answered UNAVAILABLE (trailers-only, `grpc-status: 14`)
+    /// before any response byte: the backend did not process it.
+    GrpcUnavailable,
+}
+
+/// What [`decide`] looks at.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Facts {
+    pub(super) class: Class,
+    /// The error of a failed send (for a gRPC UNAVAILABLE answer,
+    /// `ConnectionLost`).
+    pub(super) kind: ErrorKind,
+    /// The copy the request can be replayed from (phase 12). It is `Any`
+    /// only for a replay-safe request (an idempotent method or an
+    /// `Idempotency-Key`) whose body was empty or buffered.
+    pub(super) copy: CopyKind,
+    /// Another attempt may follow (`retries.attempts`).
+    pub(super) attempts_left: bool,
+    /// The service's retry budget has a token.
+    pub(super) budget_left: bool,
+}
+
+/// Where a failed attempt leads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Next {
+    /// The next attempt sends the untouched request.
+    Resend,
+    /// The next attempt sends a request built from the copy.
+    Replay,
+    /// The request ends with the gateway's error answer for the kind
+    /// (502, 504, 413; for a gRPC client `grpc-status` 14, 4, 8).
+    Answer(ErrorKind),
+    /// The backend's answer goes to the client as it came.
+    PassThrough,
+    /// Not a failure after all: the answer is handled like any other.
+    Deliver,
+}
+
+/// The decision for a failed attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Decision {
+    pub(super) next: Next,
+    /// The node records `Observation::Failure`.
+    pub(super) observe: bool,
+    /// A hop starts if the session was bound to this node.
+    pub(super) hop: bool,
+}
+
+/// The retry / replay / hop decision, for every class in one place.
+///
+/// A resend or replay of a not-sent, refused or sent failure still meets
+/// the next attempt's own checks: the loop ends with this error when no
+/// attempt or no budget token is left (after a node is chosen). Only a
+/// gRPC UNAVAILABLE answer asks for them here: without them it is an
+/// ordinary answer.
+pub(super) fn decide(f: Facts) -> Decision {
+    let retry_or_answer = |copy_fits: bool| {
+        if copy_fits {
+            Next::Replay
+        } else {
+            Next::Answer(f.kind)
+        }
+    };
+    match f.class {
+        // Whatever the method: it never reached a backend.
+        Class::NotSent => Decision {
+            next: Next::Resend,
+            observe: true,
+            hop: true,
+        },
+        // Never processed, but the body is gone: only a copy can go again.
+        Class::Refused => Decision {
+            next: retry_or_answer(f.copy != CopyKind::Absent),
+            observe: true,
+            hop: true,
+        },
+        // The backend did nothing wrong: the body was over the limit.
+        Class::Sent if f.kind == ErrorKind::BodyTooLarge => Decision {
+            next: Next::Answer(f.kind),
+            observe: false,
+            hop: false,
+        },
+        // It may have run on the backend: never sent twice unless
+        // replay-safe with its body kept.
+        Class::Sent => Decision {
+            next: retry_or_answer(f.copy == CopyKind::Any),
+            observe: true,
+            hop: true,
+        },
+        Class::GrpcUnavailable if !(f.attempts_left && f.budget_left) => Decision {
+            next: Next::Deliver,
+            observe: false,
+            hop: false,
+        },
+        Class::GrpcUnavailable if f.copy == CopyKind::Absent => Decision {
+            next: Next::PassThrough,
+            observe: false,
+            hop: false,
+        },
+        Class::GrpcUnavailable => Decision {
+            next: Next::Replay,
+            observe: true,
+            hop: false,
+        },
+    }
+}
+
+/// A failed attempt: a send that failed, or a gRPC UNAVAILABLE answer
+/// (rare, so boxed: the common answer stays unboxed).
+pub(super) enum Failed {
+    Send(SendFailure),
+    GrpcUnavailable(Box<Response<ProxyBody>>),
+}
+
+impl From<Result<Response<ProxyBody>, SendFailure>> for Failed {
+    /// A send's result the driver did not take as an answer: an `Ok` is
+    /// a gRPC UNAVAILABLE answer before any response byte.
+    fn from(result: Result<Response<ProxyBody>, SendFailure>) -> Failed {
+        match result {
+            Ok(resp) => Failed::GrpcUnavailable(Box::new(resp)),
+            Err(f) => Failed::Send(f),
+        }
+    }
+}
+
+/// What the driver does after a failed attempt.
+pub(super) enum AfterFailure {
+    /// Another attempt, with this request.
+    Next(http::Request<ProxyBody>),
+    /// The request ends with this result.
+    End(Result<Response<ProxyBody>, ErrorKind>),
+    /// Handle this answer like any other.
+    Deliver(Response<ProxyBody>),
+}
+
+/// Carries out [`decide`] for a failed attempt, in the same order for
+/// every class: log, account on the node, start a hop if the session was
+/// bound to it, remember the error, then resend, replay or end.
+pub(super) fn on_failure(
+    failed: Failed,
+    req: Req<'_>,
+    at: &Attempted<'_>,
+    hop: &mut Option<PendingHop>,
+    replay: Option<&Replay>,
+    last: &mut ErrorKind,
+    out: &mut Outcome,
+) -> AfterFailure {
+    let (class, error, request, answer) = match failed {
+        Failed::Send(SendFailure::NotSent { request, error }) => {
+            (Class::NotSent, Some(error), Some(request), None)
+        }
+        Failed::Send(SendFailure::Refused(error)) => (Class::Refused, Some(error), None, None),
+        Failed::Send(SendFailure::Sent(error)) => (Class::Sent, Some(error), None, None),
+        Failed::GrpcUnavailable(resp) => (Class::GrpcUnavailable, None, None, Some(resp)),
+    };
+    let kind = error.as_ref().map_or(ErrorKind::ConnectionLost, |e| e.kind);
+    let decision = decide(Facts {
+        class,
+        kind,
+        copy: Replay::kind(replay),
+        attempts_left: at.attempts_left,
+        // Read only for the one class that asks.
+        budget_left: class == Class::GrpcUnavailable && at.svc.retry_budget.available() > 0,
+    });
+    if decision.next == Next::Deliver {
+        if let Some(resp) = answer {
+            return AfterFailure::Deliver(*resp);
+        }
+    }
+    match &error {
+        Some(error) => log_upstream_failure(at, error, class != Class::Sent),
+        None if decision.next == Next::Replay => {
+            tracing::warn!(service = %at.svc.name, node = %at.node.id, "gRPC UNAVAILABLE before any response byte; retrying elsewhere");
+        }
+        None => {}
+    }
+    if decision.observe {
+        at.account(Observation::Failure);
+    }
+    if decision.hop {
+        let prior = req.flight.prior.as_ref();
+        begin_hop_if_bound(hop, prior, &at.node.shared_id, HopReason::Unhealthy);
+    }
+    *last = kind;
+    match decision.next {
+        Next::Resend => match request {
+            Some(request) => AfterFailure::Next(*request),
+            None => AfterFailure::End(Err(kind)),
+        },
+        Next::Replay => match replay {
+            Some(copy) => AfterFailure::Next(copy.request()),
+            None => AfterFailure::End(Err(kind)),
+        },
+        Next::Answer(kind) => AfterFailure::End(Err(kind)),
+        Next::PassThrough | Next::Deliver => match answer {
+            Some(resp) => {
+                out.status = resp.status().as_u16();
+                AfterFailure::End(Ok(*resp))
+            }
+            None => AfterFailure::End(Err(kind)),
+        },
+    }
+}
+
+fn log_upstream_failure(at: &Attempted<'_>, error: &ProxyError, not_sent: bool) {
+    tracing::warn!(
+        service = %at.svc.name,
+        node = %at.node.id,
+        addr = %at.node.address,
+        attempt = at.number,
+        not_sent,
+        error = %error,
+        "upstream attempt failed"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::respond::grpc_status;
+    use ErrorKind::{BodyTooLarge, ConnectFailed, ConnectionLost, UpstreamReset, UpstreamTimeout};
+
+    /// What a client or the next attempt sees, written like the spec
+    /// table: "resend", "replay", "502", "grpc 14", "as sent", "answer".
+    fn shown(next: Next, grpc: bool) -> String {
+        match next {
+            Next::Resend => "resend".into(),
+            Next::Replay => "replay".into(),
+            Next::Answer(kind) if grpc => format!("grpc {}", grpc_status(kind)),
+            Next::Answer(kind) => kind.status().to_string(),
+            Next::PassThrough => "as sent".into(),
+            Next::Deliver => "answer".into(),
+        }
+    }
+
+    /// The copy phase 12 keeps, from the method and the body.
+    fn copy(replay_safe: bool, body: &str) -> CopyKind {
+        match (replay_safe, body) {
+            (true, "empty" | "buffered") => CopyKind::Any,
+            (_, "arrived") => CopyKind::Unprocessed,
+            _ => CopyKind::Absent,
+        }
+    }
+
+    #[test]
+    fn what_a_failed_attempt_leads_to() {
+        use Class::{GrpcUnavailable, NotSent, Refused, Sent};
+        // class, error, replay-safe (idempotent method or Idempotency-Key),
+        // body (empty / buffered / arrived / streamed), attempts left,
+        // budget left, gRPC client -> next, observed, hop
+        #[rustfmt::skip]
+        let table = [
+            (NotSent, ConnectFailed, false, "streamed", true, true, false, "resend", true, true),
+            (NotSent, ConnectFailed, true, "empty", false, false, false, "resend", true, true),
+            (NotSent, ConnectionLost, false, "arrived", true, false, true, "resend", true, true),
+            (Refused, ConnectionLost, false, "arrived", true, true, false, "replay", true, true),
+            (Refused, ConnectionLost, true, "buffered", true, true, false, "replay", true, true),
+            (Refused, ConnectionLost, false, "streamed", true, true, false, "502", true, true),
+            (Refused, ConnectionLost, false, "streamed", true, true, true, "grpc 14", true, true),
+            (Sent, UpstreamReset, true, "empty", true, true, false, "replay", true, true),
+            (Sent, UpstreamReset, true, "buffered", true, true, false, "replay", true, true),
+            (Sent, UpstreamReset, false, "buffered", true, true, false, "502", true, true),
+            (Sent, UpstreamReset, true, "streamed", true, true, false, "502", true, true),
+            (Sent, UpstreamReset, false, "arrived", true, true, false, "502", true, true),
+            (Sent, UpstreamReset, false, "arrived", true, true, true, "grpc 14", true, true),
+            (Sent, UpstreamTimeout, false, "streamed", true, true, false, "504", true, true),
+            (Sent, UpstreamTimeout, false, "streamed", true, true, true, "grpc 4", true, true),
+            (Sent, BodyTooLarge, true, "buffered", true, true, false, "413", false, false),
+            (GrpcUnavailable, ConnectionLost, false, "arrived", true, true, true, "replay", true, false),
+            (GrpcUnavailable, ConnectionLost, true, "empty", true, true, true, "replay", true, false),
+            (GrpcUnavailable, ConnectionLost, false, "streamed", true, true, true, "as sent", false, false),
+            (GrpcUnavailable, ConnectionLost, false, "arrived", false, true, true, "answer", false, false),
+            (GrpcUnavailable, ConnectionLost, false, "arrived", true, false, true, "answer", false, false),
+        ];
+        for (i, row) in table.into_iter().enumerate() {
+            let (class, kind, safe, body, attempts_left, budget_left, grpc, next, observe, hop) =
+                row;
+            let d = decide(Facts {
+                class,
+                kind,
+                copy: copy(safe, body),
+                attempts_left,
+                budget_left,
+            });
+            assert_eq!(
+                (shown(d.next, grpc).as_str(), d.observe, d.hop),
+                (next, observe, hop),
+                "row {i}: {row:?}"
+            );
+        }
+    }
+}

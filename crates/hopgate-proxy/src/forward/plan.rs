@@ -1,0 +1,343 @@
+//! Phases 4 to 11: everything about a request decided before its first
+//! attempt, synchronously, in [`Forwarder::plan`].
+//!
+//! Owns the limits hyper does not enforce, the client IP and access check,
+//! the host and route lookup, the version group (`Snapshot::select`), the
+//! hash key, the session's stickiness (and the hop it may start:
+//! [`PendingHop`], [`begin_hop_if_bound`]), the upgrade hand-off and the
+//! upstream request head, built once. Must not touch: the body (phase 12),
+//! node choice and sends, anything `async`: a request turned away here
+//! never gets a future.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::{HeaderMap, HeaderValue, HOST};
+use http::{Request, Version};
+use hyper::body::Incoming;
+
+use crate::upstream::Snapshot;
+use hopgate_core::balance::hash_key;
+use hopgate_core::config::HashOn;
+use hopgate_core::error::ErrorKind;
+use hopgate_core::node::ms_at;
+use hopgate_core::route::RequestView;
+use hopgate_core::session::{HopReason, SessionId};
+use hopgate_core::snapshot::Selection;
+use hopgate_store::Binding;
+
+use super::done::Outcome;
+use super::{grpc, ClientConn, Forwarder};
+use crate::headers::{
+    append_forwarded_for, strip_request, RequestFacts, GRPC_TIMEOUT, X_FORWARDED_FOR,
+    X_FORWARDED_PROTO, X_ROUTE_RULE_ID,
+};
+use crate::session::{self, ClientSession, Stickiness};
+use crate::tunnel;
+
+/// The client side of an HTTP/1.1 upgrade: the protocol asked for, and the
+/// client connection once hyper hands it over.
+pub(super) type Upgrade = (HeaderValue, hyper::upgrade::OnUpgrade);
+
+/// A hop decided for this request, completed when a new node answers.
+pub(super) struct PendingHop {
+    pub(super) from: Arc<str>,
+    pub(super) reason: HopReason,
+    pub(super) started: Instant,
+}
+
+/// Starts a hop away from `node` (its shared id) when the session is
+/// bound to it and no hop is pending yet: its breaker refused the
+/// attempt, or the attempt failed.
+#[inline]
+pub(super) fn begin_hop_if_bound(
+    hop: &mut Option<PendingHop>,
+    prior: Option<&Binding>,
+    node: &Arc<str>,
+    reason: HopReason,
+) {
+    if hop.is_none() && prior.is_some_and(|b| *b.node == **node) {
+        *hop = Some(PendingHop {
+            from: Arc::clone(node),
+            reason,
+            started: Instant::now(),
+        });
+    }
+}
+
+/// What a request keeps from its plan for every attempt and the answer.
+pub(super) struct Flight {
+    pub(super) route: usize,
+    pub(super) selection: Selection,
+    pub(super) hash: Option<u64>,
+    pub(super) grpc_deadline: Option<Instant>,
+    /// Sessions are on for this request.
+    pub(super) sessions_on: bool,
+    pub(super) client_session: Option<ClientSession>,
+    pub(super) key: Option<SessionId>,
+    pub(super) now_unix: u64,
+    /// The session's binding in this service, if it had one.
+    pub(super) prior: Option<Binding>,
+}
+
+/// What [`Forwarder::plan`] decided.
+pub(super) struct Plan {
+    pub(super) flight: Flight,
+    /// [`hopgate_core::node::now_ms`] when the request arrived (the first
+    /// attempt's clock).
+    pub(super) now: u64,
+    /// The bound node, when the session stays on it.
+    pub(super) sticky: Option<usize>,
+    pub(super) hop: Option<PendingHop>,
+    pub(super) upgrade: Option<Upgrade>,
+    pub(super) parts: http::request::Parts,
+    pub(super) body: Incoming,
+}
+
+impl Forwarder {
+    /// Everything about a request decided before its first attempt:
+    /// limits, access, route, service and group, session binding, and the
+    /// upstream head. Synchronous, so none of its temporaries end up in the
+    /// request's future (which is moved, whole, on every poll path).
+    pub(super) fn plan(
+        &self,
+        snap: &Snapshot,
+        req: Request<Incoming>,
+        conn: &ClientConn,
+        facts: &RequestFacts,
+        started: Instant,
+        out: &mut Outcome,
+    ) -> Result<Plan, ErrorKind> {
+        let peer = conn.peer;
+        let ctx = &*conn.ctx;
+        let limits = &snap.config.limits;
+
+        // Limits the HTTP parser does not enforce itself.
+        let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+        if uri_len > limits.max_uri_bytes {
+            return Err(ErrorKind::UriTooLong);
+        }
+        if facts.count > limits.max_headers || head_bytes(&req, facts) > limits.max_header_bytes {
+            return Err(ErrorKind::HeadersTooLarge);
+        }
+        if let Some(len) = content_length(req.headers()) {
+            if len > limits.max_body_bytes {
+                return Err(ErrorKind::BodyTooLarge);
+            }
+        }
+
+        let client_ip = snap.access.client_ip(peer.ip(), req.headers());
+        if !snap.access.permits(client_ip) {
+            return Err(ErrorKind::Forbidden);
+        }
+
+        let host = match host_of(&req) {
+            Some(h) => h,
+            None if req.version() == Version::HTTP_10 => "",
+            None => return Err(ErrorKind::BadRequest),
+        };
+        let view = RequestView {
+            host,
+            path: req.uri().path(),
+            query: req.uri().query(),
+            method: req.method(),
+            headers: req.headers(),
+            source_ip: client_ip,
+        };
+        let Some(route_idx) = snap.router.lookup(&view) else {
+            return Err(ErrorKind::NoRoute);
+        };
+        out.route = Some(route_idx);
+        let route = &snap.routes[route_idx];
+        let now = ms_at(started);
+        let selection = snap.select(route_idx, fastrand::u32(..), now);
+        let svc = &snap.services[selection.service];
+        out.service = Some(selection.service);
+        if selection.fell_back && route.should_log_fallback(now) {
+            tracing::warn!(
+                route = %route.id,
+                service = %svc.name,
+                "version has no live node; falling back to the service's other versions"
+            );
+        }
+
+        let hash = svc
+            .hash_on
+            .as_ref()
+            .and_then(|h| hash_of(h, &req, client_ip));
+        // gRPC: `grpc-timeout` is an upper bound for the whole call.
+        let grpc_deadline = facts
+            .grpc_timeout
+            .then(|| req.headers().get(&GRPC_TIMEOUT))
+            .flatten()
+            .and_then(|v| grpc::parse_timeout(v.as_bytes()))
+            .map(|d| Instant::now() + d);
+        // Sessions: who is this, where is it bound, must it hop?
+        let scfg = &snap.config.sessions;
+        let sessions = self.sessions.as_deref().filter(|_| scfg.enabled);
+        // Wall-clock seconds only matter to sessions (token and binding
+        // times).
+        let now_unix = if sessions.is_some() {
+            session::unix_now()
+        } else {
+            0
+        };
+        let client_session = sessions.map(|s| session::identify(s, scfg, req.headers(), now_unix));
+        let key = client_session
+            .as_ref()
+            .map(|cs| session::binding_key(&cs.id, &svc.name));
+        let stick = match (sessions, &key) {
+            (Some(s), Some(k)) => {
+                session::stickiness(snap, route_idx, svc, s.store.get(k, now_unix), now)
+            }
+            _ => Stickiness::Unbound,
+        };
+        let (sticky, prior, hop) = match stick {
+            Stickiness::Unbound => (None, None, None),
+            Stickiness::Stay { node, binding } => (Some(node), Some(binding), None),
+            Stickiness::Hop { binding, reason } => {
+                let from = Arc::clone(&binding.node);
+                (
+                    None,
+                    Some(binding),
+                    Some(PendingHop {
+                        from,
+                        reason,
+                        started: Instant::now(),
+                    }),
+                )
+            }
+        };
+        // An HTTP/1.1 Upgrade (WebSocket): forwarded with its upgrade
+        // headers, then tunnelled as bytes once the backend says 101.
+        let mut req = req;
+        let upgrade =
+            tunnel::upgrade_request(&req).map(|proto| (proto, hyper::upgrade::on(&mut req)));
+        // Build the upstream request once; retries re-target it.
+        let (mut parts, body) = req.into_parts();
+        strip_request(&mut parts.headers, facts);
+        if let Some((proto, _)) = &upgrade {
+            tunnel::restore_upgrade_headers(&mut parts.headers, proto);
+        }
+        if let Some(cs) = &client_session {
+            parts.headers.insert(scfg.header.clone(), cs.token.clone());
+        }
+        if facts.forwarded_for {
+            append_forwarded_for(&mut parts.headers, peer.ip());
+        } else {
+            parts
+                .headers
+                .insert(X_FORWARDED_FOR.clone(), conn.forwarded_for.clone());
+        }
+        parts.headers.insert(
+            X_FORWARDED_PROTO.clone(),
+            HeaderValue::from_static(if ctx.tls { "https" } else { "http" }),
+        );
+        parts
+            .headers
+            .insert(X_ROUTE_RULE_ID.clone(), route.id_header.clone());
+        if !parts.headers.contains_key(HOST) {
+            if let Some(a) = parts.uri.authority() {
+                if let Ok(v) = HeaderValue::from_str(a.as_str()) {
+                    parts.headers.insert(HOST, v);
+                }
+            }
+        }
+        Ok(Plan {
+            flight: Flight {
+                route: route_idx,
+                selection,
+                hash,
+                grpc_deadline,
+                sessions_on: sessions.is_some(),
+                client_session,
+                key,
+                now_unix,
+                prior,
+            },
+            now,
+            sticky,
+            hop,
+            upgrade,
+            parts,
+            body,
+        })
+    }
+}
+
+/// The consistent-hashing key of a request, if it carries one.
+fn hash_of<B>(on: &HashOn, req: &Request<B>, client_ip: IpAddr) -> Option<u64> {
+    match on {
+        HashOn::Header(name) => req.headers().get(name).map(|v| hash_key(v.as_bytes())),
+        HashOn::Cookie(name) => req
+            .headers()
+            .get_all(http::header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .find_map(|c| {
+                let (k, v) = c.trim().split_once('=')?;
+                (k == name).then(|| hash_key(v.as_bytes()))
+            }),
+        HashOn::SourceIp => Some(match client_ip {
+            IpAddr::V4(a) => hash_key(&a.octets()),
+            IpAddr::V6(a) => hash_key(&a.octets()),
+        }),
+    }
+}
+
+/// Size of a request head as sent: request line and `name: value` lines
+/// (counted by [`crate::headers::scan_request`]).
+fn head_bytes<B>(req: &Request<B>, facts: &RequestFacts) -> usize {
+    let line = req.method().as_str().len()
+        + req.uri().path_and_query().map_or(1, |p| p.as_str().len())
+        + 12;
+    line + facts.header_bytes
+}
+
+fn host_of<B>(req: &Request<B>) -> Option<&str> {
+    match req.headers().get(HOST) {
+        Some(h) => h.to_str().ok(),
+        None => req.uri().authority().map(|a| a.as_str()),
+    }
+}
+
+/// The declared `Content-Length`, if it is a number.
+pub(super) fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bound_to(node: &str) -> Binding {
+        Binding::new("svc", node, 0, 100)
+    }
+
+    /// A hop starts only from the bound node, and only once.
+    #[test]
+    fn a_hop_starts_from_the_bound_node_once() {
+        let node: Arc<str> = Arc::from("a");
+        // (binding, a hop already pending, hop after the call)
+        let cases: [(Option<Binding>, bool, Option<&str>); 4] = [
+            (None, false, None),
+            (Some(bound_to("b")), false, None),
+            (Some(bound_to("a")), false, Some("a")),
+            (Some(bound_to("a")), true, Some("earlier")),
+        ];
+        for (prior, pending, want) in cases {
+            let mut hop = pending.then(|| PendingHop {
+                from: Arc::from("earlier"),
+                reason: HopReason::Removed,
+                started: Instant::now(),
+            });
+            begin_hop_if_bound(&mut hop, prior.as_ref(), &node, HopReason::CircuitOpen);
+            assert_eq!(hop.as_ref().map(|h| &*h.from), want, "{prior:?} {pending}");
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Phase 12: how a request's body is taken, and the copy it can be
+//! replayed from.
+//!
+//! Owns the choice between an empty, buffered, already-arrived or streamed
+//! body ([`capture`]), reading what has arrived of an HTTP/2 request's body
+//! ([`take_arrived`], [`prefixed`]) and the replay copy ([`Replay`]: the
+//! head without its extensions, the kept bytes, and whether it may follow
+//! a send that may have reached a backend). Must not touch: node choice,
+//! sends, retry decisions (`failure`), the answer.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::HeaderMap;
+use http::Request;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+
+use hopgate_core::config::UpstreamProtocol;
+
+use super::grpc::GRPC_BODY_WAIT;
+use super::plan::content_length;
+use crate::body::ProxyBody;
+
+/// How the client's body is taken before the first attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Capture {
+    /// No body. The (empty) copy exists when the request is replay-safe.
+    Empty,
+    /// Replay-safe with a declared length of at most `retries.buffer_body`:
+    /// read whole before any node is chosen, and kept.
+    Buffer,
+    /// An HTTP/2 upstream, not an upgrade: what has arrived within `wait`
+    /// is read, and kept only when it is the whole body (a refused stream
+    /// or a gRPC UNAVAILABLE can then be replayed).
+    Arrived { wait: Duration },
+    /// Streamed as it comes, with no copy.
+    Stream,
+}
+
+/// Decides how to take the body (checked in this order: empty, buffered,
+/// already arrived, streamed).
+#[inline]
+pub(super) fn capture(
+    body: &Incoming,
+    headers: &HeaderMap,
+    replay_safe: bool,
+    buffer_body: u64,
+    protocol: UpstreamProtocol,
+    upgrade: bool,
+    grpc: bool,
+) -> Capture {
+    use http_body::Body;
+    capture_for(
+        body.is_end_stream(),
+        || replay_safe && content_length(headers).is_some_and(|n| n <= buffer_body),
+        protocol == UpstreamProtocol::Http2 && !upgrade,
+        grpc,
+    )
+}
+
+/// [`capture`] on the facts it looks at: the body is already complete;
+/// the request is replay-safe with a small declared length (asked only
+/// for a body); its upstream speaks HTTP/2 and it is no upgrade; it is a
+/// gRPC call.
+fn capture_for(
+    empty: bool,
+    small_and_safe: impl FnOnce() -> bool,
+    http2: bool,
+    grpc: bool,
+) -> Capture {
+    if empty {
+        Capture::Empty
+    } else if small_and_safe() {
+        Capture::Buffer
+    } else if http2 {
+        // An HTTP/2 backend may refuse a stream it never processed
+        // (GOAWAY races). Keep a copy when the whole body has already
+        // arrived — without waiting for it: a streaming client must not be
+        // held up — so a refused stream can be replayed elsewhere.
+        Capture::Arrived {
+            wait: if grpc { GRPC_BODY_WAIT } else { Duration::ZERO },
+        }
+    } else {
+        Capture::Stream
+    }
+}
+
+/// Which failures a request's copy may be replayed after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CopyKind {
+    /// No copy: the body was streamed.
+    Absent,
+    /// The whole body had arrived (HTTP/2): only after the backend refused
+    /// the request unprocessed.
+    Unprocessed,
+    /// Replay-safe, with its body kept: after any failure.
+    Any,
+}
+
+/// A copy of a request kept so that it can be sent again elsewhere.
+pub(super) struct Replay {
+    head: http::request::Parts,
+    body: Bytes,
+    /// Replay-safe: may be sent again even after a send that may have
+    /// reached a backend. Otherwise only after the backend refused it
+    /// unprocessed.
+    after_sent: bool,
+}
+
+impl Replay {
+    pub(super) fn new(head: &http::request::Parts, body: Bytes, after_sent: bool) -> Replay {
+        Replay {
+            head: copy_head(head),
+            body,
+            after_sent,
+        }
+    }
+
+    /// What a request with this copy (or none) may be replayed after.
+    pub(super) fn kind(copy: Option<&Replay>) -> CopyKind {
+        match copy {
+            None => CopyKind::Absent,
+            Some(r) if r.after_sent => CopyKind::Any,
+            Some(_) => CopyKind::Unprocessed,
+        }
+    }
+
+    /// A new request from the copy, by value.
+    pub(super) fn request(&self) -> Request<ProxyBody> {
+        let body = if self.body.is_empty() {
+            ProxyBody::Empty
+        } else {
+            ProxyBody::full(self.body.clone())
+        };
+        Request::from_parts(copy_head(&self.head), body)
+    }
+}
+
+/// A copy of a request head for replays: method, URI, version and headers
+/// (not the extensions, which hold per-connection state and cost a clone
+/// each).
+fn copy_head(p: &http::request::Parts) -> http::request::Parts {
+    let mut r = Request::new(());
+    *r.method_mut() = p.method.clone();
+    *r.uri_mut() = p.uri.clone();
+    *r.version_mut() = p.version;
+    *r.headers_mut() = p.headers.clone();
+    r.into_parts().0
+}
+
+/// Reads the request body frames that have already arrived, waiting at
+/// most `wait` for more (a unary gRPC call's DATA frame typically trails its
+/// HEADERS by microseconds; a streaming client is never held up longer).
+/// Returns the body to send and, when the whole body (at most `keep` bytes,
+/// data frames only) arrived in time, a copy of it.
+pub(super) async fn take_arrived(
+    mut body: Incoming,
+    keep: u64,
+    limit: u64,
+    wait: Duration,
+) -> (ProxyBody, Option<Bytes>) {
+    let mut got = bytes::BytesMut::new();
+    let until = tokio::time::Instant::now() + wait;
+    loop {
+        let next = match tokio::time::timeout_at(until, body.frame()).await {
+            Ok(f) => f,
+            Err(_) => return (prefixed(got.freeze(), None, body, limit), None),
+        };
+        match next {
+            // The body is complete.
+            None => {
+                let b = got.freeze();
+                return (ProxyBody::full(b.clone()), Some(b));
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(d) if (got.len() + d.len()) as u64 <= keep => got.extend_from_slice(&d),
+                Ok(d) => {
+                    got.extend_from_slice(&d);
+                    return (prefixed(got.freeze(), None, body, limit), None);
+                }
+                // Request trailers: passed on; no copy is kept.
+                Err(frame) => {
+                    return (
+                        prefixed(got.freeze(), frame.into_trailers().ok(), body, limit),
+                        None,
+                    )
+                }
+            },
+            // An error: stream what we have and let the send fail.
+            Some(Err(_)) => return (prefixed(got.freeze(), None, body, limit), None),
+        }
+    }
+}
+
+/// What was read of a body, then the rest, limited to `limit` in all.
+fn prefixed(head: Bytes, trailers: Option<HeaderMap>, rest: Incoming, limit: u64) -> ProxyBody {
+    let rest = ProxyBody::limited(rest, limit.saturating_sub(head.len() as u64));
+    if head.is_empty() && trailers.is_none() {
+        rest
+    } else {
+        ProxyBody::Prefixed {
+            head: (!head.is_empty()).then_some(head),
+            trailers,
+            rest: Box::new(rest),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Phase 12's order: an empty body, then a small replay-safe one, then
+    /// an HTTP/2 upstream's, else streamed.
+    #[test]
+    fn how_a_body_is_taken() {
+        let arrived = Capture::Arrived {
+            wait: Duration::ZERO,
+        };
+        let grpc_arrived = Capture::Arrived {
+            wait: GRPC_BODY_WAIT,
+        };
+        // (empty, replay-safe and small, HTTP/2 and no upgrade, gRPC) -> capture
+        let cases = [
+            ((true, false, false, false), Capture::Empty),
+            ((true, true, true, true), Capture::Empty),
+            ((false, true, false, false), Capture::Buffer),
+            ((false, true, true, true), Capture::Buffer),
+            ((false, false, true, false), arrived),
+            ((false, false, true, true), grpc_arrived),
+            ((false, false, false, false), Capture::Stream),
+            ((false, false, false, true), Capture::Stream),
+        ];
+        for ((empty, safe, http2, grpc), want) in cases {
+            assert_eq!(
+                capture_for(empty, || safe, http2, grpc),
+                want,
+                "empty={empty} safe={safe} http2={http2} grpc={grpc}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_copy_says_what_it_may_follow() {
+        let head = Request::new(()).into_parts().0;
+        let safe = Replay::new(&head, Bytes::from_static(b"x"), true);
+        let arrived = Replay::new(&head, Bytes::new(), false);
+        assert_eq!(Replay::kind(None), CopyKind::Absent);
+        assert_eq!(Replay::kind(Some(&safe)), CopyKind::Any);
+        assert_eq!(Replay::kind(Some(&arrived)), CopyKind::Unprocessed);
+        assert!(matches!(arrived.request().into_body(), ProxyBody::Empty));
+    }
+}
