@@ -30,6 +30,9 @@ for f in examples/*.yaml; do
   cargo run --quiet --locked -p hopgate -- validate "$f"
 done
 
+step "fuzz targets (15 s each)"
+bash scripts/fuzz.sh 15
+
 step "criterion benches (smoke: each bench once, test profile)"
 cargo test --locked -p hopgate-core --benches >/dev/null
 echo "benches ran"
