@@ -36,7 +36,12 @@ fuzz_target!(|data: &[u8]| {
         keys: SessionKeys::from_secrets(b"fuzzing-secret-of-32-bytes-long!", &[]),
         store: Arc::new(MemoryStore::new(1_000)),
     };
-    let _ = identify(&sessions, &SessionsConfig::default(), &headers, 1_800_000_000);
+    let _ = identify(
+        &sessions,
+        &SessionsConfig::default(),
+        &headers,
+        1_800_000_000,
+    );
     let mut parts = http::Request::new(()).into_parts().0;
     parts.headers = headers;
     strip_request(&mut parts.headers, &facts);

@@ -56,8 +56,11 @@ fuzz_target!(|data: &[u8]| {
     let mut parts = data.split(|b| *b == 0);
     let mut next = || std::str::from_utf8(parts.next().unwrap_or_default()).unwrap_or("");
     let (host, path, query, method, canary, ip) = (next(), next(), next(), next(), next(), next());
-    let Ok(method) = Method::from_bytes(if method.is_empty() { b"GET" } else { method.as_bytes() })
-    else {
+    let Ok(method) = Method::from_bytes(if method.is_empty() {
+        b"GET"
+    } else {
+        method.as_bytes()
+    }) else {
         return;
     };
     let mut headers = HeaderMap::new();
@@ -74,5 +77,9 @@ fuzz_target!(|data: &[u8]| {
         source_ip,
     };
     let (specs, router) = rules();
-    assert_eq!(router.lookup(&view), linear_lookup(specs, &view), "{view:?}");
+    assert_eq!(
+        router.lookup(&view),
+        linear_lookup(specs, &view),
+        "{view:?}"
+    );
 });

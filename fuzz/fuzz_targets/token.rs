@@ -9,7 +9,8 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let keys = SessionKeys::from_secrets(b"fuzzing-secret-of-32-bytes-long!", &[b"previous-secret"]);
+    let keys =
+        SessionKeys::from_secrets(b"fuzzing-secret-of-32-bytes-long!", &[b"previous-secret"]);
     let now = 1_800_000_000;
     if let Ok(t) = verify(&keys, text, now, 86_400) {
         // Only a genuine token passes: re-minting it gives the same text
