@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use hopgate_core::config::SessionsConfig;
 use hopgate_core::session::SessionKeys;
-use hopgate_proxy::headers::{append_forwarded_for, scan_request, scan_response, strip_request};
-use hopgate_proxy::session::{identify, Sessions};
+use hopgate_proxy::{append_forwarded_for, scan_request, scan_response, strip_request};
+use hopgate_proxy::identify;
+use hopgate_store::Sessions;
 use hopgate_store::MemoryStore;
 use http::header::CONNECTION;
 use http::{HeaderMap, HeaderName, HeaderValue};

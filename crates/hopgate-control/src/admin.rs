@@ -25,9 +25,10 @@ use tokio::sync::watch;
 
 use hopgate_core::config::{sniff_format, ConfigError, Format};
 use hopgate_core::session::SessionId;
-use hopgate_proxy::client_io::ClientIo;
+use hopgate_core::session::{binding_key, unix_now};
 use hopgate_proxy::metrics::METRICS;
-use hopgate_proxy::session::{binding_key, unix_now, Sessions};
+use hopgate_proxy::ClientIo;
+use hopgate_store::Sessions;
 
 use crate::control::{Control, Source};
 use crate::maintenance::{Maintenance, Refused};

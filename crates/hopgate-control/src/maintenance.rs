@@ -47,8 +47,8 @@ use tokio::sync::mpsc;
 use hopgate_core::config::{CircuitConfig, MaintenanceConfig, MaintenanceMode};
 use hopgate_core::maintenance::{self, Kind, Notification};
 use hopgate_core::node::{now_ms, Breaker, NodeKey, NodeState};
-use hopgate_proxy::pool::{Pool, PoolSettings};
 use hopgate_proxy::SharedSnapshot;
+use hopgate_proxy::{Pool, PoolSettings};
 
 /// Why a notification was not applied.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -15,7 +15,7 @@ use http_body_util::Full;
 
 use hopgate_core::node::{now_ms, CircuitState, Health};
 use hopgate_proxy::metrics::{get, TokenRejection, ERROR_KIND_LIST, HOP_BUCKETS, METRICS};
-use hopgate_proxy::session::Sessions;
+use hopgate_store::Sessions;
 
 use crate::control::Control;
 use crate::maintenance::Maintenance;

@@ -446,3 +446,21 @@ pub fn hop_reason(facts: &HopFacts) -> Option<HopReason> {
         .find(|(holds, _)| *holds)
         .map(|(_, r)| r)
 }
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The store key of a session's binding in one service (a session may be
+/// bound in several services at once).
+pub fn binding_key(id: &SessionId, service: &str) -> SessionId {
+    let mut bytes = *id.as_bytes();
+    let h = crate::balance::hash_key(service.as_bytes()).to_le_bytes();
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b ^= h[i % 8];
+    }
+    SessionId::from_bytes(bytes)
+}

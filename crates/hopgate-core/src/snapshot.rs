@@ -44,6 +44,10 @@ use crate::node::{Health, NodeRegistry, NodeState};
 use crate::retry::RetryBudget;
 use crate::route::{Router, RuleSpec};
 
+/// The one pointer to the running snapshot. The control plane's single
+/// writer stores into it; the data plane loads it once per request.
+pub type SharedSnapshot<U = ()> = Arc<arc_swap::ArcSwap<Snapshot<U>>>;
+
 /// Compiled form of a whole configuration.
 #[derive(Debug)]
 pub struct Snapshot<U = ()> {

@@ -22,12 +22,12 @@ use hyper::body::Incoming;
 
 use crate::pool::Returner;
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The request body exceeded `limits.max_body_bytes`.
 #[derive(Debug, thiserror::Error)]
 #[error("request body larger than {limit} bytes")]
-pub struct BodyTooLarge {
+pub(crate) struct BodyTooLarge {
     pub limit: u64,
 }
 

@@ -32,14 +32,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::HeaderValue;
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
-use crate::upstream::Snapshot;
+use crate::upstream::{SharedSnapshot, Snapshot};
 use hopgate_core::error::ErrorKind;
 use hopgate_core::maintenance::Notification;
 use hopgate_core::node::{ms_at, now_ms};
@@ -64,9 +63,6 @@ use done::{Done, Outcome};
 use failure::{AfterFailure, Failed};
 use plan::{begin_hop_if_bound, Plan};
 use replay::{Capture, Replay};
-
-/// The snapshot pointer the control plane writes and the data plane loads.
-pub type SharedSnapshot = Arc<ArcSwap<Snapshot>>;
 
 /// Per-listener facts a request needs.
 #[derive(Debug, Clone)]
@@ -306,7 +302,7 @@ struct Req<'a> {
 /// One client connection's share of the gateway: the request handler and
 /// the facts about the connection, computed once when it is accepted.
 #[derive(Debug)]
-pub struct ClientConn {
+pub(crate) struct ClientConn {
     pub forwarder: Forwarder,
     pub peer: SocketAddr,
     /// `X-Forwarded-For` for a client that sent none: the peer's address.
@@ -315,11 +311,11 @@ pub struct ClientConn {
 }
 
 /// The future of one request (what hyper's service call returns).
-pub type ResponseFuture =
+pub(crate) type ResponseFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = Response<ProxyBody>> + Send>>;
 
 impl ClientConn {
-    pub fn new(forwarder: Forwarder, peer: SocketAddr, ctx: Arc<RequestCtx>) -> ClientConn {
+    pub(crate) fn new(forwarder: Forwarder, peer: SocketAddr, ctx: Arc<RequestCtx>) -> ClientConn {
         ClientConn {
             forwarder,
             peer,
@@ -333,7 +329,7 @@ impl ClientConn {
     /// Everything up to the first attempt runs synchronously here; a
     /// request turned away before that (limits, access, no route) costs no
     /// future at all.
-    pub fn serve(self: &Arc<Self>, req: Request<Incoming>) -> ResponseFuture {
+    pub(crate) fn serve(self: &Arc<Self>, req: Request<Incoming>) -> ResponseFuture {
         let started = Instant::now();
         let fwd = &self.forwarder;
         let snap = fwd.snapshot.load_full();

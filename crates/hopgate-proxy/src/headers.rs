@@ -10,15 +10,15 @@ use std::sync::OnceLock;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-pub static X_ROUTE_RULE_ID: HeaderName = HeaderName::from_static("x-route-rule-id");
-pub static X_UPSTREAM_ADDR: HeaderName = HeaderName::from_static("x-upstream-addr");
-pub static X_HOP_FROM: HeaderName = HeaderName::from_static("x-hop-from");
-pub static HOP_SESSION_CONTEXT: HeaderName = HeaderName::from_static("hop-session-context");
-pub static HOP_MAINTENANCE: HeaderName = HeaderName::from_static("hop-maintenance");
-pub static GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) static X_ROUTE_RULE_ID: HeaderName = HeaderName::from_static("x-route-rule-id");
+pub(crate) static X_UPSTREAM_ADDR: HeaderName = HeaderName::from_static("x-upstream-addr");
+pub(crate) static X_HOP_FROM: HeaderName = HeaderName::from_static("x-hop-from");
+pub(crate) static HOP_SESSION_CONTEXT: HeaderName = HeaderName::from_static("hop-session-context");
+pub(crate) static HOP_MAINTENANCE: HeaderName = HeaderName::from_static("hop-maintenance");
+pub(crate) static GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
@@ -174,7 +174,7 @@ pub fn strip_request(headers: &mut HeaderMap, facts: &RequestFacts) {
 /// Removes the hop-by-hop headers of a response found by
 /// [`scan_response`]. `Hop-Session-Context` stays: the session code decides
 /// whether to keep or drop it.
-pub fn strip_response(headers: &mut HeaderMap, facts: &ResponseFacts) {
+pub(crate) fn strip_response(headers: &mut HeaderMap, facts: &ResponseFacts) {
     strip(headers, facts.hop & !HOP_SESSION_CONTEXT_BIT, false);
 }
 
@@ -182,7 +182,7 @@ pub fn strip_response(headers: &mut HeaderMap, facts: &ResponseFacts) {
 /// `Connection`). On requests `TE: trailers` is kept and the gateway-only
 /// headers go as well.
 #[cfg(test)]
-pub fn strip_hop_by_hop(headers: &mut HeaderMap, is_request: bool) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, is_request: bool) {
     let hop = headers.keys().fold(0, |m, n| m | hop_bit(n));
     strip(headers, hop, is_request);
 }
@@ -255,7 +255,7 @@ fn strip(headers: &mut HeaderMap, hop: u16, is_request: bool) {
 
 /// The `X-Forwarded-For` value of a client with none: its address, built
 /// once per connection.
-pub fn peer_header(peer: IpAddr) -> HeaderValue {
+pub(crate) fn peer_header(peer: IpAddr) -> HeaderValue {
     HeaderValue::from_str(&peer.to_string()).expect("an IP address is a valid header value")
 }
 
@@ -279,7 +279,7 @@ pub fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
 
 /// A new request id: a per-process random prefix and a counter, 32 hex
 /// digits, unique across processes with overwhelming probability.
-pub fn new_request_id() -> HeaderValue {
+pub(crate) fn new_request_id() -> HeaderValue {
     static PREFIX: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let prefix = *PREFIX.get_or_init(|| fastrand::u64(..));

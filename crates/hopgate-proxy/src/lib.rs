@@ -10,18 +10,25 @@
 //! `ArcSwap` that the control plane writes and this crate only loads, once
 //! per request; node live state is read through `hopgate_core::node`.
 
-pub mod body;
-pub mod client_io;
-pub mod forward;
-pub mod headers;
-pub mod listener;
+mod body;
+mod client_io;
+mod forward;
+mod headers;
+mod listener;
 pub mod metrics;
-pub mod pool;
-pub mod respond;
-pub mod session;
-pub mod tunnel;
-pub mod upstream;
+mod pool;
+mod respond;
+mod session;
+mod tunnel;
+mod upstream;
 
-pub use forward::{Forwarder, SharedSnapshot};
+pub use client_io::ClientIo;
+pub use forward::{Forwarder, RequestCtx};
+pub use headers::{append_forwarded_for, scan_request, scan_response, strip_request};
 pub use listener::{serve_listener, ListenerCtx, ListenerSettings};
-pub use upstream::{CompiledNode, CompiledService, LiveNode, NodeRegistry, Snapshot, Upstream};
+pub use pool::{Pool, PoolSettings, PoolStats};
+pub use session::{identify, Sessions};
+pub use tunnel::wait_closed;
+pub use upstream::{
+    CompiledNode, CompiledService, LiveNode, NodeRegistry, SharedSnapshot, Snapshot, Upstream,
+};

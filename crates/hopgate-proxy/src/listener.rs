@@ -225,7 +225,7 @@ pub async fn serve_listener(
 }
 
 /// Resolves once shutdown has been requested.
-pub async fn stopped(rx: &mut watch::Receiver<bool>) {
+pub(crate) async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
@@ -246,21 +246,11 @@ impl Drop for OpenGuard {
 
 /// Wraps a future that cannot fail in the `Result` hyper's service wants,
 /// without another layer of `async` (and its copy of the future).
-pub struct Infallibly<F>(F);
+pub(crate) struct Infallibly<F>(F);
 
 impl<F: Future + Unpin> Future for Infallibly<F> {
     type Output = Result<F::Output, Infallible>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         Pin::new(&mut self.0).poll(cx).map(Ok)
-    }
-}
-
-/// A future that is always pending; for listeners without shutdown.
-pub struct Never;
-
-impl Future for Never {
-    type Output = ();
-    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
-        Poll::Pending
     }
 }

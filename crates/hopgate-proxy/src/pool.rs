@@ -76,7 +76,7 @@ impl PoolSettings {
 
 /// The explicit state of one upstream connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConnState {
+pub(crate) enum ConnState {
     Idle = 0,
     InUse = 1,
     /// Marked for replacement: finishes its current request, then closes.
@@ -86,7 +86,7 @@ pub enum ConnState {
 
 /// Facts about one connection shared with its driver task.
 #[derive(Debug)]
-pub struct ConnMeta {
+pub(crate) struct ConnMeta {
     pub id: u64,
     pub addr: SocketAddr,
     pub generation: u64,
@@ -94,7 +94,7 @@ pub struct ConnMeta {
 }
 
 impl ConnMeta {
-    pub fn state(&self) -> ConnState {
+    pub(crate) fn state(&self) -> ConnState {
         match self.state.load(Ordering::Relaxed) {
             0 => ConnState::Idle,
             1 => ConnState::InUse,

@@ -14,7 +14,10 @@ use crate::body::ProxyBody;
 use crate::headers::X_REQUEST_ID;
 
 /// The response for an error of `kind` on request `request_id`.
-pub fn error_response(kind: ErrorKind, request_id: Option<&HeaderValue>) -> Response<ProxyBody> {
+pub(crate) fn error_response(
+    kind: ErrorKind,
+    request_id: Option<&HeaderValue>,
+) -> Response<ProxyBody> {
     let id = request_id.and_then(|v| v.to_str().ok()).unwrap_or("-");
     let body = format!("hopgate: {} (request id {id})\n", kind.reason());
     let mut resp = Response::new(ProxyBody::full(body));
@@ -36,7 +39,7 @@ pub fn error_response(kind: ErrorKind, request_id: Option<&HeaderValue>) -> Resp
 }
 
 /// The gRPC status code for an error kind.
-pub fn grpc_status(kind: ErrorKind) -> u8 {
+pub(crate) fn grpc_status(kind: ErrorKind) -> u8 {
     match kind {
         ErrorKind::NoRoute => 12,  // UNIMPLEMENTED
         ErrorKind::Forbidden => 7, // PERMISSION_DENIED
@@ -51,7 +54,7 @@ pub fn grpc_status(kind: ErrorKind) -> u8 {
 /// The answer to a gRPC client: a trailers-only response (HTTP 200 with
 /// `grpc-status` and `grpc-message`), which gRPC clients read as a status,
 /// where a plain-text 502 would be a protocol error to them.
-pub fn grpc_error_response(
+pub(crate) fn grpc_error_response(
     kind: ErrorKind,
     request_id: Option<&HeaderValue>,
 ) -> Response<ProxyBody> {

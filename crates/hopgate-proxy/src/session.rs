@@ -11,33 +11,18 @@
 //! Must not touch: balancing (the forwarder picks the new node) or the
 //! store's internals.
 
-use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use http::header::{HeaderMap, HeaderValue, COOKIE};
 
-use hopgate_core::balance::hash_key;
 use hopgate_core::config::{DrainMode, SessionsConfig};
 use hopgate_core::node::{CircuitState, Health};
 use hopgate_core::session::{self, HopFacts, HopReason, SessionId, SessionKeys, TokenError};
-use hopgate_store::{Binding, SessionStore};
+use hopgate_store::Binding;
+pub use hopgate_store::Sessions;
+
+pub(crate) use hopgate_core::session::{binding_key, unix_now};
 
 use crate::metrics::{TokenRejection, METRICS};
 use crate::upstream::{CompiledService, Snapshot};
-
-/// Keys and store, shared by every request.
-pub struct Sessions {
-    pub keys: SessionKeys,
-    pub store: Arc<dyn SessionStore>,
-}
-
-impl std::fmt::Debug for Sessions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sessions")
-            .field("bindings", &self.store.len())
-            .finish_non_exhaustive()
-    }
-}
 
 /// The session of one request.
 #[derive(Debug, Clone)]
@@ -48,13 +33,6 @@ pub struct ClientSession {
     /// True when the client must be given `token` (new session, replaced
     /// token, or a token re-signed with the current key).
     pub issue: bool,
-}
-
-/// Seconds since the Unix epoch.
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 fn token_from<'h>(cfg: &SessionsConfig, headers: &'h HeaderMap) -> Option<&'h str> {
@@ -126,20 +104,9 @@ pub fn identify(
     }
 }
 
-/// The store key of a session's binding in one service (a session may be
-/// bound in several services at once).
-pub fn binding_key(id: &SessionId, service: &str) -> SessionId {
-    let mut bytes = *id.as_bytes();
-    let h = hash_key(service.as_bytes()).to_le_bytes();
-    for (i, b) in bytes.iter_mut().enumerate() {
-        *b ^= h[i % 8];
-    }
-    SessionId::from_bytes(bytes)
-}
-
 /// What the binding of a session says about this request.
 #[derive(Debug)]
-pub enum Stickiness {
+pub(crate) enum Stickiness {
     /// No binding: balance, then bind.
     Unbound,
     /// Stay on this node.
@@ -149,7 +116,7 @@ pub enum Stickiness {
 }
 
 /// Decides whether a bound session stays on its node.
-pub fn stickiness(
+pub(crate) fn stickiness(
     snap: &Snapshot,
     route: usize,
     svc: &CompiledService,
@@ -192,7 +159,11 @@ pub fn stickiness(
 }
 
 /// The `Set-Cookie` value carrying `token`.
-pub fn set_cookie(cfg: &SessionsConfig, token: &HeaderValue, tls: bool) -> Option<HeaderValue> {
+pub(crate) fn set_cookie(
+    cfg: &SessionsConfig,
+    token: &HeaderValue,
+    tls: bool,
+) -> Option<HeaderValue> {
     let mut v = format!(
         "{}={}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax",
         cfg.cookie,

@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use hopgate_core::node::{now_ms, InFlight, NodeState};
 
 /// The `Upgrade` protocol of a request asking for one (HTTP/1.1 only).
-pub fn upgrade_request<B>(req: &Request<B>) -> Option<HeaderValue> {
+pub(crate) fn upgrade_request<B>(req: &Request<B>) -> Option<HeaderValue> {
     if req.version() != http::Version::HTTP_11 {
         return None;
     }
@@ -47,13 +47,13 @@ pub fn upgrade_request<B>(req: &Request<B>) -> Option<HeaderValue> {
 }
 
 /// Puts back the two headers an upgrade needs on both hops.
-pub fn restore_upgrade_headers(headers: &mut HeaderMap, proto: &HeaderValue) {
+pub(crate) fn restore_upgrade_headers(headers: &mut HeaderMap, proto: &HeaderValue) {
     headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
     headers.insert(UPGRADE, proto.clone());
 }
 
 /// Everything a tunnel needs besides its two ends.
-pub struct TunnelCtx {
+pub(crate) struct TunnelCtx {
     pub websocket: bool,
     pub idle: Duration,
     /// The serving node (its drain state ends the tunnel).
@@ -61,8 +61,9 @@ pub struct TunnelCtx {
     pub drain_deadline: Duration,
     /// Turns true when the gateway shuts down.
     pub stopping: watch::Receiver<bool>,
-    /// Counts the tunnel as in flight on the node until it ends.
-    pub inflight: InFlight,
+    /// Held, never read: counts the tunnel in flight on its node until
+    /// the tunnel ends.
+    pub _inflight: InFlight,
 }
 
 /// Tunnels currently open (hyper's graceful shutdown does not see upgraded
@@ -95,7 +96,7 @@ pub async fn wait_closed(deadline: Duration) {
 }
 
 /// Joins the client and backend once both upgrades complete.
-pub fn spawn(client: OnUpgrade, upstream: OnUpgrade, ctx: TunnelCtx) {
+pub(crate) fn spawn(client: OnUpgrade, upstream: OnUpgrade, ctx: TunnelCtx) {
     let open = OpenTunnel::new();
     tokio::spawn(async move {
         let _open = open;

@@ -51,6 +51,8 @@ impl Upstream {
 
 /// A compiled configuration whose nodes carry an [`Upstream`].
 pub type Snapshot = hopgate_core::snapshot::Snapshot<Upstream>;
+/// The running snapshot's pointer, as the data plane loads it.
+pub type SharedSnapshot = hopgate_core::snapshot::SharedSnapshot<Upstream>;
 /// A compiled service whose nodes carry an [`Upstream`].
 pub type CompiledService = hopgate_core::snapshot::CompiledService<Upstream>;
 /// A compiled node with its [`Upstream`].

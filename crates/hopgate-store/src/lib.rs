@@ -19,8 +19,10 @@ pub use hopgate_core::session::SessionId;
 
 pub mod conformance;
 mod memory;
+mod sessions;
 
 pub use memory::{LoadReport, LoadWarning, MemoryStore, DEFAULT_MAX_SESSIONS};
+pub use sessions::Sessions;
 
 /// Where a session is bound, and what it carries across a hop.
 ///

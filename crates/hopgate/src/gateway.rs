@@ -18,10 +18,11 @@ use hopgate_control::maintenance::Maintenance;
 use hopgate_control::watch::watch_file;
 use hopgate_control::{Control, Source};
 use hopgate_core::config::{Config, ListenerConfig};
+use hopgate_core::session::unix_now;
 use hopgate_core::session::SessionKeys;
-use hopgate_proxy::session::{unix_now, Sessions};
 use hopgate_proxy::{serve_listener, Forwarder, ListenerCtx, ListenerSettings};
 use hopgate_store::MemoryStore;
+use hopgate_store::Sessions;
 
 /// One running listener.
 struct Running {
@@ -395,7 +396,7 @@ impl Gateway {
         }
         // Upgraded connections (WebSockets) are not part of hyper's graceful
         // shutdown: give them time to send their 1012 close frames.
-        hopgate_proxy::tunnel::wait_closed(deadline).await;
+        hopgate_proxy::wait_closed(deadline).await;
         for t in self.tasks {
             let _ = t.await;
         }

@@ -109,7 +109,7 @@ pub(super) fn answer(
                 node: Arc::clone(&node.state),
                 drain_deadline: svc.drain.deadline,
                 stopping: fwd.stopping.clone(),
-                inflight: node.state.begin_request(),
+                _inflight: node.state.begin_request(),
             },
         );
         return resp;
