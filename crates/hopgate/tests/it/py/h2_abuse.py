@@ -18,7 +18,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.settings
-from hpack import Encoder
+from hpack import Decoder, Encoder
 from hyperframe.frame import (
     ContinuationFrame,
     GoAwayFrame,
@@ -77,45 +77,55 @@ def well_behaved(addr):
         return "error: %s" % e
 
 
-def drain(s, seconds):
-    """Reads what the server sends for up to `seconds`; returns the GOAWAY
-    error code if one came, whether the connection was closed, bytes read,
-    and the RST_STREAM codes seen."""
+def frames(s, seconds, state):
+    """Yields the server's frames as (type, flags, stream id, payload) for up
+    to `seconds`; sets state["closed"] when the connection ends."""
     s.settimeout(0.5)
-    goaway = None
-    closed = False
-    total = 0
-    rsts = []
     buf = b""
     deadline = time.time() + seconds
     while time.time() < deadline:
         try:
             data = s.recv(65536)
         except socket.timeout:
-            if goaway is not None:
-                break
+            yield None
             continue
         except OSError:
-            closed = True
-            break
+            state["closed"] = True
+            return
         if not data:
-            closed = True
-            break
-        total += len(data)
+            state["closed"] = True
+            return
+        state["bytes"] = state.get("bytes", 0) + len(data)
         buf += data
-        # Walk whole frames: 9-byte header, then the payload.
+        # Whole frames: a 9-byte header, then the payload.
         while len(buf) >= 9:
             length = int.from_bytes(buf[0:3], "big")
             if len(buf) < 9 + length:
                 break
-            ftype = buf[3]
-            payload = buf[9 : 9 + length]
-            if ftype == 0x7 and len(payload) >= 8:
-                goaway = int.from_bytes(payload[4:8], "big")
-            if ftype == 0x3 and len(payload) >= 4:
-                rsts.append(int.from_bytes(payload[0:4], "big"))
+            ftype, flags = buf[3], buf[4]
+            sid = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
+            yield ftype, flags, sid, buf[9 : 9 + length]
             buf = buf[9 + length :]
-    return {"goaway": goaway, "closed": closed, "bytes": total, "rst": rsts[:20]}
+
+
+def drain(s, seconds):
+    """Reads what the server sends for up to `seconds`; returns the GOAWAY
+    error code if one came, whether the connection was closed, bytes read,
+    and the RST_STREAM codes seen."""
+    state = {"closed": False, "bytes": 0}
+    goaway = None
+    rsts = []
+    for f in frames(s, seconds, state):
+        if f is None:
+            if goaway is not None:
+                break
+            continue
+        ftype, _, _, payload = f
+        if ftype == 0x7 and len(payload) >= 8:
+            goaway = int.from_bytes(payload[4:8], "big")
+        if ftype == 0x3 and len(payload) >= 4:
+            rsts.append(int.from_bytes(payload[0:4], "big"))
+    return {"goaway": goaway, "closed": state["closed"], "bytes": state["bytes"], "rst": rsts[:20]}
 
 
 def raw_start(addr, settings=None):
@@ -211,51 +221,31 @@ def case_oversized_headers(addr):
     small = HeadersFrame(3, enc.encode(request_headers(addr)), flags=["END_HEADERS", "END_STREAM"])
     s.sendall(data + small.serialize())
     # Read frames: what happened to stream 1, and to stream 3.
-    s.settimeout(0.5)
-    buf = b""
     result = {"stream1": None, "stream3": None, "goaway": None}
-    dec = None
-    deadline = time.time() + 10
-    from hpack import Decoder
-
     dec = Decoder()
     dec.max_allowed_table_size = 65536
-    while time.time() < deadline and (result["stream3"] is None or result["stream1"] is None):
-        try:
-            d = s.recv(65536)
-        except socket.timeout:
+    for f in frames(s, 10, {}):
+        if result["stream3"] is not None and result["stream1"] is not None:
+            break
+        if f is None:
             continue
-        except OSError:
-            break
-        if not d:
-            break
-        buf += d
-        while len(buf) >= 9:
-            length = int.from_bytes(buf[0:3], "big")
-            if len(buf) < 9 + length:
-                break
-            ftype, flags, sid = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
-            payload = buf[9 : 9 + length]
-            buf = buf[9 + length :]
-            if ftype == 0x1:  # HEADERS
-                block = payload
-                if flags & 0x8:  # PADDED
-                    block = block[1 : len(block) - payload[0]]
-                if flags & 0x20:  # PRIORITY
-                    block = block[5:]
-                hs = dict(dec.decode(block))
-                st = hs.get(":status") or hs.get(b":status")
-                key = "stream%d" % sid
-                if key in result and st is not None:
-                    result[key] = int(st)
-            elif ftype == 0x3:  # RST_STREAM
-                key = "stream%d" % sid
-                if key in result and result[key] is None:
-                    result[key] = "rst:%d" % int.from_bytes(payload[0:4], "big")
-            elif ftype == 0x7:
-                result["goaway"] = int.from_bytes(payload[4:8], "big")
-            elif ftype == 0x4 and not (flags & 0x1):
-                s.sendall(SettingsFrame(0, flags=["ACK"]).serialize())
+        ftype, flags, sid, payload = f
+        key = "stream%d" % sid
+        if ftype == 0x1:  # HEADERS
+            block = payload
+            if flags & 0x8:  # PADDED
+                block = block[1 : len(block) - payload[0]]
+            if flags & 0x20:  # PRIORITY
+                block = block[5:]
+            st = dict(dec.decode(block)).get(":status")
+            if key in result and st is not None:
+                result[key] = int(st)
+        elif ftype == 0x3 and key in result and result[key] is None:  # RST_STREAM
+            result[key] = "rst:%d" % int.from_bytes(payload[0:4], "big")
+        elif ftype == 0x7:
+            result["goaway"] = int.from_bytes(payload[4:8], "big")
+        elif ftype == 0x4 and not (flags & 0x1):
+            s.sendall(SettingsFrame(0, flags=["ACK"]).serialize())
     s.close()
     return result
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# bench/callgrind.sh BIN LABEL: instructions per proxied request under
+# callgrind (the recipe of docs/BENCHMARKS.md): one worker thread, two nginx
+# origins, wrk -t1 -c4: 2 s of warm-up, counters zeroed, 6 s measured.
+set -uo pipefail
+BIN=$1; LABEL=$2
+D=${TMPDIR:-/tmp}/hopgate-cg/$LABEL; rm -rf "$D"; mkdir -p "$D/www"; chmod 755 "$D" "$D/www"
+read P1 P2 PG PA < <(python3 -c '
+import socket
+ss=[socket.socket() for _ in range(4)]
+for s in ss: s.bind(("127.0.0.1",0))
+print(*[s.getsockname()[1] for s in ss])')
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; sleep 0.5; for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; }
+trap cleanup EXIT
+for o in 1 2; do
+  port=$([[ $o == 1 ]] && echo $P1 || echo $P2)
+  mkdir -p "$D/o$o"; chmod 755 "$D/o$o"
+  cat > "$D/o$o/nginx.conf" <<NG
+worker_processes 1;
+daemon off;
+master_process off;
+pid $D/o$o/nginx.pid;
+error_log $D/o$o/error.log warn;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    client_body_temp_path $D/o$o/cb; proxy_temp_path $D/o$o/px; fastcgi_temp_path $D/o$o/fc; uwsgi_temp_path $D/o$o/uw; scgi_temp_path $D/o$o/sc;
+    keepalive_requests 10000000; keepalive_timeout 75s;
+    server { listen 127.0.0.1:$port backlog=4096; root $D/www; location = /0 { return 200 ""; } }
+}
+NG
+  nginx -p "$D/o$o" -c "$D/o$o/nginx.conf" -e "$D/o$o/error.log" >"$D/o$o/out.log" 2>&1 &
+  PIDS+=($!)
+done
+cat > "$D/hopgate.yaml" <<Y
+listeners:
+  - { name: public, address: 127.0.0.1:$PG }
+admin: { address: 127.0.0.1:$PA }
+services:
+  - name: origin
+    lb: wrr_ring
+    nodes:
+      - { id: o1, address: 127.0.0.1:$P1 }
+      - { id: o2, address: 127.0.0.1:$P2 }
+routes:
+  - { id: all, match: { path_prefix: / }, service: origin }
+Y
+RUST_LOG="info,hopgate::access=off" TOKIO_WORKER_THREADS=1 HOPGATE_WORKER_THREADS=1 \
+  valgrind --tool=callgrind --callgrind-out-file="$D/cg.out" "$BIN" run --config "$D/hopgate.yaml" >"$D/hopgate.log" 2>&1 &
+VG=$!; PIDS+=($VG)
+for i in $(seq 1 120); do curl -s -o /dev/null "http://127.0.0.1:$PG/0" && break; sleep 0.5; done
+wrk -t1 -c4 -d2s "http://127.0.0.1:$PG/0" > "$D/warm.txt" 2>&1
+callgrind_control -z $VG >/dev/null
+wrk -t1 -c4 -d6s "http://127.0.0.1:$PG/0" > "$D/wrk.txt" 2>&1
+callgrind_control -d $VG >/dev/null
+sleep 1
+REQS=$(grep -oE '^ *[0-9]+ requests' "$D/wrk.txt" | awk '{print $1}')
+F=$(ls -t "$D"/cg.out* | grep -v '^$' | head -1)
+IR=$(grep -E '^(summary|totals):' "$F" | head -1 | awk '{print $2}')
+echo "$LABEL file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
+grep -E 'Non-2xx|Socket errors' "$D/wrk.txt"
