@@ -1,0 +1,359 @@
+//! Fleet mode with a real etcd (SPEC §9): two `hopgate run` replicas on one
+//! etcd share their runtime config, discovered nodes and operator actions,
+//! and keep serving when etcd goes away.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::etcd_server::Etcd;
+use crate::harness::{client, node_of, service, temp_path, Backend, Gateway};
+
+/// A replica's local file: bootstrap sections only.
+fn bootstrap(replica: &str, etcd: &Etcd, prefix: &str, cache: &std::path::Path) -> String {
+    format!(
+        "replica_id: {replica}\nlisteners:\n  - {{ name: public, address: 127.0.0.1:0, debug_headers: true }}\nadmin: {{ address: 127.0.0.1:0 }}\nsources:\n  file: {{ watch: false }}\n  etcd: {{ endpoints: [\"{}\"], prefix: \"{prefix}\", cache: \"{}\" }}\n",
+        etcd.endpoint,
+        cache.display()
+    )
+}
+
+/// A shared document: one service `api` with `nodes`, every path to it.
+fn shared(nodes: &[(&str, SocketAddr, &str)]) -> String {
+    format!(
+        "services:\n{}routes:\n  - {{ id: default, match: {{ path_prefix: / }}, service: api }}\ntimeouts: {{ shutdown: 5s }}\n",
+        service("api", nodes)
+    )
+}
+
+fn prefix() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "/it-{}-{}/",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Polls `check` until it holds or `bound` passes; whether it held.
+async fn within<F, Fut>(bound: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if check().await {
+            return true;
+        }
+        if start.elapsed() > bound {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn served_by(gw: &Gateway) -> String {
+    node_of(client().get(gw.url("/")).send().await.unwrap()).await
+}
+
+fn node<'a>(nodes: &'a Value, id: &str) -> Option<&'a Value> {
+    nodes["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == id)
+}
+
+struct Fleet {
+    etcd: Etcd,
+    prefix: String,
+    caches: Vec<PathBuf>,
+}
+
+impl Fleet {
+    async fn start() -> Fleet {
+        Fleet {
+            etcd: Etcd::start().await,
+            prefix: prefix(),
+            caches: Vec::new(),
+        }
+    }
+
+    fn key(&self, rest: &str) -> String {
+        format!("{}{rest}", self.prefix)
+    }
+
+    fn cache(&mut self) -> PathBuf {
+        let p = temp_path("json");
+        self.caches.push(p.clone());
+        p
+    }
+
+    async fn replica(&self, name: &str, cache: &std::path::Path) -> Gateway {
+        Gateway::start(&bootstrap(name, &self.etcd, &self.prefix, cache)).await
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for c in &self.caches {
+            let _ = std::fs::remove_file(c);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_config_applies_on_every_replica_and_a_bad_one_nowhere() {
+    let mut f = Fleet::start().await;
+    let b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    f.etcd
+        .put(&f.key("config"), &shared(&[("n1", b1.addr, "v1")]));
+    let (ca, cb) = (f.cache(), f.cache());
+    let a = f.replica("gw-a", &ca).await;
+    let b = f.replica("gw-b", &cb).await;
+    for gw in [&a, &b] {
+        assert_eq!(served_by(gw).await, "b1");
+        let versions = gw.admin_json("/admin/v1/config/versions").await;
+        let last = versions["versions"].as_array().unwrap().last().unwrap();
+        assert_eq!(last["source"], "etcd", "{versions}");
+        let fleet = gw.admin_json("/admin/v1/fleet").await;
+        assert_eq!(fleet["etcd"]["state"], "connected", "{fleet}");
+        assert_eq!(fleet["redis"]["state"], "off");
+        assert!(fleet["etcd"]["revision"].as_i64().unwrap() > 0);
+        assert!(gw.metrics().await.contains("hopgate_fleet_etcd_up 1"));
+    }
+    assert_eq!(a.admin_json("/admin/v1/fleet").await["replica_id"], "gw-a");
+
+    // A new document (JSON this time) applies on both.
+    let json_doc = serde_json::json!({
+        "services": [{ "name": "api", "nodes": [{ "id": "n2", "address": b2.addr.to_string() }] }],
+        "routes": [{ "id": "default", "match": { "path_prefix": "/" }, "service": "api" }],
+    });
+    f.etcd.put(&f.key("config"), &json_doc.to_string());
+    for gw in [&a, &b] {
+        assert!(
+            within(Duration::from_secs(5), || async {
+                served_by(gw).await == "b2"
+            })
+            .await,
+            "the new shared config did not apply"
+        );
+        let versions = gw.admin_json("/admin/v1/config/versions").await;
+        let last = versions["versions"].as_array().unwrap().last().unwrap();
+        assert_eq!(last["source"], "etcd");
+    }
+    for r in ["gw-a", "gw-b"] {
+        let status: Value =
+            serde_json::from_str(&f.etcd.get(&f.key(&format!("status/{r}"))).unwrap()).unwrap();
+        assert_eq!(status["ok"], true, "{status}");
+    }
+
+    // A bad one (a bootstrap section, an unknown service) is kept out
+    // everywhere and NACKed by each replica.
+    let bad = format!(
+        "{}\nlisteners: []\n",
+        shared(&[("n1", b1.addr, "")]).replace("service: api", "service: nope")
+    );
+    f.etcd.put(&f.key("config"), &bad);
+    for r in ["gw-a", "gw-b"] {
+        let key = f.key(&format!("status/{r}"));
+        let nacked = within(Duration::from_secs(5), || async {
+            f.etcd
+                .get(&key)
+                .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+                .is_some_and(|s| s["ok"] == false)
+        })
+        .await;
+        assert!(nacked, "{r} did not NACK the bad document");
+        let status: Value = serde_json::from_str(&f.etcd.get(&key).unwrap()).unwrap();
+        assert_eq!(status["errors"][0]["path"], "listeners", "{status}");
+    }
+    for gw in [&a, &b] {
+        for _ in 0..10 {
+            assert_eq!(served_by(gw).await, "b2");
+        }
+        let versions = gw.admin_json("/admin/v1/config/versions").await;
+        assert!(versions["reload_failures"].as_u64().unwrap() >= 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovered_nodes_and_operator_actions_reach_every_replica() {
+    let mut f = Fleet::start().await;
+    let b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    f.etcd
+        .put(&f.key("config"), &shared(&[("s1", b1.addr, "")]));
+    let (ca, cb) = (f.cache(), f.cache());
+    let a = f.replica("gw-a", &ca).await;
+    let b = f.replica("gw-b", &cb).await;
+
+    // A backend registers itself on a lease: both replicas serve it.
+    let lease = f.etcd.lease_grant(30);
+    let reg = format!(r#"{{"address":"{}","version":"","weight":100}}"#, b2.addr);
+    f.etcd.put_lease(&f.key("nodes/api/d1"), &reg, &lease);
+    for gw in [&a, &b] {
+        assert!(
+            within(Duration::from_secs(5), || async {
+                node(&gw.admin_json("/admin/v1/nodes").await, "d1").is_some()
+            })
+            .await,
+            "the discovered node did not join; logs:\n{}",
+            gw.logs()
+        );
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..20 {
+            seen.insert(served_by(gw).await);
+        }
+        assert!(seen.contains("b2"), "{seen:?}");
+    }
+
+    // A drain posted to one replica applies on both within 1 s.
+    let r = client()
+        .post(a.admin_url("/admin/v1/nodes/api/s1/drain"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(crate::harness::json(r).await["fleet"], true);
+    for gw in [&a, &b] {
+        assert!(
+            within(Duration::from_secs(1), || async {
+                node(&gw.admin_json("/admin/v1/nodes").await, "s1").unwrap()["draining"] == true
+            })
+            .await,
+            "the drain did not reach every replica within 1 s"
+        );
+    }
+    let r = client()
+        .post(b.admin_url("/admin/v1/nodes/api/s1/undrain"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    for gw in [&a, &b] {
+        assert!(
+            within(Duration::from_secs(1), || async {
+                node(&gw.admin_json("/admin/v1/nodes").await, "s1").unwrap()["draining"] == false
+            })
+            .await,
+            "the undrain did not reach every replica within 1 s"
+        );
+    }
+
+    // A maintenance notice posted to one replica applies on both within 1 s.
+    let r = client()
+        .post(b.admin_url("/admin/v1/maintenance"))
+        .json(&serde_json::json!({ "service": "api", "node": "s1", "kind": "MIGRATING", "seq": 1 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    for gw in [&a, &b] {
+        assert!(
+            within(Duration::from_secs(1), || async {
+                node(&gw.admin_json("/admin/v1/nodes").await, "s1").unwrap()["maintenance"]
+                    ["relaxed"]
+                    == true
+            })
+            .await,
+            "the maintenance notice did not reach every replica within 1 s"
+        );
+    }
+
+    // Lease revoked: the node leaves both.
+    f.etcd.lease_revoke(&lease);
+    for gw in [&a, &b] {
+        assert!(
+            within(Duration::from_secs(5), || async {
+                node(&gw.admin_json("/admin/v1/nodes").await, "d1").is_none()
+            })
+            .await,
+            "the deregistered node stayed"
+        );
+        for _ in 0..10 {
+            assert_eq!(served_by(gw).await, "b1");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_loss_keeps_serving_and_a_restart_boots_from_the_cache() {
+    let mut f = Fleet::start().await;
+    let b1 = Backend::start("b1").await;
+    f.etcd
+        .put(&f.key("config"), &shared(&[("n1", b1.addr, "")]));
+    let cache = f.cache();
+    let a = f.replica("gw-a", &cache).await;
+    assert_eq!(served_by(&a).await, "b1");
+    assert!(
+        within(Duration::from_secs(5), || async { cache.exists() }).await,
+        "no cache file written"
+    );
+
+    // Load while etcd dies: no request fails.
+    let failures = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for _ in 0..4 {
+        let (url, failures, done, stop) =
+            (a.url("/"), failures.clone(), done.clone(), stop.clone());
+        load.push(tokio::spawn(async move {
+            let c = client();
+            while !stop.load(Ordering::Relaxed) {
+                match c.get(&url).send().await {
+                    Ok(r) if r.status() == 200 => {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    f.etcd.kill();
+    assert!(
+        within(Duration::from_secs(10), || async {
+            a.admin_json("/admin/v1/fleet").await["etcd"]["state"] == "degraded"
+        })
+        .await,
+        "fleet state did not turn degraded"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in load {
+        t.await.unwrap();
+    }
+    assert_eq!(failures.load(Ordering::Relaxed), 0);
+    assert!(done.load(Ordering::Relaxed) > 0);
+    assert!(a.metrics().await.contains("hopgate_fleet_etcd_up 0"));
+
+    // A replica (re)started while etcd is down serves the cached config.
+    drop(a);
+    let a2 = f.replica("gw-a", &cache).await;
+    assert_eq!(served_by(&a2).await, "b1");
+    let fleet = a2.admin_json("/admin/v1/fleet").await;
+    assert_eq!(fleet["etcd"]["booted_from_cache"], true, "{fleet}");
+    assert_ne!(fleet["etcd"]["state"], "connected");
+
+    // etcd back: the replica reconnects.
+    f.etcd.restart().await;
+    assert!(
+        within(Duration::from_secs(15), || async {
+            a2.admin_json("/admin/v1/fleet").await["etcd"]["state"] == "connected"
+        })
+        .await,
+        "did not reconnect"
+    );
+    assert_eq!(served_by(&a2).await, "b1");
+}
