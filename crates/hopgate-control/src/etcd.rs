@@ -42,17 +42,15 @@ pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// The connection state shown by `GET /admin/v1/fleet`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EtcdState {
-    /// Not connected yet (booting).
-    Connecting,
     Connected,
-    /// Unreachable: the last good config and node set keep serving.
+    /// Unreachable, or not reached yet since start: the last good config
+    /// and node set keep serving.
     Degraded,
 }
 
 impl EtcdState {
     fn as_str(self) -> &'static str {
         match self {
-            EtcdState::Connecting => "connecting",
             EtcdState::Connected => "connected",
             EtcdState::Degraded => "degraded",
         }
@@ -103,8 +101,7 @@ impl EtcdHandle {
     pub fn state(&self) -> EtcdState {
         match self.state.load(Ordering::Relaxed) {
             1 => EtcdState::Connected,
-            2 => EtcdState::Degraded,
-            _ => EtcdState::Connecting,
+            _ => EtcdState::Degraded,
         }
     }
 
@@ -128,9 +125,8 @@ impl EtcdHandle {
     /// Records a state change, logging each transition once.
     pub(crate) fn set_state(&self, state: EtcdState, error: Option<String>) {
         let code = match state {
-            EtcdState::Connecting => 0,
+            EtcdState::Degraded => 0,
             EtcdState::Connected => 1,
-            EtcdState::Degraded => 2,
         };
         let before = self.state.swap(code, Ordering::Relaxed);
         if state != EtcdState::Connected {

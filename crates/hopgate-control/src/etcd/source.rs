@@ -220,6 +220,7 @@ impl EtcdSource {
                     .store(true, std::sync::atomic::Ordering::Relaxed);
             }
             source.handle.set_revision(b.view.revision);
+            apply_drains(&source.control, &b.view.drains, &mut source.drained);
         }
         source
     }
@@ -227,8 +228,11 @@ impl EtcdSource {
     /// Runs until `shutdown` turns true.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         let mut backoff = BACKOFF_MIN;
+        let mut first = true;
         loop {
-            match self.session(&mut shutdown, &mut backoff).await {
+            let end = self.session(&mut shutdown, &mut backoff, first).await;
+            first = false;
+            match end {
                 End::Shutdown => return,
                 End::Resync(why) => {
                     self.handle
@@ -253,6 +257,7 @@ impl EtcdSource {
         &mut self,
         shutdown: &mut watch::Receiver<bool>,
         backoff: &mut Duration,
+        first: bool,
     ) -> End {
         let mut client = match connect(&self.handle.endpoints).await {
             Ok(c) => c,
@@ -262,7 +267,8 @@ impl EtcdSource {
             Ok(v) => v,
             Err(e) => return End::Lost(e),
         };
-        if self.handle.state() != EtcdState::Connecting {
+        if !first && self.handle.state() == EtcdState::Degraded {
+            // A reconnect (a compaction's re-read is counted by `run`).
             self.handle
                 .resyncs
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -358,6 +364,11 @@ impl EtcdSource {
         }
         // After any apply too: a reload may have brought a drained node.
         apply_drains(&self.control, &self.view.drains, &mut self.drained);
+        if dirty.drains && !(dirty.config || dirty.nodes) {
+            if let Some(good) = self.good.clone() {
+                self.save_cache(&good).await;
+            }
+        }
     }
 
     async fn apply(&mut self, config_changed: bool) {
@@ -416,14 +427,16 @@ impl EtcdSource {
             });
             self.write_status(&doc, status).await;
         }
-        if result.is_err() {
+        let Ok(outcome) = result else {
             return false;
-        }
+        };
         if let Some(p) = planned {
             self.discovery.commit(p);
         }
         self.good = Some(doc.clone());
-        self.save_cache(&doc).await;
+        if outcome.changed || owed {
+            self.save_cache(&doc).await;
+        }
         true
     }
 

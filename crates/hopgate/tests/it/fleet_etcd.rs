@@ -123,8 +123,13 @@ async fn shared_config_applies_on_every_replica_and_a_bad_one_nowhere() {
         let versions = gw.admin_json("/admin/v1/config/versions").await;
         let last = versions["versions"].as_array().unwrap().last().unwrap();
         assert_eq!(last["source"], "etcd", "{versions}");
+        assert!(
+            within(Duration::from_secs(5), || async {
+                gw.admin_json("/admin/v1/fleet").await["etcd"]["state"] == "connected"
+            })
+            .await
+        );
         let fleet = gw.admin_json("/admin/v1/fleet").await;
-        assert_eq!(fleet["etcd"]["state"], "connected", "{fleet}");
         assert_eq!(fleet["redis"]["state"], "off");
         assert!(fleet["etcd"]["revision"].as_i64().unwrap() > 0);
         assert!(gw.metrics().await.contains("hopgate_fleet_etcd_up 1"));
@@ -356,4 +361,65 @@ async fn etcd_loss_keeps_serving_and_a_restart_boots_from_the_cache() {
         "did not reconnect"
     );
     assert_eq!(served_by(&a2).await, "b1");
+    // And follows etcd again.
+    let b2 = Backend::start("b2").await;
+    f.etcd
+        .put(&f.key("config"), &shared(&[("n2", b2.addr, "")]));
+    assert!(
+        within(Duration::from_secs(5), || async {
+            served_by(&a2).await == "b2"
+        })
+        .await,
+        "a change after the reconnect did not apply"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deregistering_every_node_of_a_healthy_service_is_held_back() {
+    let mut f = Fleet::start().await;
+    let b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    // Discovery feeds the service alone.
+    f.etcd.put(
+        &f.key("config"),
+        &shared(&[]).replace("    nodes:\n", "    nodes: []\n"),
+    );
+    f.etcd.put(
+        &f.key("nodes/api/d1"),
+        &format!(r#"{{"address":"{}"}}"#, b1.addr),
+    );
+    let cache = f.cache();
+    let a = f.replica("gw-a", &cache).await;
+    assert_eq!(served_by(&a).await, "b1");
+
+    // Its only node deregisters while healthy: kept, warned, counted.
+    f.etcd.del(&f.key("nodes/api/d1"));
+    assert!(
+        within(Duration::from_secs(5), || async {
+            a.metrics()
+                .await
+                .contains("hopgate_fleet_discovery_removals_deferred_total 1")
+        })
+        .await,
+        "the removal was not held back"
+    );
+    for _ in 0..10 {
+        assert_eq!(served_by(&a).await, "b1");
+    }
+
+    // Another registers: the held one leaves.
+    f.etcd.put(
+        &f.key("nodes/api/d2"),
+        &format!(r#"{{"address":"{}"}}"#, b2.addr),
+    );
+    assert!(
+        within(Duration::from_secs(5), || async {
+            node(&a.admin_json("/admin/v1/nodes").await, "d1").is_none()
+        })
+        .await,
+        "the held node stayed after a new one registered"
+    );
+    for _ in 0..10 {
+        assert_eq!(served_by(&a).await, "b2");
+    }
 }
