@@ -135,7 +135,12 @@ fn validate(file: &Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match config::load(&text, format_of(file)) {
+    // Fleet mode: the local file must hold bootstrap sections only.
+    let loaded = config::load(&text, format_of(file)).and_then(|cfg| match &cfg.sources.etcd {
+        Some(_) => config::fleet::check_bootstrap(&cfg.raw).map(|()| cfg),
+        None => Ok(cfg),
+    });
+    match loaded {
         Ok(cfg) => {
             println!(
                 "{}: ok ({} listeners, {} services, {} routes)",

@@ -423,3 +423,22 @@ async fn deregistering_every_node_of_a_healthy_service_is_held_back() {
         assert_eq!(served_by(&a).await, "b2");
     }
 }
+
+#[test]
+fn validate_refuses_runtime_sections_in_a_fleet_bootstrap_file() {
+    let path = temp_path("yaml");
+    std::fs::write(
+        &path,
+        "listeners:\n  - { name: public, address: 127.0.0.1:8080 }\nsources:\n  etcd: { endpoints: [\"http://127.0.0.1:2379\"] }\naccess: { deny_cidrs: [10.0.0.0/8] }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(crate::harness::BIN)
+        .arg("validate")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("access: with sources.etcd set"), "{stderr}");
+}
