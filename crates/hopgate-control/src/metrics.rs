@@ -391,23 +391,19 @@ pub fn render(
 fn fleet_section(o: &mut String, fleet: Option<&Fleet>) {
     let Some(fleet) = fleet else { return };
     let (redis, etcd) = fleet.up();
-    if let Some(up) = redis {
-        head(
-            o,
-            "hopgate_fleet_redis_up",
-            "gauge",
-            "Whether the shared session store answers.",
-        );
-        let _ = writeln!(o, "hopgate_fleet_redis_up {}", u8::from(up));
-    }
-    if let Some(up) = etcd {
-        head(
-            o,
+    let gauges = [
+        ("hopgate_fleet_redis_up", "the shared session store", redis),
+        (
             "hopgate_fleet_etcd_up",
-            "gauge",
-            "Whether etcd (config, discovery, actions) answers.",
-        );
-        let _ = writeln!(o, "hopgate_fleet_etcd_up {}", u8::from(up));
+            "etcd (config, discovery, actions)",
+            etcd,
+        ),
+    ];
+    for (name, what, up) in gauges {
+        if let Some(up) = up {
+            head(o, name, "gauge", &format!("Whether {what} answers."));
+            let _ = writeln!(o, "{name} {}", u8::from(up));
+        }
     }
     if let Some(e) = fleet.etcd() {
         head(

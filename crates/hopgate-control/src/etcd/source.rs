@@ -229,6 +229,9 @@ impl EtcdSource {
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         let mut backoff = BACKOFF_MIN;
         let mut first = true;
+        // A re-read right after a canceled watch is immediate once; a watch
+        // canceled again at once (not a compaction, then) waits the backoff.
+        let mut resynced = false;
         loop {
             let end = self.session(&mut shutdown, &mut backoff, first).await;
             first = false;
@@ -239,9 +242,12 @@ impl EtcdSource {
                         .resyncs
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::info!(reason = %why, "etcd: watch canceled; re-reading the prefix");
-                    continue;
+                    if !std::mem::replace(&mut resynced, true) {
+                        continue;
+                    }
                 }
                 End::Lost(why) => {
+                    resynced = false;
                     self.handle.set_state(EtcdState::Degraded, Some(why));
                 }
             }

@@ -70,6 +70,21 @@ fn node<'a>(nodes: &'a Value, id: &str) -> Option<&'a Value> {
         .find(|n| n["id"] == id)
 }
 
+/// Whether node `id` satisfies `check` on every replica within 1 s.
+async fn on_every(replicas: &[&Gateway], id: &str, check: impl Fn(&Value) -> bool) -> bool {
+    let check = &check;
+    within(Duration::from_secs(1), || async move {
+        for gw in replicas {
+            match node(&gw.admin_json("/admin/v1/nodes").await, id) {
+                Some(n) if check(n) => {}
+                _ => return false,
+            }
+        }
+        true
+    })
+    .await
+}
+
 struct Fleet {
     etcd: Etcd,
     prefix: String,
@@ -98,6 +113,16 @@ impl Fleet {
     async fn replica(&self, name: &str, cache: &std::path::Path) -> Gateway {
         Gateway::start(&bootstrap(name, &self.etcd, &self.prefix, cache)).await
     }
+
+    /// Puts `doc` as the shared config and starts replicas gw-a and gw-b.
+    async fn pair(&mut self, doc: &str) -> (Gateway, Gateway) {
+        self.etcd.put(&self.key("config"), doc);
+        let (ca, cb) = (self.cache(), self.cache());
+        (
+            self.replica("gw-a", &ca).await,
+            self.replica("gw-b", &cb).await,
+        )
+    }
 }
 
 impl Drop for Fleet {
@@ -113,11 +138,7 @@ async fn shared_config_applies_on_every_replica_and_a_bad_one_nowhere() {
     let mut f = Fleet::start().await;
     let b1 = Backend::start("b1").await;
     let b2 = Backend::start("b2").await;
-    f.etcd
-        .put(&f.key("config"), &shared(&[("n1", b1.addr, "v1")]));
-    let (ca, cb) = (f.cache(), f.cache());
-    let a = f.replica("gw-a", &ca).await;
-    let b = f.replica("gw-b", &cb).await;
+    let (a, b) = f.pair(&shared(&[("n1", b1.addr, "v1")])).await;
     for gw in [&a, &b] {
         assert_eq!(served_by(gw).await, "b1");
         let versions = gw.admin_json("/admin/v1/config/versions").await;
@@ -194,11 +215,7 @@ async fn discovered_nodes_and_operator_actions_reach_every_replica() {
     let mut f = Fleet::start().await;
     let b1 = Backend::start("b1").await;
     let b2 = Backend::start("b2").await;
-    f.etcd
-        .put(&f.key("config"), &shared(&[("s1", b1.addr, "")]));
-    let (ca, cb) = (f.cache(), f.cache());
-    let a = f.replica("gw-a", &ca).await;
-    let b = f.replica("gw-b", &cb).await;
+    let (a, b) = f.pair(&shared(&[("s1", b1.addr, "")])).await;
 
     // A backend registers itself on a lease: both replicas serve it.
     let lease = f.etcd.lease_grant(30);
@@ -221,57 +238,40 @@ async fn discovered_nodes_and_operator_actions_reach_every_replica() {
     }
 
     // A drain posted to one replica applies on both within 1 s.
-    let r = client()
-        .post(a.admin_url("/admin/v1/nodes/api/s1/drain"))
+    let post = |gw: &Gateway, path: &str| client().post(gw.admin_url(path));
+    let r = post(&a, "/admin/v1/nodes/api/s1/drain")
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(crate::harness::json(r).await["fleet"], true);
-    for gw in [&a, &b] {
-        assert!(
-            within(Duration::from_secs(1), || async {
-                node(&gw.admin_json("/admin/v1/nodes").await, "s1").unwrap()["draining"] == true
-            })
-            .await,
-            "the drain did not reach every replica within 1 s"
-        );
-    }
-    let r = client()
-        .post(b.admin_url("/admin/v1/nodes/api/s1/undrain"))
+    assert!(
+        on_every(&[&a, &b], "s1", |n| n["draining"] == true).await,
+        "the drain did not reach every replica within 1 s"
+    );
+    let r = post(&b, "/admin/v1/nodes/api/s1/undrain")
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    for gw in [&a, &b] {
-        assert!(
-            within(Duration::from_secs(1), || async {
-                node(&gw.admin_json("/admin/v1/nodes").await, "s1").unwrap()["draining"] == false
-            })
-            .await,
-            "the undrain did not reach every replica within 1 s"
-        );
-    }
+    assert!(
+        on_every(&[&a, &b], "s1", |n| n["draining"] == false).await,
+        "the undrain did not reach every replica within 1 s"
+    );
 
     // A maintenance notice posted to one replica applies on both within 1 s.
-    let r = client()
-        .post(b.admin_url("/admin/v1/maintenance"))
-        .json(&serde_json::json!({ "service": "api", "node": "s1", "kind": "MIGRATING", "seq": 1 }))
+    let notice =
+        serde_json::json!({ "service": "api", "node": "s1", "kind": "MIGRATING", "seq": 1 });
+    let r = post(&b, "/admin/v1/maintenance")
+        .json(&notice)
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    for gw in [&a, &b] {
-        assert!(
-            within(Duration::from_secs(1), || async {
-                node(&gw.admin_json("/admin/v1/nodes").await, "s1").unwrap()["maintenance"]
-                    ["relaxed"]
-                    == true
-            })
-            .await,
-            "the maintenance notice did not reach every replica within 1 s"
-        );
-    }
+    assert!(
+        on_every(&[&a, &b], "s1", |n| n["maintenance"]["relaxed"] == true).await,
+        "the maintenance notice did not reach every replica within 1 s"
+    );
 
     // Lease revoked: the node leaves both.
     f.etcd.lease_revoke(&lease);
