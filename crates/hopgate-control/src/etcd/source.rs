@@ -154,34 +154,66 @@ pub async fn boot(cfg: &EtcdSourceConfig, cache_path: &std::path::Path) -> Optio
     }
 }
 
-/// The whole prefix at one revision, with the maintenance notices in it.
+/// Keys per page of the full read.
+const PAGE: i64 = 100;
+/// Largest gRPC message accepted from etcd (a page of big values, or a
+/// watch response carrying many events); tonic's default is 4 MiB.
+const MAX_MESSAGE: usize = 64 << 20;
+
+/// The end of the key range holding every key that starts with `prefix`.
+pub(crate) fn range_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// The whole prefix at one revision, with the maintenance notices in it,
+/// read in pages (all at the revision of the first) so a large prefix
+/// never exceeds a message limit.
 async fn read_prefix(
     client: &mut Client,
     prefix: &str,
 ) -> Result<(View, Vec<(String, String)>), String> {
-    let resp = tokio::time::timeout(
-        CALL_TIMEOUT,
-        client.get(prefix, Some(GetOptions::new().with_prefix())),
-    )
-    .await
-    .map_err(|_| "read timed out".to_owned())?
-    .map_err(|e| format!("read: {e}"))?;
-    let mut view = View {
-        revision: resp.header().map_or(0, |h| h.revision()),
-        ..View::default()
-    };
+    let mut kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
+    let end = range_end(prefix);
+    let mut from = prefix.as_bytes().to_vec();
+    let mut view = View::default();
     let mut notices = Vec::new();
-    for kv in resp.kvs() {
-        let (Ok(key), Ok(value)) = (kv.key_str(), kv.value_str()) else {
-            tracing::warn!("etcd: ignoring a key or value that is not UTF-8");
-            continue;
-        };
-        if let KeyKind::Maintenance(_) = classify(prefix, key) {
-            notices.push((key.to_owned(), value.to_owned()));
+    loop {
+        let mut opts = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+        if view.revision > 0 {
+            opts = opts.with_revision(view.revision);
         }
-        view.update(prefix, key, Some(value), kv.mod_revision());
+        let resp = tokio::time::timeout(CALL_TIMEOUT, kv.get(from.clone(), Some(opts)))
+            .await
+            .map_err(|_| "read timed out".to_owned())?
+            .map_err(|e| format!("read: {e}"))?;
+        if view.revision == 0 {
+            view.revision = resp.header().map_or(0, |h| h.revision());
+        }
+        for kv in resp.kvs() {
+            let (Ok(key), Ok(value)) = (kv.key_str(), kv.value_str()) else {
+                tracing::warn!("etcd: ignoring a key or value that is not UTF-8");
+                continue;
+            };
+            if let KeyKind::Maintenance(_) = classify(prefix, key) {
+                notices.push((key.to_owned(), value.to_owned()));
+            }
+            view.update(prefix, key, Some(value), kv.mod_revision());
+        }
+        match resp.kvs().last() {
+            Some(last) if resp.more() => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => return Ok((view, notices)),
+        }
     }
-    Ok((view, notices))
 }
 
 impl EtcdSource {
@@ -298,7 +330,8 @@ impl EtcdSource {
             .with_prefix()
             .with_start_revision(revision + 1)
             .with_progress_notify();
-        let mut stream = match client.watch(self.handle.prefix.as_str(), Some(opts)).await {
+        let mut watcher = client.watch_client().max_decoding_message_size(MAX_MESSAGE);
+        let mut stream = match watcher.watch(self.handle.prefix.as_str(), Some(opts)).await {
             Ok(s) => s,
             Err(e) => return End::Lost(format!("watch: {e}")),
         };

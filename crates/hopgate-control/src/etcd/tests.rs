@@ -64,3 +64,11 @@ fn the_cache_round_trips_and_replaces_atomically() {
     assert!(cache::load(&path).is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_read_range_ends_right_after_the_prefix() {
+    use super::source::range_end;
+    assert_eq!(range_end("/hg/"), b"/hg0".to_vec());
+    assert_eq!(range_end("a\u{7f}"), b"a\x80".to_vec());
+    assert_eq!(range_end(""), vec![0]);
+}

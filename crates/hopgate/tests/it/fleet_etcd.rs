@@ -442,3 +442,52 @@ fn validate_refuses_runtime_sections_in_a_fleet_bootstrap_file() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("access: with sources.etcd set"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_that_falls_behind_a_compaction_re_reads_and_misses_nothing() {
+    let mut f = Fleet::start().await;
+    let b1 = Backend::start("b1").await;
+    let b2 = Backend::start("b2").await;
+    f.etcd
+        .put(&f.key("config"), &shared(&[("n1", b1.addr, "")]));
+    let cache = f.cache();
+    let a = f.replica("gw-a", &cache).await;
+    assert_eq!(served_by(&a).await, "b1");
+    let pid = a.pid().unwrap().to_string();
+
+    // Freeze the replica so its watch falls behind, bury the change it must
+    // not miss under a lot of traffic, and compact past all of it.
+    let stop = |sig: &str| {
+        std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+    };
+    stop("-STOP");
+    let blob = "x".repeat(120 << 10);
+    for i in 0..40 {
+        f.etcd.put(&f.key(&format!("junk/{i}")), &blob);
+    }
+    f.etcd
+        .put(&f.key("config"), &shared(&[("n2", b2.addr, "")]));
+    for i in 0..40 {
+        f.etcd.put(&f.key(&format!("junk/{i}")), &blob);
+    }
+    let status: Value =
+        serde_json::from_str(&f.etcd.ctl(&["endpoint", "status", "-w", "json"])).unwrap();
+    let rev = status[0]["Status"]["header"]["revision"].as_i64().unwrap();
+    f.etcd.ctl(&["compact", &rev.to_string()]);
+    stop("-CONT");
+
+    assert!(
+        within(Duration::from_secs(10), || async {
+            served_by(&a).await == "b2"
+        })
+        .await,
+        "the change buried before the compaction was missed; logs:\n{}",
+        a.logs()
+    );
+    let fleet = a.admin_json("/admin/v1/fleet").await;
+    assert!(fleet["etcd"]["resyncs"].as_u64().unwrap() >= 1, "{fleet}");
+    assert!(a.logs().contains("re-reading the prefix"), "{}", a.logs());
+}
