@@ -301,10 +301,18 @@ impl EtcdSource {
             Ok(c) => c,
             Err(e) => return End::Lost(e),
         };
-        let (view, notices) = match read_prefix(&mut client, &self.handle.prefix).await {
+        let (view, mut notices) = match read_prefix(&mut client, &self.handle.prefix).await {
             Ok(v) => v,
             Err(e) => return End::Lost(e),
         };
+        // Keys sort as text (".../10" before ".../2"); replay by sequence
+        // number so each node's notices come in the order they were sent.
+        notices.sort_by_key(|(key, _)| {
+            key.rsplit('/')
+                .next()
+                .and_then(|seq| seq.parse::<u64>().ok())
+                .unwrap_or(0)
+        });
         if !first && self.handle.state() == EtcdState::Degraded {
             // A reconnect (a compaction's re-read is counted by `run`).
             self.handle
