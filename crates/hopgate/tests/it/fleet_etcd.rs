@@ -510,3 +510,28 @@ async fn a_watch_that_falls_behind_a_compaction_re_reads_and_misses_nothing() {
     );
     assert_eq!(fleet["etcd"]["state"], "connected");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_etcd_the_fleet_view_says_off_and_actions_stay_local() {
+    let b1 = Backend::start("b1").await;
+    let gw = Gateway::start(&crate::harness::config(
+        &service("api", &[("n1", b1.addr, "")]),
+        "  - { id: default, match: { path_prefix: / }, service: api }\n",
+    ))
+    .await;
+    let fleet = gw.admin_json("/admin/v1/fleet").await;
+    assert_eq!(fleet["etcd"]["state"], "off", "{fleet}");
+    assert_eq!(fleet["redis"]["state"], "off");
+    let id = fleet["replica_id"].as_str().unwrap();
+    assert!(id.ends_with(&format!("-{}", gw.admin.port())), "{id}");
+    assert!(fleet["config_version"].as_u64().unwrap() >= 1);
+    assert!(!gw.metrics().await.contains("hopgate_fleet_etcd_up"));
+    let r = client()
+        .post(gw.admin_url("/admin/v1/nodes/api/n1/drain"))
+        .send()
+        .await
+        .unwrap();
+    let body = crate::harness::json(r).await;
+    assert_eq!(body["draining"], true);
+    assert_eq!(body["fleet"], false);
+}
