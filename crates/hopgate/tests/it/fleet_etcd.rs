@@ -70,6 +70,22 @@ fn node<'a>(nodes: &'a Value, id: &str) -> Option<&'a Value> {
         .find(|n| n["id"] == id)
 }
 
+/// Whether node `id` is gone from `gw` within 5 s.
+async fn node_leaves(gw: &Gateway, id: &str) -> bool {
+    within(Duration::from_secs(5), || async {
+        node(&gw.admin_json("/admin/v1/nodes").await, id).is_none()
+    })
+    .await
+}
+
+/// Whether `gw`'s etcd state becomes `state` within `bound`.
+async fn etcd_becomes(gw: &Gateway, state: &str, bound: Duration) -> bool {
+    within(bound, || async {
+        gw.admin_json("/admin/v1/fleet").await["etcd"]["state"] == state
+    })
+    .await
+}
+
 /// Whether node `id` satisfies `check` on every replica within 1 s.
 async fn on_every(replicas: &[&Gateway], id: &str, check: impl Fn(&Value) -> bool) -> bool {
     let check = &check;
@@ -144,12 +160,7 @@ async fn shared_config_applies_on_every_replica_and_a_bad_one_nowhere() {
         let versions = gw.admin_json("/admin/v1/config/versions").await;
         let last = versions["versions"].as_array().unwrap().last().unwrap();
         assert_eq!(last["source"], "etcd", "{versions}");
-        assert!(
-            within(Duration::from_secs(5), || async {
-                gw.admin_json("/admin/v1/fleet").await["etcd"]["state"] == "connected"
-            })
-            .await
-        );
+        assert!(etcd_becomes(gw, "connected", Duration::from_secs(5)).await);
         let fleet = gw.admin_json("/admin/v1/fleet").await;
         assert_eq!(fleet["redis"]["state"], "off");
         assert!(fleet["etcd"]["revision"].as_i64().unwrap() > 0);
@@ -276,13 +287,7 @@ async fn discovered_nodes_and_operator_actions_reach_every_replica() {
     // Lease revoked: the node leaves both.
     f.etcd.lease_revoke(&lease);
     for gw in [&a, &b] {
-        assert!(
-            within(Duration::from_secs(5), || async {
-                node(&gw.admin_json("/admin/v1/nodes").await, "d1").is_none()
-            })
-            .await,
-            "the deregistered node stayed"
-        );
+        assert!(node_leaves(gw, "d1").await, "the deregistered node stayed");
         for _ in 0..10 {
             assert_eq!(served_by(gw).await, "b1");
         }
@@ -328,10 +333,7 @@ async fn etcd_loss_keeps_serving_and_a_restart_boots_from_the_cache() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     f.etcd.kill();
     assert!(
-        within(Duration::from_secs(10), || async {
-            a.admin_json("/admin/v1/fleet").await["etcd"]["state"] == "degraded"
-        })
-        .await,
+        etcd_becomes(&a, "degraded", Duration::from_secs(10)).await,
         "fleet state did not turn degraded"
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -354,10 +356,7 @@ async fn etcd_loss_keeps_serving_and_a_restart_boots_from_the_cache() {
     // etcd back: the replica reconnects.
     f.etcd.restart().await;
     assert!(
-        within(Duration::from_secs(15), || async {
-            a2.admin_json("/admin/v1/fleet").await["etcd"]["state"] == "connected"
-        })
-        .await,
+        etcd_becomes(&a2, "connected", Duration::from_secs(15)).await,
         "did not reconnect"
     );
     assert_eq!(served_by(&a2).await, "b1");
@@ -413,10 +412,7 @@ async fn deregistering_every_node_of_a_healthy_service_is_held_back() {
         &format!(r#"{{"address":"{}"}}"#, b2.addr),
     );
     assert!(
-        within(Duration::from_secs(5), || async {
-            node(&a.admin_json("/admin/v1/nodes").await, "d1").is_none()
-        })
-        .await,
+        node_leaves(&a, "d1").await,
         "the held node stayed after a new one registered"
     );
     for _ in 0..10 {
@@ -453,12 +449,7 @@ async fn a_watch_that_falls_behind_a_compaction_re_reads_and_misses_nothing() {
     let cache = f.cache();
     let a = f.replica("gw-a", &cache).await;
     assert_eq!(served_by(&a).await, "b1");
-    assert!(
-        within(Duration::from_secs(5), || async {
-            a.admin_json("/admin/v1/fleet").await["etcd"]["state"] == "connected"
-        })
-        .await
-    );
+    assert!(etcd_becomes(&a, "connected", Duration::from_secs(5)).await);
     let pid = a.pid().unwrap().to_string();
 
     // Freeze the replica so its watch falls behind, bury the change it must
@@ -497,17 +488,17 @@ async fn a_watch_that_falls_behind_a_compaction_re_reads_and_misses_nothing() {
         a.logs()
     );
     // Whether etcd cancels the watch (compacted) or had already queued
-    // every event for it depends on how far its send buffers got; in most
-    // runs here it cancels. Either way nothing is missed, and a cancel
-    // means a full re-read.
+    // every event for it depends on how far its send buffers got (and the
+    // frozen replica's probe may have timed out, which is a reconnect);
+    // in most runs here it cancels. Either way nothing is missed, and every
+    // way out of a watch is a full re-read.
     let fleet = a.admin_json("/admin/v1/fleet").await;
     let resynced = fleet["etcd"]["resyncs"].as_u64().unwrap() >= 1;
     let fed_past = fleet["etcd"]["revision"].as_i64().unwrap() >= rev;
     assert!(resynced || fed_past, "{fleet}");
-    assert_eq!(
-        resynced,
-        a.logs().contains("watch canceled; re-reading the prefix")
-    );
+    if a.logs().contains("watch canceled; re-reading the prefix") {
+        assert!(resynced, "{fleet}");
+    }
     assert_eq!(fleet["etcd"]["state"], "connected");
 }
 
