@@ -492,10 +492,15 @@ async fn a_watch_that_falls_behind_a_compaction_re_reads_and_misses_nothing() {
     // frozen replica's probe may have timed out, which is a reconnect);
     // in most runs here it cancels. Either way nothing is missed, and every
     // way out of a watch is a full re-read.
+    let caught_up = within(Duration::from_secs(10), || async {
+        let fleet = a.admin_json("/admin/v1/fleet").await;
+        fleet["etcd"]["resyncs"].as_u64().unwrap() >= 1
+            || fleet["etcd"]["revision"].as_i64().unwrap() >= rev
+    })
+    .await;
     let fleet = a.admin_json("/admin/v1/fleet").await;
+    assert!(caught_up, "neither re-read nor caught up: {fleet}");
     let resynced = fleet["etcd"]["resyncs"].as_u64().unwrap() >= 1;
-    let fed_past = fleet["etcd"]["revision"].as_i64().unwrap() >= rev;
-    assert!(resynced || fed_past, "{fleet}");
     if a.logs().contains("watch canceled; re-reading the prefix") {
         assert!(resynced, "{fleet}");
     }
