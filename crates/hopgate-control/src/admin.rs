@@ -10,7 +10,7 @@
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
@@ -31,6 +31,7 @@ use hopgate_proxy::ClientIo;
 use hopgate_store::Sessions;
 
 use crate::control::{Control, Source};
+use crate::fleet::Fleet;
 use crate::maintenance::{Maintenance, Refused};
 
 /// Largest config document the admin API accepts.
@@ -43,6 +44,7 @@ pub struct Admin {
     ready: AtomicBool,
     sessions: Option<Arc<Sessions>>,
     maintenance: Option<Arc<Maintenance>>,
+    fleet: OnceLock<Arc<Fleet>>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -64,6 +66,7 @@ impl Admin {
             ready: AtomicBool::new(true),
             sessions,
             maintenance: None,
+            fleet: OnceLock::new(),
         })
     }
 
@@ -80,7 +83,19 @@ impl Admin {
             ready: AtomicBool::new(true),
             sessions,
             maintenance: Some(maintenance),
+            fleet: OnceLock::new(),
         })
+    }
+
+    /// Installs the fleet view (`GET /admin/v1/fleet`); with an etcd source
+    /// in it, drains and maintenance notices go to the whole fleet.
+    pub fn set_fleet(&self, fleet: Arc<Fleet>) {
+        let _ = self.fleet.set(fleet);
+    }
+
+    /// The etcd source, when fleet actions go through etcd.
+    fn fleet_etcd(&self) -> Option<&Arc<crate::etcd::EtcdHandle>> {
+        self.fleet.get().and_then(|f| f.etcd())
     }
 
     /// `/readyz` answers 503 once this is false (shutdown has begun).
@@ -318,7 +333,20 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                     )
                 }
             };
-            maintenance_post(admin, &body)
+            maintenance_post(admin, &body).await
+        }
+        (Method::GET, ["admin", "v1", "fleet"]) => {
+            let version = control.snapshot().load().version;
+            let body = match admin.fleet.get() {
+                Some(f) => f.json(version),
+                None => json!({
+                    "replica_id": null,
+                    "redis": { "state": "off" },
+                    "etcd": { "state": "off" },
+                    "config_version": version,
+                }),
+            };
+            json_response(StatusCode::OK, &body)
         }
         (Method::GET, ["admin", "v1", "hops"]) => {
             let limit = req
@@ -337,6 +365,7 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
             control,
             admin.sessions.as_deref(),
             admin.maintenance.as_deref(),
+            admin.fleet.get().map(|f| &**f),
         ),
         (Method::POST, ["admin", "v1", "nodes", service, node, action @ ("drain" | "undrain")]) => {
             let snap = control.snapshot().load();
@@ -355,9 +384,24 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                     let drain = *action == "drain";
                     n.state.set_draining(drain);
                     tracing::info!(service, node, drain, "node drain state changed by admin");
+                    let state = n.state.clone();
+                    drop(snap);
+                    // Fleet mode: every replica (this one too) applies it
+                    // from its etcd watch; the local change above makes
+                    // this replica's answer true at once.
+                    let fleet = match admin.fleet_etcd() {
+                        None => json!(false),
+                        Some(etcd) => match etcd.post_drain(service, node, drain).await {
+                            Ok(()) => json!(true),
+                            Err(e) => {
+                                tracing::warn!(service, node, error = %e, "drain not published to the fleet; applied on this replica only");
+                                json!({ "error": e })
+                            }
+                        },
+                    };
                     json_response(
                         StatusCode::OK,
-                        &json!({ "service": service, "node": node, "draining": drain }),
+                        &json!({ "service": service, "node": node, "draining": state.is_draining(), "fleet": fleet }),
                     )
                 }
             }
@@ -372,7 +416,7 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
 }
 
 /// `POST /admin/v1/maintenance` with `{"service","node","kind","seq","to","in"}`.
-fn maintenance_post(admin: &Admin, body: &[u8]) -> AdminResponse {
+async fn maintenance_post(admin: &Admin, body: &[u8]) -> AdminResponse {
     let Some(m) = &admin.maintenance else {
         return error_response(StatusCode::NOT_FOUND, "", "maintenance intake not running");
     };
@@ -380,6 +424,44 @@ fn maintenance_post(admin: &Admin, body: &[u8]) -> AdminResponse {
         Ok(v) => v,
         Err(e) => return error_response(StatusCode::BAD_REQUEST, "", &format!("not JSON: {e}")),
     };
+    let n = match parse_notification(&v) {
+        Ok(n) => n,
+        Err(errors) => return errors_response(StatusCode::BAD_REQUEST, &errors),
+    };
+    let (service, node, seq) = (n.service.clone(), n.node.clone(), n.seq);
+    match m.intake(n) {
+        Ok(applied) => {
+            // Fleet mode: publish it once applied here; every replica's
+            // watch feeds it to its intake, and this one drops it (same seq).
+            if let Some(etcd) = admin.fleet_etcd() {
+                if let Err(e) = etcd.post_maintenance(&service, &node, seq, &v).await {
+                    tracing::warn!(service, node, error = %e, "maintenance notice not published to the fleet; applied on this replica only");
+                }
+            }
+            json_response(StatusCode::OK, &json!({ "applied": applied }))
+        }
+        Err(Refused::Invalid(msg)) => error_response(StatusCode::BAD_REQUEST, "", &msg),
+        Err(Refused::UnknownNode) => error_response(
+            StatusCode::NOT_FOUND,
+            "node",
+            "no such node in that service",
+        ),
+        Err(r @ Refused::Duplicate { .. }) => json_response(
+            StatusCode::CONFLICT,
+            &json!({ "errors": [{ "path": "seq", "message": "duplicate: sequence number already seen for this node" }], "refused": r }),
+        ),
+        Err(r) => json_response(
+            StatusCode::CONFLICT,
+            &json!({ "errors": [{ "path": "", "message": format!("not applied: {}", r.label()) }], "refused": r }),
+        ),
+    }
+}
+
+/// The admin API's maintenance body (also the value of a fleet notice in
+/// etcd), every problem with its field.
+pub(crate) fn parse_notification(
+    v: &Value,
+) -> Result<hopgate_core::maintenance::Notification, Vec<ConfigError>> {
     let mut errors = Vec::new();
     let text = |errors: &mut Vec<ConfigError>, k: &str| -> String {
         match v.get(k).and_then(Value::as_str) {
@@ -438,33 +520,16 @@ fn maintenance_post(admin: &Admin, body: &[u8]) -> AdminResponse {
         },
     };
     let Some(kind) = kind.filter(|_| errors.is_empty()) else {
-        return errors_response(StatusCode::BAD_REQUEST, &errors);
+        return Err(errors);
     };
-    let n = hopgate_core::maintenance::Notification {
+    Ok(hopgate_core::maintenance::Notification {
         service,
         node,
         kind,
         seq,
         to,
         in_secs,
-    };
-    match m.intake(n) {
-        Ok(applied) => json_response(StatusCode::OK, &json!({ "applied": applied })),
-        Err(Refused::Invalid(msg)) => error_response(StatusCode::BAD_REQUEST, "", &msg),
-        Err(Refused::UnknownNode) => error_response(
-            StatusCode::NOT_FOUND,
-            "node",
-            "no such node in that service",
-        ),
-        Err(r @ Refused::Duplicate { .. }) => json_response(
-            StatusCode::CONFLICT,
-            &json!({ "errors": [{ "path": "seq", "message": "duplicate: sequence number already seen for this node" }], "refused": r }),
-        ),
-        Err(r) => json_response(
-            StatusCode::CONFLICT,
-            &json!({ "errors": [{ "path": "", "message": format!("not applied: {}", r.label()) }], "refused": r }),
-        ),
-    }
+    })
 }
 
 /// A session's bindings (one per service it talked to). `id` is the

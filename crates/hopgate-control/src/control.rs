@@ -34,6 +34,8 @@ pub enum Source {
     Signal(String),
     Admin,
     Rollback(u64),
+    /// The shared document and discovered nodes in etcd (fleet mode).
+    Etcd,
 }
 
 impl std::fmt::Display for Source {
@@ -44,6 +46,7 @@ impl std::fmt::Display for Source {
             Source::Signal(p) => write!(f, "sighup:{p}"),
             Source::Admin => f.write_str("admin"),
             Source::Rollback(v) => write!(f, "rollback:{v}"),
+            Source::Etcd => f.write_str("etcd"),
         }
     }
 }
@@ -90,6 +93,10 @@ pub struct Control {
     reloads: AtomicU64,
     health: HealthChecker,
     applied: tokio::sync::watch::Sender<u64>,
+    /// Fleet mode: the runtime sections (with discovered nodes merged) last
+    /// applied from etcd. While set, every other source supplies only the
+    /// bootstrap sections.
+    runtime_layer: Mutex<Option<RawConfig>>,
 }
 
 impl std::fmt::Debug for Control {
@@ -131,6 +138,7 @@ impl Control {
             reloads: AtomicU64::new(0),
             health: HealthChecker::default(),
             applied: tokio::sync::watch::Sender::new(1),
+            runtime_layer: Mutex::new(None),
         };
         control.health.reconcile(&control.snapshot.load());
         control.versions.lock().push_back(VersionRecord {
@@ -183,8 +191,38 @@ impl Control {
         source: Source,
     ) -> Result<ApplyOutcome, Vec<ConfigError>> {
         let _writer = self.writer.lock();
-        let result = config::load(text, format);
+        let result = match self.runtime_layer.lock().as_ref() {
+            None => config::load(text, format),
+            Some(runtime) => config::parse(text, format)
+                .map_err(|e| vec![e])
+                .and_then(|local| {
+                    config::fleet::check_bootstrap(&local)?;
+                    config::validate(&config::fleet::compose(&local, runtime))
+                }),
+        };
         self.apply_locked(result, source)
+    }
+
+    /// Fleet mode: applies new runtime sections (the etcd document with
+    /// discovered nodes merged) under the running bootstrap sections. On
+    /// success they become the runtime layer every later reload keeps.
+    /// `runtime` is the parsed document, or why it could not be parsed
+    /// (counted and remembered like any rejected reload).
+    pub fn apply_runtime(
+        &self,
+        runtime: Result<RawConfig, Vec<ConfigError>>,
+        source: Source,
+    ) -> Result<ApplyOutcome, Vec<ConfigError>> {
+        let _writer = self.writer.lock();
+        let runtime = match runtime {
+            Ok(r) => r,
+            Err(errors) => return self.apply_locked(Err(errors), source),
+        };
+        let bootstrap = self.snapshot.load().config.raw.clone();
+        let result = config::validate(&config::fleet::compose(&bootstrap, &runtime));
+        let outcome = self.apply_locked(result, source)?;
+        *self.runtime_layer.lock() = Some(runtime);
+        Ok(outcome)
     }
 
     /// Re-applies an earlier version.

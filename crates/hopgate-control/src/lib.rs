@@ -11,6 +11,8 @@
 
 pub mod admin;
 pub mod control;
+pub mod etcd;
+pub mod fleet;
 pub mod health;
 pub mod maintenance;
 pub mod metrics;

@@ -18,6 +18,7 @@ use hopgate_proxy::metrics::{get, TokenRejection, ERROR_KIND_LIST, HOP_BUCKETS, 
 use hopgate_store::Sessions;
 
 use crate::control::Control;
+use crate::fleet::Fleet;
 use crate::maintenance::Maintenance;
 
 fn head(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -37,6 +38,7 @@ pub fn render(
     control: &Control,
     sessions: Option<&Sessions>,
     maintenance: Option<&Maintenance>,
+    fleet: Option<&Fleet>,
 ) -> Response<Full<Bytes>> {
     let m = &*METRICS;
     let mut o = String::with_capacity(8 << 10);
@@ -373,6 +375,7 @@ pub fn render(
         "hopgate_config_reload_failures_total {}",
         control.reload_failures()
     );
+    fleet_section(&mut o, fleet);
 
     let mut r = Response::new(Full::new(Bytes::from(o)));
     *r.status_mut() = StatusCode::OK;
@@ -381,4 +384,37 @@ pub fn render(
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     r
+}
+
+/// `hopgate_fleet_*`: 1 up, 0 down; absent when that engine is off.
+fn fleet_section(o: &mut String, fleet: Option<&Fleet>) {
+    let Some(fleet) = fleet else { return };
+    let (redis, etcd) = fleet.up();
+    let gauges = [
+        ("hopgate_fleet_redis_up", "the shared session store", redis),
+        (
+            "hopgate_fleet_etcd_up",
+            "etcd (config, discovery, actions)",
+            etcd,
+        ),
+    ];
+    for (name, what, up) in gauges {
+        if let Some(up) = up {
+            head(o, name, "gauge", &format!("Whether {what} answers."));
+            let _ = writeln!(o, "{name} {}", u8::from(up));
+        }
+    }
+    if let Some(e) = fleet.etcd() {
+        head(
+            o,
+            "hopgate_fleet_discovery_removals_deferred_total",
+            "counter",
+            "Node removals held back because they would have emptied a healthy service.",
+        );
+        let _ = writeln!(
+            o,
+            "hopgate_fleet_discovery_removals_deferred_total {}",
+            e.deferred_removals()
+        );
+    }
 }

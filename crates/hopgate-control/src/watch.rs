@@ -49,7 +49,7 @@ pub async fn watch_file(control: Arc<Control>, path: PathBuf, mut shutdown: watc
     let mut applied = stamp(&path);
     let mut pending: Option<Stamp> = None;
     loop {
-        let sources = control.snapshot().load().config.sources;
+        let sources = control.snapshot().load().config.sources.clone();
         tokio::select! {
             _ = tokio::time::sleep(sources.file_interval) => {}
             _ = shutdown.wait_for(|s| *s) => return,

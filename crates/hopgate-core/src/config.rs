@@ -7,6 +7,7 @@
 //! the embedded default. Must not touch: files, sockets, live node state.
 
 mod bound;
+pub mod fleet;
 pub mod raw;
 pub mod validate;
 
@@ -149,6 +150,8 @@ routes:
 pub struct Config {
     /// The document this came from (serialised back by the admin API).
     pub raw: RawConfig,
+    /// `replica_id` as written; the binary fills in the default.
+    pub replica_id: Option<String>,
     pub listeners: Vec<ListenerConfig>,
     pub admin: AdminConfig,
     pub services: Vec<ServiceConfig>,
@@ -282,11 +285,13 @@ impl Default for DrainConfig {
 }
 
 /// `sources:`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourcesConfig {
     /// Watch the `--config` file and re-apply it when it changes.
     pub file_watch: bool,
     pub file_interval: Duration,
+    /// Fleet mode (SPEC §9), when set.
+    pub etcd: Option<EtcdSourceConfig>,
 }
 
 impl Default for SourcesConfig {
@@ -294,9 +299,27 @@ impl Default for SourcesConfig {
         SourcesConfig {
             file_watch: true,
             file_interval: Duration::from_secs(1),
+            etcd: None,
         }
     }
 }
+
+/// `sources.etcd`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdSourceConfig {
+    /// Client URLs (`http://host:port`), at least one.
+    pub endpoints: Vec<String>,
+    /// Key prefix, ending in `/`.
+    pub prefix: String,
+    /// The cache file as written; `None` = the default name next to the
+    /// config file (the binary resolves both against the config's folder).
+    pub cache: Option<std::path::PathBuf>,
+}
+
+/// The prefix used when `sources.etcd.prefix` is absent.
+pub const DEFAULT_ETCD_PREFIX: &str = "/hopgate/";
+/// The cache file name used when `sources.etcd.cache` is absent.
+pub const DEFAULT_ETCD_CACHE: &str = "hopgate-etcd-cache.json";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListenerConfig {

@@ -14,10 +14,13 @@ use tokio::sync::{watch, Mutex};
 use tokio::task::JoinHandle;
 
 use hopgate_control::admin::{serve_admin, Admin};
+use hopgate_control::etcd::source::Boot;
+use hopgate_control::etcd::{EtcdHandle, EtcdSource};
+use hopgate_control::fleet::Fleet;
 use hopgate_control::maintenance::Maintenance;
 use hopgate_control::watch::watch_file;
 use hopgate_control::{Control, Source};
-use hopgate_core::config::{Config, ListenerConfig};
+use hopgate_core::config::{Config, EtcdSourceConfig, ListenerConfig};
 use hopgate_core::session::unix_now;
 use hopgate_core::session::SessionKeys;
 use hopgate_proxy::{serve_listener, Forwarder, ListenerCtx, ListenerSettings};
@@ -205,6 +208,15 @@ fn print_line(line: &str) {
     let _ = out.flush();
 }
 
+/// What fleet mode boots with.
+pub(crate) struct FleetBoot {
+    pub(crate) config: EtcdSourceConfig,
+    /// The cache file, resolved.
+    pub(crate) cache: PathBuf,
+    /// The runtime layer read at start (from etcd or the cache).
+    pub(crate) boot: Option<Boot>,
+}
+
 /// A running gateway.
 pub(crate) struct Gateway {
     pub(crate) control: Arc<Control>,
@@ -212,6 +224,7 @@ pub(crate) struct Gateway {
     pub(crate) listeners: Vec<(String, SocketAddr)>,
     pub(crate) admin_addr: SocketAddr,
     admin: Arc<Admin>,
+    maintenance: Arc<Maintenance>,
     config_path: Option<PathBuf>,
     live: Arc<Listeners>,
     shutdown: watch::Sender<bool>,
@@ -333,6 +346,7 @@ impl Gateway {
             listeners,
             admin_addr,
             admin,
+            maintenance,
             config_path,
             live,
             shutdown,
@@ -342,6 +356,47 @@ impl Gateway {
             admin_stop,
             admin_task,
         })
+    }
+
+    /// Fleet mode (SPEC §9): installs the fleet view on the admin API and,
+    /// with `sources.etcd`, starts the etcd source (config, discovery,
+    /// fleet-wide actions). `boot` is what the gateway started from.
+    pub(crate) fn start_fleet(&mut self, replica_id: String, etcd: Option<FleetBoot>) {
+        let handle = etcd
+            .as_ref()
+            .map(|e| Arc::new(EtcdHandle::new(&e.config, &replica_id)));
+        tracing::info!(replica_id = %replica_id, etcd = handle.is_some(), "fleet view ready");
+        self.admin.set_fleet(Fleet::new(replica_id, handle.clone()));
+        let (Some(e), Some(handle)) = (etcd, handle) else {
+            return;
+        };
+        let layer = match &e.boot {
+            Some(b) => hopgate_control::etcd::discovery::boot_layer(
+                b.runtime.clone(),
+                &b.view,
+                &e.config.prefix,
+            ),
+            None => hopgate_core::config::RawConfig::default(),
+        };
+        // The gateway already runs this layer: this only records it, so
+        // file and SIGHUP reloads keep it under their bootstrap sections.
+        if let Err(errors) = self
+            .control
+            .apply_runtime(Ok(layer), hopgate_control::Source::Etcd)
+        {
+            for err in errors {
+                tracing::warn!(error = %err, "etcd: boot layer refused");
+            }
+        }
+        let source = EtcdSource::new(
+            Arc::clone(&self.control),
+            Arc::clone(&self.maintenance),
+            handle,
+            e.cache,
+            e.boot.as_ref(),
+        );
+        self.tasks
+            .push(tokio::spawn(source.run(self.shutdown.subscribe())));
     }
 
     /// Prints the lines scripts and tests wait for.

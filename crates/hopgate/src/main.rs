@@ -142,7 +142,12 @@ fn validate(file: &Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match config::load(&text, format_of(file)) {
+    // Fleet mode: the local file must hold bootstrap sections only.
+    let loaded = config::load(&text, format_of(file)).and_then(|cfg| match &cfg.sources.etcd {
+        Some(_) => config::fleet::check_bootstrap(&cfg.raw).map(|()| cfg),
+        None => Ok(cfg),
+    });
+    match loaded {
         Ok(cfg) => {
             println!(
                 "{}: ok ({} listeners, {} services, {} routes)",
@@ -205,9 +210,90 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             anyhow::bail!("the config has {} error(s); not starting", errors.len());
         }
     };
-    let gw = gateway::Gateway::start(cfg, source, path).await?;
+    let (cfg, source, fleet) = match cfg.sources.etcd.clone() {
+        None => (cfg, source, None),
+        Some(etcd) => fleet_boot(cfg, source, etcd, path.as_deref()).await?,
+    };
+    let mut gw = gateway::Gateway::start(cfg, source, path).await?;
+    let replica_id = gw
+        .control
+        .snapshot()
+        .load()
+        .config
+        .replica_id
+        .clone()
+        .unwrap_or_else(|| default_replica_id(gw.admin_addr.port()));
+    gw.start_fleet(replica_id, fleet);
     gw.print_ready();
     gateway::wait_for_signals(&gw).await;
     gw.shutdown().await;
     Ok(())
+}
+
+/// The default `replica_id`: hostname and admin port (`web-3-9901`).
+fn default_replica_id(admin_port: u16) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty() && !h.contains(['/', ' ']))
+        .unwrap_or_else(|| "hopgate".to_owned());
+    format!("{host}-{admin_port}")
+}
+
+/// Fleet mode at start: the local file holds only bootstrap sections; the
+/// runtime ones come from etcd, or from the cache when etcd is down.
+async fn fleet_boot(
+    local: config::Config,
+    source: hopgate_control::Source,
+    etcd: config::EtcdSourceConfig,
+    path: Option<&Path>,
+) -> anyhow::Result<(
+    config::Config,
+    hopgate_control::Source,
+    Option<gateway::FleetBoot>,
+)> {
+    if let Err(errors) = config::fleet::check_bootstrap(&local.raw) {
+        for e in &errors {
+            eprintln!("config error: {e}");
+        }
+        anyhow::bail!("the config has {} error(s); not starting", errors.len());
+    }
+    let dir = path
+        .and_then(Path::parent)
+        .filter(|d| !d.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let cache = dir.join(
+        etcd.cache
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(config::DEFAULT_ETCD_CACHE)),
+    );
+    let boot = hopgate_control::etcd::source::boot(&etcd, &cache).await;
+    let mut cfg = local.clone();
+    let mut src = source;
+    if let Some(b) = &boot {
+        let layer =
+            hopgate_control::etcd::discovery::boot_layer(b.runtime.clone(), &b.view, &etcd.prefix);
+        match config::validate(&config::fleet::compose(&local.raw, &layer)) {
+            Ok(c) => {
+                cfg = c;
+                src = hopgate_control::Source::Etcd;
+            }
+            Err(errors) => {
+                for e in &errors {
+                    tracing::warn!(error = %e, "etcd: the boot document is invalid; starting with the local file only");
+                }
+            }
+        }
+    } else {
+        tracing::warn!(
+            "etcd: no shared config yet; starting with the local file only until etcd answers"
+        );
+    }
+    let fleet = gateway::FleetBoot {
+        config: etcd,
+        cache,
+        boot,
+    };
+    Ok((cfg, src, Some(fleet)))
 }

@@ -53,6 +53,9 @@ impl From<&str> for Text {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
+    /// This replica's name in fleet mode (default: hostname + admin port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_id: Option<String>,
     #[serde(default)]
     pub listeners: Vec<RawListener>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -354,6 +357,25 @@ pub struct RawRetries {
 pub struct RawSources {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<RawFileSource>,
+    /// Fleet mode: runtime sections, discovery and operator actions from etcd.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<RawEtcdSource>,
+}
+
+/// The etcd cluster holding the shared configuration (SPEC §9).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEtcdSource {
+    /// Client URLs, like `http://127.0.0.1:2379`.
+    #[serde(default)]
+    pub endpoints: Vec<String>,
+    /// Key prefix of this fleet (default `/hopgate/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Last good document and node set, for booting while etcd is down
+    /// (default `hopgate-etcd-cache.json` next to the config file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<String>,
 }
 
 /// The config file given with `--config`.

@@ -57,7 +57,12 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
     // reached in document order; check them aside and report them in place.
     let mut tv = Validator::default();
     let timeouts = tv.timeouts(raw.timeouts.as_ref());
-    let services = v.services(&raw.services, timeouts.idle);
+    let fleet = raw.sources.as_ref().is_some_and(|s| s.etcd.is_some());
+    let replica_id = raw.replica_id.as_ref().and_then(|r| {
+        v.check("replica_id", check_label("replica_id", r))
+            .map(|()| r.clone())
+    });
+    let services = v.services(&raw.services, timeouts.idle, fleet);
     let routes = v.routes(&raw.routes, &raw.services);
     let access = v.access(raw.access.as_ref());
     v.errors.append(&mut tv.errors);
@@ -72,6 +77,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
     }
     Ok(Config {
         raw: raw.clone(),
+        replica_id,
         listeners: listeners.into_iter().map(|(l, _)| l).collect(),
         admin,
         services,
@@ -233,7 +239,14 @@ impl Validator {
 
     // ----- services -----
 
-    fn services(&mut self, raw: &[RawService], default_idle: Duration) -> Vec<ServiceConfig> {
+    /// `fleet`: `sources.etcd` is set, so discovery may feed a service that
+    /// lists no static nodes.
+    fn services(
+        &mut self,
+        raw: &[RawService],
+        default_idle: Duration,
+        fleet: bool,
+    ) -> Vec<ServiceConfig> {
         let mut names: HashMap<&str, usize> = HashMap::new();
         let mut out = Vec::with_capacity(raw.len());
         for (i, s) in raw.iter().enumerate() {
@@ -259,12 +272,18 @@ impl Validator {
             } else {
                 names.insert(&s.name, i);
             }
-            out.push(self.service(&p, s, default_idle));
+            out.push(self.service(&p, s, default_idle, fleet));
         }
         out
     }
 
-    fn service(&mut self, p: &str, s: &RawService, default_idle: Duration) -> ServiceConfig {
+    fn service(
+        &mut self,
+        p: &str,
+        s: &RawService,
+        default_idle: Duration,
+        fleet: bool,
+    ) -> ServiceConfig {
         let lb = match s.lb.as_deref() {
             None => Some(LbPolicy::SmoothWrr),
             Some(name) => {
@@ -317,8 +336,12 @@ impl Validator {
         let circuit = self.circuit(&format!("{p}.circuit"), s.circuit.as_ref());
         let drain = self.drain(&format!("{p}.drain"), s.drain.as_ref());
 
-        if s.nodes.is_empty() {
-            self.err(format!("{p}.nodes"), "a service needs at least one node");
+        if s.nodes.is_empty() && !fleet {
+            self.err(
+                format!("{p}.nodes"),
+                "a service needs at least one node (an empty list is allowed only with \
+                 sources.etcd, whose discovery adds nodes)",
+            );
         }
         let mut ids: HashMap<&str, usize> = HashMap::new();
         let mut nodes = Vec::with_capacity(s.nodes.len());

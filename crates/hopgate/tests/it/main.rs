@@ -4,10 +4,12 @@
 
 #![allow(unreachable_pub)]
 
+mod etcd_server;
 mod harness;
 
 mod admin;
 mod errors;
+mod fleet_etcd;
 mod grpc;
 mod grpcio;
 mod h2_conformance;

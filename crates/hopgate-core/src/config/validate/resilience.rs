@@ -1,17 +1,19 @@
 //! Validation of the resilience sections: `services[].health`,
-//! `services[].outlier`, `services[].circuit` and `retries`. Same contract
+//! `services[].outlier`, `services[].circuit`, `retries`, `sessions`,
+//! `store`, `maintenance` and `sources`. Same contract
 //! as the parent module: every error with its path, never a silent default
 //! for a present value, no I/O, no panic.
 
 use std::time::Duration;
 
 use super::super::raw::{
-    RawCircuit, RawDrain, RawHealth, RawMaintenance, RawOutlier, RawRetries, RawSessions,
-    RawSources, RawStore, Text,
+    RawCircuit, RawDrain, RawEtcdSource, RawHealth, RawMaintenance, RawOutlier, RawRetries,
+    RawSessions, RawSources, RawStore, Text,
 };
 use super::super::{
-    CircuitConfig, DrainConfig, DrainMode, Health, HealthConfig, MaintenanceConfig,
-    MaintenanceMode, OutlierConfig, RetryConfig, SessionsConfig, SourcesConfig, StoreConfig,
+    CircuitConfig, DrainConfig, DrainMode, EtcdSourceConfig, Health, HealthConfig,
+    MaintenanceConfig, MaintenanceMode, OutlierConfig, RetryConfig, SessionsConfig, SourcesConfig,
+    StoreConfig, DEFAULT_ETCD_PREFIX,
 };
 use super::{
     check_path, int_in, is_env_name, is_tchar, parse_header_name, positive_duration, size_in,
@@ -234,18 +236,95 @@ impl Validator {
 impl Validator {
     pub(super) fn sources(&mut self, r: Option<&RawSources>) -> SourcesConfig {
         let d = SourcesConfig::default();
-        let Some(f) = r.and_then(|r| r.file.as_ref()) else {
-            return d;
+        let Some(r) = r else { return d };
+        let (file_watch, file_interval) = match r.file.as_ref() {
+            None => (d.file_watch, d.file_interval),
+            Some(f) => (
+                f.watch.unwrap_or(d.file_watch),
+                self.duration_or(
+                    "sources.file.interval".into(),
+                    f.interval.as_ref(),
+                    Duration::from_secs(3600),
+                    d.file_interval,
+                ),
+            ),
         };
         SourcesConfig {
-            file_watch: f.watch.unwrap_or(d.file_watch),
-            file_interval: self.duration_or(
-                "sources.file.interval".into(),
-                f.interval.as_ref(),
-                Duration::from_secs(3600),
-                d.file_interval,
-            ),
+            file_watch,
+            file_interval,
+            etcd: r.etcd.as_ref().map(|e| self.etcd(e)),
         }
+    }
+
+    fn etcd(&mut self, e: &RawEtcdSource) -> EtcdSourceConfig {
+        if e.endpoints.is_empty() {
+            self.err(
+                "sources.etcd.endpoints",
+                "at least one endpoint is needed, like \"http://127.0.0.1:2379\"",
+            );
+        }
+        for (i, ep) in e.endpoints.iter().enumerate() {
+            if let Err(m) = check_etcd_endpoint(ep) {
+                self.err(format!("sources.etcd.endpoints[{i}]"), m);
+            }
+        }
+        let prefix = match e.prefix.as_deref() {
+            None => DEFAULT_ETCD_PREFIX.to_owned(),
+            Some(p) if p.is_empty() || !p.ends_with('/') => {
+                self.err(
+                    "sources.etcd.prefix",
+                    format!("{p:?} must be non-empty and end with '/' (like \"/hopgate/prod/\")"),
+                );
+                DEFAULT_ETCD_PREFIX.to_owned()
+            }
+            Some(p) if p.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+                self.err(
+                    "sources.etcd.prefix",
+                    format!("{p:?} must not contain whitespace or control characters"),
+                );
+                DEFAULT_ETCD_PREFIX.to_owned()
+            }
+            Some(p) => p.to_owned(),
+        };
+        let cache = match e.cache.as_deref() {
+            None => None,
+            Some("") => {
+                self.err(
+                    "sources.etcd.cache",
+                    "must not be empty (leave it out for hopgate-etcd-cache.json next to the \
+                     config file)",
+                );
+                None
+            }
+            Some(c) => Some(std::path::PathBuf::from(c)),
+        };
+        EtcdSourceConfig {
+            endpoints: e.endpoints.clone(),
+            prefix,
+            cache,
+        }
+    }
+}
+
+/// An etcd client URL: `http://host:port` (or `https://`), nothing after
+/// the port.
+fn check_etcd_endpoint(ep: &str) -> Result<(), String> {
+    let rest = ep
+        .strip_prefix("http://")
+        .or_else(|| ep.strip_prefix("https://"))
+        .ok_or_else(|| format!("{ep:?} needs a scheme: \"http://host:port\""))?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let Some((host, port)) = rest.rsplit_once(':') else {
+        return Err(format!(
+            "{ep:?} needs a port, like \"http://127.0.0.1:2379\""
+        ));
+    };
+    if host.is_empty() || host.contains('/') || host.chars().any(char::is_whitespace) {
+        return Err(format!("{ep:?} has no valid host"));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => Err(format!("{ep:?} has an invalid port {port:?}")),
     }
 }
 

@@ -1598,6 +1598,7 @@ fn nasty_values_never_panic() {
     for &s in NASTY {
         let t = || Some(Text(s.to_owned()));
         let raw = RawConfig {
+            replica_id: Some(s.into()),
             listeners: vec![RawListener {
                 name: s.into(),
                 address: s.into(),
@@ -1706,6 +1707,11 @@ fn nasty_values_never_panic() {
                     watch: Some(true),
                     interval: t(),
                 }),
+                etcd: Some(crate::config::raw::RawEtcdSource {
+                    endpoints: vec![s.into()],
+                    prefix: Some(s.into()),
+                    cache: Some(s.into()),
+                }),
             }),
             sessions: Some(crate::config::raw::RawSessions {
                 enabled: Some(true),
@@ -1769,6 +1775,7 @@ fn random_documents_never_panic() {
     for _ in 0..500 {
         let mut v = || values[rng.usize(..values.len())].to_owned();
         let raw = RawConfig {
+            replica_id: Some(v()),
             listeners: vec![RawListener {
                 name: v(),
                 address: v(),
