@@ -10,6 +10,7 @@ command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 command -v wrk     >/dev/null 2>&1 || need+=(wrk)
 command -v h2load  >/dev/null 2>&1 || need+=(nghttp2-client)
 command -v ss      >/dev/null 2>&1 || need+=(iproute2)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 
 if ((${#need[@]})); then
   echo "deps: installing ${need[*]}"
