@@ -21,7 +21,7 @@ use hopgate_core::config::{Config, ListenerConfig};
 use hopgate_core::session::SessionKeys;
 use hopgate_proxy::session::{unix_now, Sessions};
 use hopgate_proxy::{serve_listener, Forwarder, ListenerCtx, ListenerSettings};
-use hopgate_store::MemoryStore;
+use hopgate_store::{MemoryStore, RedisOptions, RedisStore, SessionStore};
 
 /// One running listener.
 struct Running {
@@ -112,14 +112,16 @@ impl Listeners {
     }
 }
 
-/// Session keys (from the environment) and the store (loaded from its
-/// file when `store.path` is set), plus the tasks that expire bindings and
-/// persist them. Keys and store are fixed at start; `sessions.enabled` and
-/// the cookie settings follow reloads.
-fn start_sessions(
+/// Session keys (from the environment) and the store (the memory store,
+/// loaded from its file when `store.path` is set, or the redis store over
+/// a memory cache), plus the task that expires bindings and persists
+/// them. Keys and store are fixed at start; `sessions.enabled` and the
+/// cookie settings follow reloads.
+async fn start_sessions(
     cfg: &Config,
+    replica_id: &str,
     mut stop: watch::Receiver<bool>,
-) -> (Arc<Sessions>, JoinHandle<()>) {
+) -> anyhow::Result<(Arc<Sessions>, JoinHandle<()>)> {
     let scfg = &cfg.sessions;
     let previous: Vec<Vec<u8>> = scfg
         .previous_secrets_env
@@ -148,7 +150,7 @@ fn start_sessions(
         }
     };
     let now = unix_now();
-    let store = match &cfg.store.path {
+    let memory = match &cfg.store.path {
         Some(path) => {
             let (store, report) = MemoryStore::load_with_limit(path, now, cfg.store.max_sessions);
             if report.warning.is_some() {
@@ -160,10 +162,27 @@ fn start_sessions(
         }
         None => MemoryStore::new(cfg.store.max_sessions),
     };
-    let store = Arc::new(store);
+    // The file is saved only for the memory store (validation refuses
+    // `store.path` with redis).
+    let (store, saved): (Arc<dyn SessionStore>, Option<Arc<MemoryStore>>) = match &cfg.store.redis {
+        Some(r) => {
+            let mut opts = RedisOptions::new(r.url.clone(), replica_id);
+            opts.prefix = r.prefix.clone();
+            opts.max_queue = r.max_queue;
+            let redis = RedisStore::start(opts, memory)?;
+            if !redis.wait_loaded(std::time::Duration::from_secs(1)).await {
+                tracing::warn!(url = %r.url, "redis store: Redis not reached at start; serving local bindings until it is");
+            }
+            (Arc::new(redis), None)
+        }
+        None => {
+            let memory = Arc::new(memory);
+            (Arc::clone(&memory) as Arc<dyn SessionStore>, Some(memory))
+        }
+    };
     let sessions = Arc::new(Sessions {
         keys,
-        store: Arc::clone(&store) as Arc<dyn hopgate_store::SessionStore>,
+        store: Arc::clone(&store),
     });
     let path = cfg.store.path.clone();
     let interval = cfg.store.persist_interval;
@@ -175,13 +194,12 @@ fn start_sessions(
                 _ = tick.tick() => false,
                 _ = stop.wait_for(|s| *s) => true,
             };
-            use hopgate_store::SessionStore as _;
             let expired = store.sweep(unix_now());
             if expired > 0 {
                 tracing::debug!(expired, "expired session bindings removed");
             }
-            if let Some(p) = &path {
-                let store = Arc::clone(&store);
+            if let (Some(p), Some(store)) = (&path, &saved) {
+                let store = Arc::clone(store);
                 let p = p.clone();
                 let saved = tokio::task::spawn_blocking(move || store.save(&p)).await;
                 match saved {
@@ -195,7 +213,19 @@ fn start_sessions(
             }
         }
     });
-    (sessions, task)
+    Ok((sessions, task))
+}
+
+/// The replica id of SPEC §9 when none is configured: hostname and admin
+/// port.
+fn default_replica_id(admin: SocketAddr) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}:{}", admin.port())
 }
 
 fn print_line(line: &str) {
@@ -239,8 +269,14 @@ impl Gateway {
         let (shutdown, rx) = watch::channel(false);
         // Sessions stop after the listeners have drained, so the final save
         // includes the bindings of the last requests.
+        // The admin socket is bound first: its port names this replica.
+        let admin_sock = TcpListener::bind(cfg.admin.address)
+            .await
+            .with_context(|| format!("cannot listen on {} (admin)", cfg.admin.address))?;
+        let admin_addr = admin_sock.local_addr()?;
         let (session_stop, session_rx) = watch::channel(false);
-        let (sessions, session_task) = start_sessions(&cfg, session_rx);
+        let (sessions, session_task) =
+            start_sessions(&cfg, &default_replica_id(admin_addr), session_rx).await?;
         let pool_size = cfg
             .services
             .iter()
@@ -265,10 +301,6 @@ impl Gateway {
                 running.push(r);
             }
         }
-        let admin_sock = TcpListener::bind(cfg.admin.address)
-            .await
-            .with_context(|| format!("cannot listen on {} (admin)", cfg.admin.address))?;
-        let admin_addr = admin_sock.local_addr()?;
         let admin = Admin::with_maintenance(
             Arc::clone(&control),
             token,

@@ -5,9 +5,11 @@
 #![allow(unreachable_pub)]
 
 mod harness;
+mod redis_server;
 
 mod admin;
 mod errors;
+mod fleet_redis;
 mod grpc;
 mod maintenance;
 mod reload;
