@@ -95,7 +95,10 @@ impl Binding {
 /// Semantics every implementation has (checked by [`conformance`]):
 /// a binding is visible to [`get`](SessionStore::get) only while live
 /// (`now < expires_at`); `put` on an existing id replaces it (last writer
-/// wins); distinct ids never interfere.
+/// wins) in this replica's view at once; distinct ids never interfere. A
+/// store shared by replicas may later replace a `put` that lost to another
+/// replica's write (the Redis store orders writes by hop count; see
+/// [`RedisStore`]).
 pub trait SessionStore: Send + Sync + 'static {
     /// The live binding of `id` at `now`, if any.
     fn get(&self, id: &SessionId, now: u64) -> Option<Binding>;
