@@ -230,6 +230,22 @@ impl RedisStore {
         true
     }
 
+    /// Waits until every queued write has been answered by Redis, at most
+    /// `within` (at shutdown, so the last requests' bindings are shared);
+    /// whether the queue is empty.
+    pub async fn flush(&self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.status().queued > 0 {
+            if tokio::time::Instant::now() >= deadline
+                || self.status().state != RedisState::Connected
+            {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
+    }
+
     /// The connection state and counters.
     pub fn status(&self) -> RedisStatus {
         self.shared.status()

@@ -242,10 +242,7 @@ async fn a_new_replica_loads_what_redis_holds() {
     for (i, sid) in ids.iter().enumerate() {
         a.put(*sid, live(&format!("api-{}", i % 3), 0));
     }
-    within(Duration::from_secs(3), "a's writes are in", || {
-        a.status().queued == 0
-    })
-    .await;
+    assert!(a.flush(Duration::from_secs(3)).await, "a's writes are in");
     let c = replica(&redis, &p, "c").await;
     assert_eq!(c.len(), 500);
     for sid in &ids {

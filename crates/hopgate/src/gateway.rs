@@ -164,7 +164,12 @@ async fn start_sessions(
     };
     // The file is saved only for the memory store (validation refuses
     // `store.path` with redis).
-    let (store, saved): (Arc<dyn SessionStore>, Option<Arc<MemoryStore>>) = match &cfg.store.redis {
+    type Stores = (
+        Arc<dyn SessionStore>,
+        Option<Arc<MemoryStore>>,
+        Option<Arc<RedisStore>>,
+    );
+    let (store, saved, shared): Stores = match &cfg.store.redis {
         Some(r) => {
             let mut opts = RedisOptions::new(r.url.clone(), replica_id);
             opts.prefix = r.prefix.clone();
@@ -173,11 +178,20 @@ async fn start_sessions(
             if !redis.wait_loaded(std::time::Duration::from_secs(1)).await {
                 tracing::warn!(url = %r.url, "redis store: Redis not reached at start; serving local bindings until it is");
             }
-            (Arc::new(redis), None)
+            let redis = Arc::new(redis);
+            (
+                Arc::clone(&redis) as Arc<dyn SessionStore>,
+                None,
+                Some(redis),
+            )
         }
         None => {
             let memory = Arc::new(memory);
-            (Arc::clone(&memory) as Arc<dyn SessionStore>, Some(memory))
+            (
+                Arc::clone(&memory) as Arc<dyn SessionStore>,
+                Some(memory),
+                None,
+            )
         }
     };
     let sessions = Arc::new(Sessions {
@@ -209,6 +223,14 @@ async fn start_sessions(
                 }
             }
             if stopping {
+                if let Some(redis) = &shared {
+                    if !redis.flush(std::time::Duration::from_secs(1)).await {
+                        tracing::warn!(
+                            queued = redis.status().queued,
+                            "redis store: writes not sent to Redis at shutdown"
+                        );
+                    }
+                }
                 return;
             }
         }

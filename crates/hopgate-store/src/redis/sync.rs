@@ -284,8 +284,10 @@ async fn follow_from(
     };
     if gap {
         let resync = cursor.is_some();
-        *cursor = Some(last.unwrap_or_default());
+        // The cursor moves only once the SCAN is complete: a connection
+        // lost halfway scans again next time.
         let loaded = scan_load(shared, cmd).await?;
+        *cursor = Some(last.unwrap_or_default());
         if resync {
             shared.resyncs.fetch_add(1, Ordering::Relaxed);
         }
@@ -408,8 +410,14 @@ async fn write_loop(
     }
 }
 
+/// Errors that a new connection cures (NOSCRIPT included: a new
+/// connection loads the scripts again).
 fn is_connection_error(e: &RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_unrecoverable_error()
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || e.is_unrecoverable_error()
+        || e.code() == Some("NOSCRIPT")
 }
 
 async fn send(
