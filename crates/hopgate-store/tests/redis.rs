@@ -346,3 +346,63 @@ async fn a_store_starts_degraded_without_redis_and_serves() {
         Some(RedisState::Degraded)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_reloads_everything_when_redis_lost_its_data() {
+    let redis = RedisServer::start();
+    let p = fresh_prefix();
+    let (a, b) = (
+        replica(&redis, &p, "a").await,
+        replica(&redis, &p, "b").await,
+    );
+    let old = SessionId::random();
+    a.put(old, live("api-1", 0));
+    within(Duration::from_secs(1), "b sees it", || {
+        b.get(&old, now()).is_some()
+    })
+    .await;
+    // Redis loses everything, stream included (as after a restart without
+    // persistence); a binding then appears with no notice; the replicas'
+    // connections drop.
+    let mut conn = raw(&redis).await;
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut conn)
+        .await
+        .expect("flushall");
+    let new = SessionId::random();
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{p}s:{new}"))
+        .arg(&[
+            ("service", "api"),
+            ("node", "api-9"),
+            ("bound_at", "1"),
+            ("hops", "0"),
+        ])
+        .arg("expires_at")
+        .arg(now() + 600)
+        .query_async(&mut conn)
+        .await
+        .expect("hset");
+    let _: i64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal"])
+        .query_async(&mut conn)
+        .await
+        .expect("client kill");
+    // The stream went back past b's cursor: b reloads by SCAN.
+    within(Duration::from_secs(3), "b resyncs", || {
+        b.status().resyncs >= 1 && b.get(&new, now()).is_some()
+    })
+    .await;
+    assert!(b.get(&old, now()).is_some(), "the cache keeps what it had");
+    // And follows the new stream from its start.
+    within(Duration::from_secs(3), "a reconnects", || {
+        a.status().state == RedisState::Connected && a.status().reconnects >= 1
+    })
+    .await;
+    let later = SessionId::random();
+    a.put(later, live("api-2", 0));
+    within(Duration::from_secs(1), "b follows the new stream", || {
+        b.get(&later, now()).is_some()
+    })
+    .await;
+}
