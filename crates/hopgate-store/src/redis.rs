@@ -43,7 +43,8 @@
 //! # Learning of other replicas' changes: a stream
 //!
 //! A winning or refreshing write appends a notice (`k` the key, `r` the
-//! writer, `o` set or delete) to the stream `<prefix>changes` (`XADD ...
+//! writer, `o` set or delete, `q` its number from the counter
+//! `<prefix>changes:seq`) to the stream `<prefix>changes` (`XADD ...
 //! MAXLEN ~ stream_maxlen`, in the same script, so no write goes
 //! unannounced). Each replica follows it with `XREAD BLOCK` from the last
 //! id it has seen, skips its own notices, reads the changed hashes
@@ -54,9 +55,10 @@
 //! A stream rather than pub/sub because a stream survives a disconnect: a
 //! replica that lost Redis resumes from its last id and gets every change
 //! it missed, where pub/sub would have dropped them. When the cursor can no
-//! longer be trusted (at start; the stream was trimmed past it; the stream
-//! went back because Redis lost its data) the replica reloads every binding
-//! by `SCAN` (bounded by the cache's `max_sessions`), having read the
+//! longer be trusted (at start; the stream was trimmed past it, seen after
+//! a reconnect from the stream's first entry and while following from a
+//! jump in the notice numbers; the stream went back because Redis lost its
+//! data) the replica reloads every binding by `SCAN` (bounded by the cache's `max_sessions`), having read the
 //! stream's last id first so that changes during the scan are replayed.
 //!
 //! # Misses

@@ -406,3 +406,33 @@ async fn a_replica_reloads_everything_when_redis_lost_its_data() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_replica_misses_nothing_when_the_stream_is_trimmed() {
+    let redis = RedisServer::start();
+    let p = fresh_prefix();
+    let mut o = options(&redis, &p, "a");
+    o.stream_maxlen = 100;
+    let a = RedisStore::start(o, MemoryStore::default()).expect("start");
+    assert!(a.wait_loaded(Duration::from_secs(5)).await);
+    let b = replica(&redis, &p, "b").await;
+    // A burst far longer than the stream is kept: whatever b could not
+    // read in time was trimmed, and b reloads by SCAN.
+    let ids: Vec<SessionId> = (0..5_000).map(|_| SessionId::random()).collect();
+    for sid in &ids {
+        a.put(*sid, live("api-1", 0));
+    }
+    assert!(a.flush(Duration::from_secs(5)).await);
+    within(Duration::from_secs(5), "b has every binding", || {
+        b.len() == ids.len()
+    })
+    .await;
+    let mut conn = raw(&redis).await;
+    let kept: u64 = redis::cmd("XLEN")
+        .arg(format!("{p}changes"))
+        .query_async(&mut conn)
+        .await
+        .expect("xlen");
+    assert!(kept < 1_000, "the stream is trimmed: {kept}");
+    eprintln!("b: {:?}", b.status());
+}

@@ -22,7 +22,7 @@ use redis::streams::{StreamRangeReply, StreamReadReply};
 use redis::{AsyncConnectionConfig, RedisError, Value};
 use tokio::sync::Notify;
 
-use super::wire::{self, adopt, CasOutcome, EntryId, Keys};
+use super::wire::{self, adopt, CasOutcome, Cursor, EntryId, Keys};
 use super::{RedisState, RedisStatus};
 use crate::{Binding, MemoryStore, SessionId, SessionStore};
 
@@ -176,7 +176,7 @@ impl Shared {
 /// The task: sessions with Redis, one after another, until the store is
 /// dropped (which aborts it).
 pub(super) async fn run(shared: Arc<Shared>, client: redis::Client) {
-    let mut cursor: Option<EntryId> = None;
+    let mut cursor: Option<Cursor> = None;
     let mut retry: Vec<Dirty> = Vec::new();
     let mut backoff = MIN_BACKOFF;
     loop {
@@ -202,7 +202,7 @@ fn config(response: Duration) -> AsyncConnectionConfig {
 async fn session(
     shared: &Shared,
     client: &redis::Client,
-    cursor: &mut Option<EntryId>,
+    cursor: &mut Option<Cursor>,
     retry: &mut Vec<Dirty>,
     connected: &mut bool,
 ) -> RedisError {
@@ -233,7 +233,7 @@ async fn session(
     *connected = true;
     shared.conn.store(Some(Arc::new(cmd.clone())));
     shared.set_connected();
-    let reader_cursor = cursor.get_or_insert_with(EntryId::default);
+    let reader_cursor = cursor.get_or_insert_with(Cursor::default);
     let mut lookups = cmd.clone();
     tokio::select! {
         e = write_loop(shared, &mut cmd, &scripts, retry) => e,
@@ -266,47 +266,59 @@ async fn load_scripts(cmd: &mut MultiplexedConnection) -> Result<Scripts, RedisE
 /// Sets where the change feed resumes, reloading every binding by SCAN
 /// when notices may have been missed: at start, when the stream was
 /// trimmed past the cursor (its first entry is after it), or when it went
-/// back (Redis lost its data). The stream's last id is read *before* the
-/// SCAN, so a change during the SCAN is replayed from the feed.
+/// back (Redis lost its data). While following, a jump in the notice
+/// numbers reveals the same ([`read_loop`]).
 async fn follow_from(
     shared: &Shared,
     cmd: &mut MultiplexedConnection,
-    cursor: &mut Option<EntryId>,
+    cursor: &mut Option<Cursor>,
 ) -> Result<(), RedisError> {
     let stream = shared.keys.stream();
-    let first = edge_id(cmd, "XRANGE", &stream, "-", "+").await?;
-    let last = edge_id(cmd, "XREVRANGE", &stream, "+", "-").await?;
+    let first = edge(cmd, "XRANGE", &stream, "-", "+").await?;
+    let last = edge(cmd, "XREVRANGE", &stream, "+", "-").await?;
     let gap = match *cursor {
         None => true,
         Some(seen) => {
-            first.is_some_and(|f| f > seen) || last.map_or(seen != EntryId::default(), |l| l < seen)
+            first.is_some_and(|f| f.id > seen.id)
+                || last.map_or(seen.id != EntryId::default(), |l| l.id < seen.id)
         }
     };
     if gap {
-        let resync = cursor.is_some();
-        // The cursor moves only once the SCAN is complete: a connection
-        // lost halfway scans again next time.
-        let loaded = scan_load(shared, cmd).await?;
-        *cursor = Some(last.unwrap_or_default());
-        if resync {
-            shared.resyncs.fetch_add(1, Ordering::Relaxed);
-        }
-        tracing::info!(
-            bindings = loaded,
-            resync,
-            "redis store: bindings loaded from Redis"
-        );
+        *cursor = Some(reload(shared, cmd, cursor.is_some()).await?);
     }
     Ok(())
 }
 
-async fn edge_id(
+/// Reads the stream's last entry, then every binding by SCAN; the cursor
+/// to follow from (changes during the SCAN are replayed from it). The
+/// caller's cursor moves only once the SCAN is complete: a connection lost
+/// halfway scans again next time.
+async fn reload(
+    shared: &Shared,
+    cmd: &mut MultiplexedConnection,
+    resync: bool,
+) -> Result<Cursor, RedisError> {
+    let last = edge(cmd, "XREVRANGE", &shared.keys.stream(), "+", "-").await?;
+    let loaded = scan_load(shared, cmd).await?;
+    if resync {
+        shared.resyncs.fetch_add(1, Ordering::Relaxed);
+    }
+    tracing::info!(
+        bindings = loaded,
+        resync,
+        "redis store: bindings loaded from Redis"
+    );
+    Ok(last.unwrap_or_default())
+}
+
+/// The first (`XRANGE`) or last (`XREVRANGE`) entry of the stream.
+async fn edge(
     cmd: &mut MultiplexedConnection,
     verb: &str,
     stream: &str,
     from: &str,
     to: &str,
-) -> Result<Option<EntryId>, RedisError> {
+) -> Result<Option<Cursor>, RedisError> {
     let r: StreamRangeReply = redis::cmd(verb)
         .arg(stream)
         .arg(from)
@@ -315,7 +327,12 @@ async fn edge_id(
         .arg(1)
         .query_async(cmd)
         .await?;
-    Ok(r.ids.first().and_then(|e| EntryId::parse(&e.id)))
+    Ok(r.ids.first().and_then(|e| {
+        Some(Cursor {
+            id: EntryId::parse(&e.id)?,
+            seq: wire::seq_of(&e.map),
+        })
+    }))
 }
 
 /// Loads every binding Redis holds into the cache, at most the cache's
@@ -427,6 +444,7 @@ async fn send(
     batch: &[Dirty],
 ) -> Result<(), RedisError> {
     let stream = shared.keys.stream();
+    let seq = shared.keys.seq();
     let mut pipe = redis::pipe();
     let mut sent: Vec<(SessionId, bool)> = Vec::with_capacity(batch.len());
     for d in batch {
@@ -435,9 +453,10 @@ async fn send(
         if d.removed {
             pipe.cmd("EVALSHA")
                 .arg(&scripts.remove)
-                .arg(2)
+                .arg(3)
                 .arg(&key)
                 .arg(&stream)
+                .arg(&seq)
                 .arg(&shared.replica)
                 .arg(shared.stream_maxlen)
                 .arg(&hex);
@@ -450,9 +469,10 @@ async fn send(
         };
         pipe.cmd("EVALSHA")
             .arg(&scripts.cas)
-            .arg(2)
+            .arg(3)
             .arg(&key)
             .arg(&stream)
+            .arg(&seq)
             .arg(&*b.service)
             .arg(&*b.node)
             .arg(b.bound_at)
@@ -485,12 +505,15 @@ async fn send(
 }
 
 /// Follows the change stream from `cursor`, taking other replicas'
-/// changes into the cache (its own are skipped: the cache has them).
+/// changes into the cache (its own are skipped: the cache has them). A
+/// jump in the notice numbers means notices were lost before this replica
+/// read them (trimmed while it lagged, or Redis lost its data): it
+/// reloads everything.
 async fn read_loop(
     shared: &Shared,
     cmd: &mut MultiplexedConnection,
     feed: &mut MultiplexedConnection,
-    cursor: &mut EntryId,
+    cursor: &mut Cursor,
 ) -> RedisError {
     let stream = shared.keys.stream();
     loop {
@@ -501,7 +524,7 @@ async fn read_loop(
             .arg(BLOCK.as_millis() as u64)
             .arg("STREAMS")
             .arg(&stream)
-            .arg(cursor.to_string())
+            .arg(cursor.id.to_string())
             .query_async(feed)
             .await
         {
@@ -510,10 +533,17 @@ async fn read_loop(
         };
         let Some(reply) = reply else { continue };
         let mut set = Vec::new();
+        let mut gap = false;
         for entry in reply.keys.into_iter().flat_map(|k| k.ids) {
-            if let Some(id) = EntryId::parse(&entry.id) {
-                *cursor = id;
+            let Some(id) = EntryId::parse(&entry.id) else {
+                continue;
+            };
+            let seq = wire::seq_of(&entry.map);
+            if !cursor.follows(seq) {
+                gap = true;
+                break;
             }
+            *cursor = Cursor { id, seq };
             let Some(n) = wire::notice_from(&entry.map) else {
                 continue;
             };
@@ -531,6 +561,12 @@ async fn read_loop(
         }
         if let Err(e) = apply_remote(shared, cmd, &set).await {
             return e;
+        }
+        if gap {
+            match reload(shared, cmd, true).await {
+                Ok(c) => *cursor = c,
+                Err(e) => return e,
+            }
         }
     }
 }

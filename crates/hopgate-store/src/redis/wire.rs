@@ -13,7 +13,8 @@ use crate::{Binding, SessionId};
 
 /// The compare-and-set of one binding, keyed on its hop count.
 ///
-/// `KEYS[1]` the binding's hash, `KEYS[2]` the change stream.
+/// `KEYS[1]` the binding's hash, `KEYS[2]` the change stream, `KEYS[3]`
+/// the notice counter.
 /// `ARGV`: service, node, bound_at, hops, expires_at, writer replica,
 /// has-context (`1`/`0`), context, stream MAXLEN, the binding key in hex.
 ///
@@ -23,7 +24,9 @@ use crate::{Binding, SessionId};
 /// the same hops on another node: the stored binding is the winner);
 /// `{2}` when the binding had already expired by Redis's clock (nothing
 /// written: it would vanish at once). A winning or refreshing write appends
-/// a notice `k=<key hex> r=<writer> o=s` to the stream.
+/// a notice `k=<key hex> r=<writer> o=s q=<n>` to the stream, where `n`
+/// counts every notice (`INCR` of the counter): a reader that sees `q`
+/// jump has missed notices (trimmed, or Redis lost its data).
 pub(super) const CAS_SCRIPT: &str = r"
 local now = tonumber(redis.call('TIME')[1])
 local exp = tonumber(ARGV[5])
@@ -42,7 +45,8 @@ if cur[1] then
       redis.call('HSET', KEYS[1], 'expires_at', ARGV[5])
       redis.call('EXPIREAT', KEYS[1], exp)
     end
-    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[9], '*', 'k', ARGV[10], 'r', ARGV[6], 'o', 's')
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[9], '*', 'k', ARGV[10], 'r', ARGV[6], 'o', 's',
+      'q', redis.call('INCR', KEYS[3]))
     return {1}
   end
 end
@@ -51,15 +55,17 @@ redis.call('HSET', KEYS[1], 'service', ARGV[1], 'node', ARGV[2], 'bound_at', ARG
   'hops', ARGV[4], 'expires_at', ARGV[5], 'writer', ARGV[6])
 if ARGV[7] == '1' then redis.call('HSET', KEYS[1], 'context', ARGV[8]) end
 redis.call('EXPIREAT', KEYS[1], exp)
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[9], '*', 'k', ARGV[10], 'r', ARGV[6], 'o', 's')
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[9], '*', 'k', ARGV[10], 'r', ARGV[6], 'o', 's',
+  'q', redis.call('INCR', KEYS[3]))
 return {1}
 ";
 
 /// Forgets a binding and tells the fleet. `KEYS[1]` hash, `KEYS[2]`
-/// stream; `ARGV`: writer, MAXLEN, key hex.
+/// stream, `KEYS[3]` notice counter; `ARGV`: writer, MAXLEN, key hex.
 pub(super) const REMOVE_SCRIPT: &str = r"
 redis.call('DEL', KEYS[1])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'k', ARGV[3], 'r', ARGV[1], 'o', 'd')
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'k', ARGV[3], 'r', ARGV[1], 'o', 'd',
+  'q', redis.call('INCR', KEYS[3]))
 return 1
 ";
 
@@ -95,6 +101,11 @@ impl Keys {
     /// `<prefix>changes`: the stream of change notices.
     pub(super) fn stream(&self) -> String {
         format!("{}changes", self.prefix)
+    }
+
+    /// `<prefix>changes:seq`: the number of the last notice.
+    pub(super) fn seq(&self) -> String {
+        format!("{}changes:seq", self.prefix)
     }
 }
 
@@ -181,6 +192,21 @@ impl std::fmt::Display for EntryId {
     }
 }
 
+/// Where a reader is in the stream: the last entry read and its notice
+/// number (0: none read, so any next number is accepted).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Cursor {
+    pub(super) id: EntryId,
+    pub(super) seq: u64,
+}
+
+impl Cursor {
+    /// Whether a notice numbered `seq` follows this cursor without a gap.
+    pub(super) fn follows(&self, seq: u64) -> bool {
+        self.seq == 0 || seq == self.seq + 1
+    }
+}
+
 /// What a change notice says.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Notice {
@@ -189,16 +215,24 @@ pub(super) struct Notice {
     pub(super) removed: bool,
 }
 
-pub(super) fn notice_from(fields: &HashMap<String, Value>) -> Option<Notice> {
-    let text = |k: &str| match fields.get(k)? {
+fn field<'v>(fields: &'v HashMap<String, Value>, k: &str) -> Option<&'v str> {
+    match fields.get(k)? {
         Value::BulkString(b) => std::str::from_utf8(b).ok(),
         Value::SimpleString(s) => Some(s.as_str()),
         _ => None,
-    };
+    }
+}
+
+/// A notice's number (`q`); 0 when it has none.
+pub(super) fn seq_of(fields: &HashMap<String, Value>) -> u64 {
+    field(fields, "q").and_then(|q| q.parse().ok()).unwrap_or(0)
+}
+
+pub(super) fn notice_from(fields: &HashMap<String, Value>) -> Option<Notice> {
     Some(Notice {
-        id: SessionId::parse_hex(text("k")?).ok()?,
-        writer: text("r")?.to_owned(),
-        removed: text("o")? == "d",
+        id: SessionId::parse_hex(field(fields, "k")?).ok()?,
+        writer: field(fields, "r")?.to_owned(),
+        removed: field(fields, "o")? == "d",
     })
 }
 
@@ -235,6 +269,18 @@ mod tests {
         assert_eq!(k.id_of(&k.binding(&id)), Some(id));
         assert_eq!(k.id_of("other:s:00"), None);
         assert_eq!(k.stream(), "hg:changes");
+    }
+
+    #[test]
+    fn a_cursor_sees_gaps_in_the_numbers() {
+        let c = Cursor {
+            id: EntryId(1, 0),
+            seq: 7,
+        };
+        assert!(c.follows(8));
+        assert!(!c.follows(10), "trimmed");
+        assert!(!c.follows(1), "Redis lost its data");
+        assert!(Cursor::default().follows(42), "nothing read yet");
     }
 
     #[test]
