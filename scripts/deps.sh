@@ -16,6 +16,8 @@ command -v etcd    >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v protoc  >/dev/null 2>&1 || need+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
+# The Redis session store: a real redis-server in the tests.
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 
 if ((${#need[@]})); then
   echo "deps: installing ${need[*]}"

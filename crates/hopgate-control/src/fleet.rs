@@ -7,6 +7,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use hopgate_store::{RedisState, RedisStatus, SessionStore};
 use serde_json::{json, Value};
 
 use crate::etcd::EtcdHandle;
@@ -17,6 +18,23 @@ pub trait StoreStatus: Send + Sync {
     fn status(&self) -> Value;
     /// Whether it is reachable now (`hopgate_fleet_redis_up`).
     fn up(&self) -> bool;
+}
+
+/// The status of a session store shared through Redis, as the fleet view
+/// shows it; installed only for a store that has one.
+pub struct SharedStoreStatus(pub Arc<dyn SessionStore>);
+
+impl StoreStatus for SharedStoreStatus {
+    fn status(&self) -> Value {
+        let status = self.0.redis_status().unwrap_or_else(RedisStatus::off);
+        serde_json::to_value(status).unwrap_or_else(|_| json!({ "state": "off" }))
+    }
+
+    fn up(&self) -> bool {
+        self.0
+            .redis_status()
+            .is_some_and(|s| s.state == RedisState::Connected)
+    }
 }
 
 /// The fleet view of one replica.

@@ -247,11 +247,30 @@ pub struct StoreConfig {
     pub path: Option<std::path::PathBuf>,
     pub max_sessions: usize,
     pub persist_interval: Duration,
+    /// `Some` for `kind: redis`: bindings are shared through Redis.
+    pub redis: Option<RedisStoreConfig>,
+}
+
+/// `store:` with `kind: redis`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisStoreConfig {
+    /// `redis://[user:password@]host[:port][/db]`, checked for its shape.
+    pub url: String,
+    /// Prefix of every key hopgate writes (default `hopgate:`).
+    pub prefix: String,
+    /// Writes held while Redis is unreachable; past it the oldest go.
+    pub max_queue: usize,
+}
+
+impl RedisStoreConfig {
+    pub const DEFAULT_PREFIX: &'static str = "hopgate:";
+    pub const DEFAULT_MAX_QUEUE: usize = 100_000;
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
+            redis: None,
             path: None,
             max_sessions: 1_000_000,
             persist_interval: Duration::from_secs(10),

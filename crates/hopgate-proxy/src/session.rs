@@ -33,6 +33,9 @@ pub struct ClientSession {
     /// True when the client must be given `token` (new session, replaced
     /// token, or a token re-signed with the current key).
     pub issue: bool,
+    /// The client came with a valid token: the session existed before this
+    /// request (another replica may hold its binding).
+    pub known: bool,
 }
 
 fn token_from<'h>(cfg: &SessionsConfig, headers: &'h HeaderMap) -> Option<&'h str> {
@@ -60,6 +63,7 @@ fn fresh(keys: &SessionKeys, now: u64) -> ClientSession {
         id,
         token: HeaderValue::from_str(&token).expect("tokens are base64url"),
         issue: true,
+        known: false,
     }
 }
 
@@ -81,12 +85,14 @@ pub fn identify(
                 id: t.id,
                 token: HeaderValue::from_str(&token).expect("tokens are base64url"),
                 issue: true,
+                known: true,
             }
         }
         Ok(t) => ClientSession {
             id: t.id,
             token: HeaderValue::from_str(raw).expect("a verified token is base64url"),
             issue: false,
+            known: true,
         },
         Err(e) => {
             METRICS.token_rejected(match e {

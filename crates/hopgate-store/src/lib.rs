@@ -2,8 +2,9 @@
 //!
 //! Owns the [`SessionStore`] trait (session id → [`Binding`]: service, node,
 //! bound-at, hop count, opaque context, expiry), the embedded
-//! [`MemoryStore`] with its optional persistence file, and the
-//! [`conformance`] suite every implementation must pass.
+//! [`MemoryStore`] with its optional persistence file, the fleet's
+//! [`RedisStore`] (a `MemoryStore` cache kept in sync with Redis by its own
+//! tasks), and the [`conformance`] suite every implementation must pass.
 //!
 //! Must not touch the request path's I/O: every trait method is synchronous
 //! and answers from memory, so the hot path never awaits a store. A store
@@ -13,16 +14,25 @@
 //! request. Token minting and verification are not here (they are pure and
 //! live in `hopgate_core::session`); neither are metrics or logging of hops.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 pub use hopgate_core::session::SessionId;
 
 pub mod conformance;
 mod memory;
+mod redis;
 mod sessions;
 
 pub use memory::{LoadReport, LoadWarning, MemoryStore, DEFAULT_MAX_SESSIONS};
+pub use redis::{RedisOptions, RedisState, RedisStatus, RedisStore, RedisStoreError};
 pub use sessions::Sessions;
+
+/// The answer of [`SessionStore::fetch`]: resolves to the binding the
+/// shared store holds (already put into the local view), or `None` when it
+/// holds none, is unreachable, or did not answer in time. Never fails.
+pub type FetchFuture = Pin<Box<dyn Future<Output = Option<Binding>> + Send + 'static>>;
 
 /// Where a session is bound, and what it carries across a hop.
 ///
@@ -87,7 +97,10 @@ impl Binding {
 /// Semantics every implementation has (checked by [`conformance`]):
 /// a binding is visible to [`get`](SessionStore::get) only while live
 /// (`now < expires_at`); `put` on an existing id replaces it (last writer
-/// wins); distinct ids never interfere.
+/// wins) in this replica's view at once; distinct ids never interfere. A
+/// store shared by replicas may later replace a `put` that lost to another
+/// replica's write (the Redis store orders writes by hop count; see
+/// [`RedisStore`]).
 pub trait SessionStore: Send + Sync + 'static {
     /// The live binding of `id` at `now`, if any.
     fn get(&self, id: &SessionId, now: u64) -> Option<Binding>;
@@ -128,5 +141,25 @@ pub trait SessionStore: Send + Sync + 'static {
     /// New sessions refused because the store was full, since start.
     fn full_rejections(&self) -> u64 {
         0
+    }
+
+    /// Asks the shared store, off the hot path, for a binding this replica
+    /// does not hold (a session minted on another replica and not yet
+    /// propagated here). `None` when the store has nothing remote to ask
+    /// (the memory store): the caller binds at once. Otherwise the future
+    /// answers within the store's short timeout and, when a binding is
+    /// found, has already put it into the local view, so the next
+    /// [`get`](SessionStore::get) sees it. Call it only on a miss of a
+    /// *verified* token; a fresh session has nothing to find.
+    fn fetch(&self, id: &SessionId) -> Option<FetchFuture> {
+        let _ = id;
+        None
+    }
+
+    /// The shared store's connection state, for the admin API
+    /// (`GET /admin/v1/fleet`) and the metrics; `None` for a store with
+    /// nothing remote (reported as `off`).
+    fn redis_status(&self) -> Option<RedisStatus> {
+        None
     }
 }

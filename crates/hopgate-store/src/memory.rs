@@ -113,6 +113,41 @@ impl MemoryStore {
         self.intern(&Arc::from(name))
     }
 
+    /// Stores `binding` for `id` only when `replace(current)` says so, in one
+    /// atomic step (a concurrent `put` is either seen by `replace` or comes
+    /// after); whether it was stored. `current` includes an expired binding
+    /// not swept yet. A new id past `max_sessions` is refused and counted.
+    pub(crate) fn put_if(
+        &self,
+        id: SessionId,
+        mut binding: Binding,
+        replace: impl Fn(Option<&Binding>) -> bool,
+    ) -> bool {
+        binding.service = self.intern(&binding.service);
+        binding.node = self.intern(&binding.node);
+        let map = self.map.pin();
+        let max = self.max_sessions();
+        let full = map.len() >= max;
+        let mut refused_full = false;
+        let done = map.compute(id, |cur| {
+            let cur = cur.map(|(_, b)| b);
+            if cur.is_none() && full {
+                refused_full = true;
+                return papaya::Operation::Abort(());
+            }
+            if replace(cur) {
+                papaya::Operation::Insert(binding.clone())
+            } else {
+                papaya::Operation::Abort(())
+            }
+        });
+        let stored = !matches!(done, papaya::Compute::Aborted(()));
+        if refused_full {
+            self.reject_full(max);
+        }
+        stored
+    }
+
     /// Inserts without interning or bound checks (load, which has done both).
     fn insert_raw(&self, id: SessionId, binding: Binding) {
         self.map.pin().insert(id, binding);

@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use hopgate_control::admin::{serve_admin, Admin};
 use hopgate_control::etcd::source::Boot;
 use hopgate_control::etcd::{EtcdHandle, EtcdSource};
-use hopgate_control::fleet::Fleet;
+use hopgate_control::fleet::{Fleet, SharedStoreStatus};
 use hopgate_control::maintenance::Maintenance;
 use hopgate_control::watch::watch_file;
 use hopgate_control::{Control, Source};
@@ -24,8 +24,7 @@ use hopgate_core::config::{Config, EtcdSourceConfig, ListenerConfig};
 use hopgate_core::session::unix_now;
 use hopgate_core::session::SessionKeys;
 use hopgate_proxy::{serve_listener, Forwarder, ListenerCtx, ListenerSettings};
-use hopgate_store::MemoryStore;
-use hopgate_store::Sessions;
+use hopgate_store::{MemoryStore, RedisOptions, RedisStore, SessionStore, Sessions};
 
 /// One running listener.
 struct Running {
@@ -116,14 +115,16 @@ impl Listeners {
     }
 }
 
-/// Session keys (from the environment) and the store (loaded from its
-/// file when `store.path` is set), plus the tasks that expire bindings and
-/// persist them. Keys and store are fixed at start; `sessions.enabled` and
-/// the cookie settings follow reloads.
-fn start_sessions(
+/// Session keys (from the environment) and the store (the memory store,
+/// loaded from its file when `store.path` is set, or the redis store over
+/// a memory cache), plus the task that expires bindings and persists
+/// them. Keys and store are fixed at start; `sessions.enabled` and the
+/// cookie settings follow reloads.
+async fn start_sessions(
     cfg: &Config,
+    replica_id: &str,
     mut stop: watch::Receiver<bool>,
-) -> (Arc<Sessions>, JoinHandle<()>) {
+) -> anyhow::Result<(Arc<Sessions>, JoinHandle<()>)> {
     let scfg = &cfg.sessions;
     let previous: Vec<Vec<u8>> = scfg
         .previous_secrets_env
@@ -152,7 +153,7 @@ fn start_sessions(
         }
     };
     let now = unix_now();
-    let store = match &cfg.store.path {
+    let memory = match &cfg.store.path {
         Some(path) => {
             let (store, report) = MemoryStore::load_with_limit(path, now, cfg.store.max_sessions);
             if report.warning.is_some() {
@@ -164,10 +165,41 @@ fn start_sessions(
         }
         None => MemoryStore::new(cfg.store.max_sessions),
     };
-    let store = Arc::new(store);
+    // The file is saved only for the memory store (validation refuses
+    // `store.path` with redis).
+    type Stores = (
+        Arc<dyn SessionStore>,
+        Option<Arc<MemoryStore>>,
+        Option<Arc<RedisStore>>,
+    );
+    let (store, saved, shared): Stores = match &cfg.store.redis {
+        Some(r) => {
+            let mut opts = RedisOptions::new(r.url.clone(), replica_id);
+            opts.prefix = r.prefix.clone();
+            opts.max_queue = r.max_queue;
+            let redis = RedisStore::start(opts, memory)?;
+            if !redis.wait_loaded(std::time::Duration::from_secs(1)).await {
+                tracing::warn!(url = %r.url, "redis store: Redis not reached at start; serving local bindings until it is");
+            }
+            let redis = Arc::new(redis);
+            (
+                Arc::clone(&redis) as Arc<dyn SessionStore>,
+                None,
+                Some(redis),
+            )
+        }
+        None => {
+            let memory = Arc::new(memory);
+            (
+                Arc::clone(&memory) as Arc<dyn SessionStore>,
+                Some(memory),
+                None,
+            )
+        }
+    };
     let sessions = Arc::new(Sessions {
         keys,
-        store: Arc::clone(&store) as Arc<dyn hopgate_store::SessionStore>,
+        store: Arc::clone(&store),
     });
     let path = cfg.store.path.clone();
     let interval = cfg.store.persist_interval;
@@ -179,13 +211,12 @@ fn start_sessions(
                 _ = tick.tick() => false,
                 _ = stop.wait_for(|s| *s) => true,
             };
-            use hopgate_store::SessionStore as _;
             let expired = store.sweep(unix_now());
             if expired > 0 {
                 tracing::debug!(expired, "expired session bindings removed");
             }
-            if let Some(p) = &path {
-                let store = Arc::clone(&store);
+            if let (Some(p), Some(store)) = (&path, &saved) {
+                let store = Arc::clone(store);
                 let p = p.clone();
                 let saved = tokio::task::spawn_blocking(move || store.save(&p)).await;
                 match saved {
@@ -195,11 +226,34 @@ fn start_sessions(
                 }
             }
             if stopping {
+                if let Some(redis) = &shared {
+                    if !redis.flush(std::time::Duration::from_secs(1)).await {
+                        tracing::warn!(
+                            queued = redis.status().queued,
+                            "redis store: writes not sent to Redis at shutdown"
+                        );
+                    }
+                }
                 return;
             }
         }
     });
-    (sessions, task)
+    Ok((sessions, task))
+}
+
+/// This replica's id: `replica_id` from the config, else hostname and the
+/// bound admin port (`web-3-9901`), so two replicas on one host differ.
+pub(crate) fn replica_id(cfg: &Config, admin: SocketAddr) -> String {
+    if let Some(id) = &cfg.replica_id {
+        return id.clone();
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty() && !h.contains(['/', ' ']))
+        .unwrap_or_else(|| "hopgate".to_owned());
+    format!("{host}-{}", admin.port())
 }
 
 fn print_line(line: &str) {
@@ -224,6 +278,7 @@ pub(crate) struct Gateway {
     pub(crate) listeners: Vec<(String, SocketAddr)>,
     pub(crate) admin_addr: SocketAddr,
     admin: Arc<Admin>,
+    sessions: Arc<Sessions>,
     maintenance: Arc<Maintenance>,
     config_path: Option<PathBuf>,
     live: Arc<Listeners>,
@@ -256,8 +311,14 @@ impl Gateway {
         let (shutdown, rx) = watch::channel(false);
         // Sessions stop after the listeners have drained, so the final save
         // includes the bindings of the last requests.
+        // The admin socket is bound first: its port names this replica.
+        let admin_sock = TcpListener::bind(cfg.admin.address)
+            .await
+            .with_context(|| format!("cannot listen on {} (admin)", cfg.admin.address))?;
+        let admin_addr = admin_sock.local_addr()?;
         let (session_stop, session_rx) = watch::channel(false);
-        let (sessions, session_task) = start_sessions(&cfg, session_rx);
+        let (sessions, session_task) =
+            start_sessions(&cfg, &replica_id(&cfg, admin_addr), session_rx).await?;
         let pool_size = cfg
             .services
             .iter()
@@ -282,10 +343,6 @@ impl Gateway {
                 running.push(r);
             }
         }
-        let admin_sock = TcpListener::bind(cfg.admin.address)
-            .await
-            .with_context(|| format!("cannot listen on {} (admin)", cfg.admin.address))?;
-        let admin_addr = admin_sock.local_addr()?;
         let admin = Admin::with_maintenance(
             Arc::clone(&control),
             token,
@@ -346,6 +403,7 @@ impl Gateway {
             listeners,
             admin_addr,
             admin,
+            sessions,
             maintenance,
             config_path,
             live,
@@ -366,7 +424,13 @@ impl Gateway {
             .as_ref()
             .map(|e| Arc::new(EtcdHandle::new(&e.config, &replica_id)));
         tracing::info!(replica_id = %replica_id, etcd = handle.is_some(), "fleet view ready");
-        self.admin.set_fleet(Fleet::new(replica_id, handle.clone()));
+        let fleet = Fleet::new(replica_id, handle.clone());
+        if self.sessions.store.redis_status().is_some() {
+            fleet.set_redis(Arc::new(SharedStoreStatus(Arc::clone(
+                &self.sessions.store,
+            ))));
+        }
+        self.admin.set_fleet(fleet);
         let (Some(e), Some(handle)) = (etcd, handle) else {
             return;
         };

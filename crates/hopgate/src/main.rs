@@ -215,30 +215,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(etcd) => fleet_boot(cfg, source, etcd, path.as_deref()).await?,
     };
     let mut gw = gateway::Gateway::start(cfg, source, path).await?;
-    let replica_id = gw
-        .control
-        .snapshot()
-        .load()
-        .config
-        .replica_id
-        .clone()
-        .unwrap_or_else(|| default_replica_id(gw.admin_addr.port()));
+    let replica_id = gateway::replica_id(&gw.control.snapshot().load().config, gw.admin_addr);
     gw.start_fleet(replica_id, fleet);
     gw.print_ready();
     gateway::wait_for_signals(&gw).await;
     gw.shutdown().await;
     Ok(())
-}
-
-/// The default `replica_id`: hostname and admin port (`web-3-9901`).
-fn default_replica_id(admin_port: u16) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty() && !h.contains(['/', ' ']))
-        .unwrap_or_else(|| "hopgate".to_owned());
-    format!("{host}-{admin_port}")
 }
 
 /// Fleet mode at start: the local file holds only bootstrap sections; the

@@ -429,9 +429,18 @@ pub struct RawSessions {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawStore {
-    /// `memory` (default).
+    /// `memory` (default) or `redis`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// redis: `redis://[user:password@]host[:port][/db]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// redis: prefix of every key (default `hopgate:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// redis: writes held while Redis is away (default 100000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_queue: Option<Text>,
     /// memory: persist bindings to this file so a restart keeps them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,

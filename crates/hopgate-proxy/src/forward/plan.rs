@@ -25,7 +25,7 @@ use hopgate_core::node::ms_at;
 use hopgate_core::route::RequestView;
 use hopgate_core::session::{HopReason, SessionId};
 use hopgate_core::snapshot::Selection;
-use hopgate_store::Binding;
+use hopgate_store::{Binding, FetchFuture};
 
 use super::done::Outcome;
 use super::{grpc, ClientConn, Forwarder};
@@ -83,6 +83,9 @@ pub(super) struct Flight {
 
 /// What [`Forwarder::plan`] decided.
 pub(super) struct Plan {
+    /// The shared store's answer for a known session this replica holds no
+    /// binding for; awaited before the first attempt ([`adopt_fetched`]).
+    pub(super) fetch: Option<FetchFuture>,
     pub(super) flight: Flight,
     /// [`hopgate_core::node::now_ms`] when the request arrived (the first
     /// attempt's clock).
@@ -187,28 +190,24 @@ impl Forwarder {
         let key = client_session
             .as_ref()
             .map(|cs| session::binding_key(&cs.id, &svc.name));
+        let mut fetch = None;
         let stick = match (sessions, &key) {
-            (Some(s), Some(k)) => {
-                session::stickiness(snap, route_idx, svc, s.store.get(k, now_unix), now)
-            }
+            (Some(s), Some(k)) => match s.store.get(k, now_unix) {
+                Some(b) => session::stickiness(snap, route_idx, svc, Some(b), now),
+                None => {
+                    // A session this replica does not know, with a valid
+                    // token: a shared store may hold its binding (minted on
+                    // another replica, not propagated yet). Asked before the
+                    // first attempt; a fresh session has nothing to find.
+                    if client_session.as_ref().is_some_and(|c| c.known) {
+                        fetch = s.store.fetch(k);
+                    }
+                    Stickiness::Unbound
+                }
+            },
             _ => Stickiness::Unbound,
         };
-        let (sticky, prior, hop) = match stick {
-            Stickiness::Unbound => (None, None, None),
-            Stickiness::Stay { node, binding } => (Some(node), Some(binding), None),
-            Stickiness::Hop { binding, reason } => {
-                let from = Arc::clone(&binding.node);
-                (
-                    None,
-                    Some(binding),
-                    Some(PendingHop {
-                        from,
-                        reason,
-                        started: Instant::now(),
-                    }),
-                )
-            }
-        };
+        let (sticky, prior, hop) = stuck(stick);
         // An HTTP/1.1 Upgrade (WebSocket): forwarded with its upgrade
         // headers, then tunnelled as bytes once the backend says 101.
         let mut req = req;
@@ -245,6 +244,7 @@ impl Forwarder {
             }
         }
         Ok(Plan {
+            fetch,
             flight: Flight {
                 route: route_idx,
                 selection,
@@ -264,6 +264,46 @@ impl Forwarder {
             body,
         })
     }
+}
+
+/// A binding decision as the attempts use it: the node to stay on, the
+/// binding it came from, and the hop it starts.
+fn stuck(stick: Stickiness) -> (Option<usize>, Option<Binding>, Option<PendingHop>) {
+    match stick {
+        Stickiness::Unbound => (None, None, None),
+        Stickiness::Stay { node, binding } => (Some(node), Some(binding), None),
+        Stickiness::Hop { binding, reason } => {
+            let from = Arc::clone(&binding.node);
+            (
+                None,
+                Some(binding),
+                Some(PendingHop {
+                    from,
+                    reason,
+                    started: Instant::now(),
+                }),
+            )
+        }
+    }
+}
+
+/// A binding the shared store answered for a session the plan found
+/// unbound: the request follows it as if it had been known locally (stay,
+/// or hop if its node cannot serve).
+pub(super) fn adopt_fetched(
+    snap: &Snapshot,
+    flight: &mut Flight,
+    sticky: &mut Option<usize>,
+    hop: &mut Option<PendingHop>,
+    binding: Binding,
+    now: u64,
+) {
+    let svc = &snap.services[flight.selection.service];
+    let stick = session::stickiness(snap, flight.route, svc, Some(binding), now);
+    let (s, prior, h) = stuck(stick);
+    *sticky = s;
+    flight.prior = prior;
+    *hop = h;
 }
 
 /// The consistent-hashing key of a request, if it carries one.

@@ -6,10 +6,12 @@
 
 mod etcd_server;
 mod harness;
+mod redis_server;
 
 mod admin;
 mod errors;
 mod fleet_etcd;
+mod fleet_redis;
 mod grpc;
 mod grpcio;
 mod h2_conformance;

@@ -12,8 +12,8 @@ use super::super::raw::{
 };
 use super::super::{
     CircuitConfig, DrainConfig, DrainMode, EtcdSourceConfig, Health, HealthConfig,
-    MaintenanceConfig, MaintenanceMode, OutlierConfig, RetryConfig, SessionsConfig, SourcesConfig,
-    StoreConfig, DEFAULT_ETCD_PREFIX,
+    MaintenanceConfig, MaintenanceMode, OutlierConfig, RedisStoreConfig, RetryConfig,
+    SessionsConfig, SourcesConfig, StoreConfig, DEFAULT_ETCD_PREFIX,
 };
 use super::{
     check_path, int_in, is_env_name, is_tchar, parse_header_name, positive_duration, size_in,
@@ -417,19 +417,40 @@ impl Validator {
     pub(super) fn store(&mut self, r: Option<&RawStore>) -> StoreConfig {
         let d = StoreConfig::default();
         let Some(r) = r else { return d };
-        match r.kind.as_deref() {
-            None | Some("memory") => {}
-            Some("redis") => self.err(
-                "store.kind",
-                "the redis store is not built yet; use \"memory\"",
-            ),
-            Some(other) => self.err(
-                "store.kind",
-                format!("unknown store kind {other:?}: expected \"memory\""),
-            ),
-        }
+        let redis = match r.kind.as_deref() {
+            None | Some("memory") => {
+                for (field, set) in [
+                    ("url", r.url.is_some()),
+                    ("prefix", r.prefix.is_some()),
+                    ("max_queue", r.max_queue.is_some()),
+                ] {
+                    if set {
+                        self.err(
+                            format!("store.{field}"),
+                            "only for kind: redis (the store kind is memory)",
+                        );
+                    }
+                }
+                false
+            }
+            Some("redis") => true,
+            Some(other) => {
+                self.err(
+                    "store.kind",
+                    format!("unknown store kind {other:?}: expected \"memory\" or \"redis\""),
+                );
+                false
+            }
+        };
         let path = match r.path.as_deref() {
             None => None,
+            Some(_) if redis => {
+                self.err(
+                    "store.path",
+                    "persistence is a memory-store feature; the redis store keeps bindings in Redis",
+                );
+                None
+            }
             Some("") => {
                 self.err(
                     "store.path",
@@ -439,8 +460,10 @@ impl Validator {
             }
             Some(p) => Some(std::path::PathBuf::from(p)),
         };
+        let redis = redis.then(|| self.redis_store(r));
         StoreConfig {
             path,
+            redis,
             max_sessions: self.int_or(
                 "store.max_sessions".into(),
                 r.max_sessions.as_ref(),
@@ -456,6 +479,80 @@ impl Validator {
             ),
         }
     }
+
+    fn redis_store(&mut self, r: &RawStore) -> RedisStoreConfig {
+        let url = match r.url.as_deref() {
+            None => {
+                self.err(
+                    "store.url",
+                    "kind: redis needs a url, like redis://127.0.0.1:6379/0",
+                );
+                String::new()
+            }
+            Some(u) => {
+                self.check("store.url", check_redis_url(u));
+                u.to_owned()
+            }
+        };
+        let prefix = match r.prefix.as_deref() {
+            None => RedisStoreConfig::DEFAULT_PREFIX.to_owned(),
+            Some(p) if p.is_empty() || p.len() > 64 || p.chars().any(|c| c.is_whitespace()) => {
+                self.err(
+                    "store.prefix",
+                    format!(
+                        "prefix {p:?} must be 1 to 64 characters without spaces, like \"hopgate:\""
+                    ),
+                );
+                RedisStoreConfig::DEFAULT_PREFIX.to_owned()
+            }
+            Some(p) => p.to_owned(),
+        };
+        RedisStoreConfig {
+            url,
+            prefix,
+            max_queue: self.int_or(
+                "store.max_queue".into(),
+                r.max_queue.as_ref(),
+                1,
+                10_000_000,
+                RedisStoreConfig::DEFAULT_MAX_QUEUE as u32,
+            ) as usize,
+        }
+    }
+}
+
+/// Checks the shape of `redis://[user:password@]host[:port][/db]` (no
+/// lookup: validation does no I/O).
+fn check_redis_url(u: &str) -> Result<(), String> {
+    let example = "like redis://127.0.0.1:6379/0";
+    let Some(rest) = u.strip_prefix("redis://") else {
+        return Err(format!("url {u:?} must start with redis:// ({example})"));
+    };
+    let (authority, db) = rest.split_once('/').unwrap_or((rest, ""));
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = if let Some(v6) = host_port.strip_prefix('[') {
+        let (h, after) = v6
+            .split_once(']')
+            .ok_or_else(|| format!("url {u:?}: unclosed IPv6 bracket"))?;
+        (h, after.strip_prefix(':'))
+    } else {
+        match host_port.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (host_port, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(format!("url {u:?} has no host ({example})"));
+    }
+    if let Some(p) = port {
+        if !p.parse::<u16>().is_ok_and(|p| p > 0) {
+            return Err(format!("url {u:?}: port {p:?} is not 1-65535"));
+        }
+    }
+    if !db.is_empty() && db.parse::<u16>().is_err() {
+        return Err(format!("url {u:?}: database {db:?} is not a number"));
+    }
+    Ok(())
 }
 
 impl Validator {

@@ -1724,6 +1724,9 @@ fn nasty_values_never_panic() {
             }),
             store: Some(crate::config::raw::RawStore {
                 kind: Some(s.into()),
+                url: Some(s.into()),
+                prefix: Some(s.into()),
+                max_queue: t(),
                 path: Some(s.into()),
                 max_sessions: t(),
                 persist_interval: t(),
@@ -1822,4 +1825,70 @@ fn random_documents_never_panic() {
         };
         let _ = validate(&raw);
     }
+}
+
+#[test]
+fn redis_store_takes_a_url_and_its_defaults() {
+    let c = ok(&with_top(
+        "store: { kind: redis, url: redis://127.0.0.1:6379/0 }\n",
+    ));
+    let r = c.store.redis.expect("redis config");
+    assert_eq!(r.url, "redis://127.0.0.1:6379/0");
+    assert_eq!(r.prefix, "hopgate:");
+    assert_eq!(r.max_queue, 100_000);
+    let c = ok(&with_top(
+        "store: { kind: redis, url: \"redis://:pw@[::1]:7000\", prefix: \"gw/a:\", max_queue: 10 }\n",
+    ));
+    let r = c.store.redis.expect("redis config");
+    assert_eq!((r.prefix.as_str(), r.max_queue), ("gw/a:", 10));
+    assert_eq!(ok(&with_top("store: { kind: memory }\n")).store.redis, None);
+}
+
+#[test]
+fn redis_store_fields_are_checked_with_their_path() {
+    only(
+        &with_top("store: { kind: redis }\n"),
+        "store.url",
+        "needs a url",
+    );
+    for (url, needle) in [
+        ("http://127.0.0.1:6379", "must start with redis://"),
+        ("redis://", "no host"),
+        ("redis://:6379/0", "no host"),
+        ("redis://127.0.0.1:0", "port"),
+        ("redis://127.0.0.1:http", "port"),
+        ("redis://127.0.0.1:6379/zero", "database"),
+        ("redis://[::1", "bracket"),
+    ] {
+        only(
+            &with_top(&format!("store: {{ kind: redis, url: \"{url}\" }}\n")),
+            "store.url",
+            needle,
+        );
+    }
+    only(
+        &with_top("store: { kind: redis, url: redis://h:1, prefix: \"a b\" }\n"),
+        "store.prefix",
+        "without spaces",
+    );
+    only(
+        &with_top("store: { kind: redis, url: redis://h:1, max_queue: 0 }\n"),
+        "store.max_queue",
+        "out of range",
+    );
+    only(
+        &with_top("store: { kind: redis, url: redis://h:1, path: s.snap }\n"),
+        "store.path",
+        "memory-store feature",
+    );
+    only(
+        &with_top("store: { url: redis://h:1 }\n"),
+        "store.url",
+        "only for kind: redis",
+    );
+    only(
+        &with_top("store: { kind: etcd }\n"),
+        "store.kind",
+        "unknown store kind",
+    );
 }

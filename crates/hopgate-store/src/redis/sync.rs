@@ -1,0 +1,588 @@
+//! The store's one background task: connect, load, write, follow.
+//!
+//! Owns the two Redis connections (commands, and the change feed whose
+//! `XREAD BLOCK` would stall a shared connection), the reconnect loop with
+//! its backoff, the write queue drain (every write through the
+//! compare-and-set script), the change feed cursor with its gap check, the
+//! bounded SCAN (re)load, the miss lookup, and the connection state.
+//!
+//! Must not touch: the request path. Everything here runs on the task or in
+//! a [`FetchFuture`](crate::FetchFuture); the store's methods only push to
+//! the queue and read [`Shared`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use crossbeam_queue::ArrayQueue;
+use redis::aio::MultiplexedConnection;
+use redis::streams::{StreamRangeReply, StreamReadReply};
+use redis::{AsyncConnectionConfig, RedisError, Value};
+use tokio::sync::Notify;
+
+use super::wire::{self, adopt, CasOutcome, Cursor, EntryId, Keys};
+use super::{RedisState, RedisStatus};
+use crate::{Binding, MemoryStore, SessionId, SessionStore};
+
+/// Writes sent in one pipeline.
+const BATCH: usize = 256;
+/// Notices read per `XREAD`.
+const READ_COUNT: usize = 1_000;
+/// How long one `XREAD` waits for a notice (it returns at once when one
+/// arrives, so this only paces an idle loop).
+const BLOCK: Duration = Duration::from_secs(2);
+/// Keys asked per SCAN step.
+const SCAN_COUNT: usize = 1_000;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// One write waiting for Redis: the binding itself is read from the cache
+/// when it is sent, so a session written many times while Redis is away
+/// sends its latest binding.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Dirty {
+    pub(super) id: SessionId,
+    pub(super) removed: bool,
+}
+
+/// What the store and its task share.
+pub(super) struct Shared {
+    pub(super) cache: MemoryStore,
+    pub(super) keys: Keys,
+    pub(super) replica: String,
+    pub(super) stream_maxlen: usize,
+    pub(super) fetch_timeout: Duration,
+    pub(super) queue: ArrayQueue<Dirty>,
+    pub(super) wake: Notify,
+    /// The command connection while connected (for [`fetch`]).
+    pub(super) conn: ArcSwapOption<MultiplexedConnection>,
+    state: AtomicU8,
+    /// Whether the first load from Redis has finished.
+    loaded: AtomicU8,
+    dropped: AtomicU64,
+    reconnects: AtomicU64,
+    conflicts: AtomicU64,
+    applied: AtomicU64,
+    resyncs: AtomicU64,
+    in_flight: AtomicUsize,
+    last_error: parking_lot::Mutex<Option<String>>,
+}
+
+const CONNECTED: u8 = 1;
+const DEGRADED: u8 = 2;
+
+impl Shared {
+    pub(super) fn new(
+        cache: MemoryStore,
+        keys: Keys,
+        replica: String,
+        max_queue: usize,
+        stream_maxlen: usize,
+        fetch_timeout: Duration,
+    ) -> Self {
+        Self {
+            cache,
+            keys,
+            replica,
+            stream_maxlen,
+            fetch_timeout,
+            queue: ArrayQueue::new(max_queue.max(1)),
+            wake: Notify::new(),
+            conn: ArcSwapOption::empty(),
+            state: AtomicU8::new(DEGRADED),
+            loaded: AtomicU8::new(0),
+            dropped: AtomicU64::new(0),
+            reconnects: AtomicU64::new(0),
+            conflicts: AtomicU64::new(0),
+            applied: AtomicU64::new(0),
+            resyncs: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+            last_error: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// Queues a write for Redis; never waits. A full queue drops its
+    /// oldest write (counted).
+    pub(super) fn enqueue(&self, d: Dirty) {
+        if self.queue.force_push(d).is_some() {
+            let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    dropped_total = n,
+                    max_queue = self.queue.capacity(),
+                    "redis store: write queue full; the oldest queued write was dropped"
+                );
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    pub(super) fn is_loaded(&self) -> bool {
+        self.loaded.load(Ordering::Acquire) == 1
+    }
+
+    pub(super) fn status(&self) -> RedisStatus {
+        RedisStatus {
+            state: match self.state.load(Ordering::Relaxed) {
+                CONNECTED => RedisState::Connected,
+                _ => RedisState::Degraded,
+            },
+            queued: self.queue.len() + self.in_flight.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
+            reconnects: self.reconnects.load(Ordering::Relaxed),
+            conflicts: self.conflicts.load(Ordering::Relaxed),
+            remote_applied: self.applied.load(Ordering::Relaxed),
+            resyncs: self.resyncs.load(Ordering::Relaxed),
+            last_error: self.last_error.lock().clone(),
+        }
+    }
+
+    fn set_connected(&self) {
+        if self.state.swap(CONNECTED, Ordering::Relaxed) != CONNECTED {
+            tracing::info!(
+                replica = %self.replica,
+                queued = self.queue.len(),
+                "redis store connected; reconciling queued writes"
+            );
+        }
+    }
+
+    fn set_degraded(&self, e: &RedisError) {
+        self.conn.store(None);
+        *self.last_error.lock() = Some(e.to_string());
+        if self.state.swap(DEGRADED, Ordering::Relaxed) != DEGRADED {
+            tracing::warn!(
+                replica = %self.replica,
+                error = %e,
+                "redis store degraded: serving from the local cache, writes queued until Redis is back"
+            );
+        }
+    }
+
+    /// Puts `b` (held by Redis) into the cache when it should win there.
+    fn take(&self, id: SessionId, b: Binding) -> bool {
+        let taken = self.cache.put_if(id, b.clone(), |l| adopt(l, &b));
+        if taken {
+            self.applied.fetch_add(1, Ordering::Relaxed);
+        }
+        taken
+    }
+}
+
+/// The task: sessions with Redis, one after another, until the store is
+/// dropped (which aborts it).
+pub(super) async fn run(shared: Arc<Shared>, client: redis::Client) {
+    let mut cursor: Option<Cursor> = None;
+    let mut retry: Vec<Dirty> = Vec::new();
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        let mut connected = false;
+        let e = session(&shared, &client, &mut cursor, &mut retry, &mut connected).await;
+        shared.in_flight.store(retry.len(), Ordering::Relaxed);
+        shared.set_degraded(&e);
+        if connected {
+            backoff = MIN_BACKOFF;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+fn config(response: Duration) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(response))
+}
+
+/// One connected period; returns the error that ended it.
+async fn session(
+    shared: &Shared,
+    client: &redis::Client,
+    cursor: &mut Option<Cursor>,
+    retry: &mut Vec<Dirty>,
+    connected: &mut bool,
+) -> RedisError {
+    let mut cmd = match client
+        .get_multiplexed_async_connection_with_config(&config(RESPONSE_TIMEOUT))
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    let mut feed = match client
+        .get_multiplexed_async_connection_with_config(&config(BLOCK + RESPONSE_TIMEOUT))
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    let scripts = match load_scripts(&mut cmd).await {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    if let Err(e) = follow_from(shared, &mut cmd, cursor).await {
+        return e;
+    }
+    if shared.loaded.swap(1, Ordering::AcqRel) == 1 {
+        shared.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+    *connected = true;
+    shared.conn.store(Some(Arc::new(cmd.clone())));
+    shared.set_connected();
+    let reader_cursor = cursor.get_or_insert_with(Cursor::default);
+    let mut lookups = cmd.clone();
+    tokio::select! {
+        e = write_loop(shared, &mut cmd, &scripts, retry) => e,
+        e = read_loop(shared, &mut lookups, &mut feed, reader_cursor) => e,
+    }
+}
+
+struct Scripts {
+    cas: String,
+    remove: String,
+}
+
+async fn load_scripts(cmd: &mut MultiplexedConnection) -> Result<Scripts, RedisError> {
+    let load = |text: &'static str| {
+        let mut cmd = cmd.clone();
+        async move {
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(text)
+                .query_async::<String>(&mut cmd)
+                .await
+        }
+    };
+    Ok(Scripts {
+        cas: load(wire::CAS_SCRIPT).await?,
+        remove: load(wire::REMOVE_SCRIPT).await?,
+    })
+}
+
+/// Sets where the change feed resumes, reloading every binding by SCAN
+/// when notices may have been missed: at start, when the stream was
+/// trimmed past the cursor (its first entry is after it), or when it went
+/// back (Redis lost its data). While following, a jump in the notice
+/// numbers reveals the same ([`read_loop`]).
+async fn follow_from(
+    shared: &Shared,
+    cmd: &mut MultiplexedConnection,
+    cursor: &mut Option<Cursor>,
+) -> Result<(), RedisError> {
+    let stream = shared.keys.stream();
+    let first = edge(cmd, "XRANGE", &stream, "-", "+").await?;
+    let last = edge(cmd, "XREVRANGE", &stream, "+", "-").await?;
+    let gap = match *cursor {
+        None => true,
+        Some(seen) => {
+            first.is_some_and(|f| f.id > seen.id)
+                || last.map_or(seen.id != EntryId::default(), |l| l.id < seen.id)
+        }
+    };
+    if gap {
+        *cursor = Some(reload(shared, cmd, cursor.is_some()).await?);
+    }
+    Ok(())
+}
+
+/// Reads the stream's last entry, then every binding by SCAN; the cursor
+/// to follow from (changes during the SCAN are replayed from it). The
+/// caller's cursor moves only once the SCAN is complete: a connection lost
+/// halfway scans again next time.
+async fn reload(
+    shared: &Shared,
+    cmd: &mut MultiplexedConnection,
+    resync: bool,
+) -> Result<Cursor, RedisError> {
+    let last = edge(cmd, "XREVRANGE", &shared.keys.stream(), "+", "-").await?;
+    let loaded = scan_load(shared, cmd).await?;
+    if resync {
+        shared.resyncs.fetch_add(1, Ordering::Relaxed);
+    }
+    tracing::info!(
+        bindings = loaded,
+        resync,
+        "redis store: bindings loaded from Redis"
+    );
+    Ok(last.unwrap_or_default())
+}
+
+/// The first (`XRANGE`) or last (`XREVRANGE`) entry of the stream.
+async fn edge(
+    cmd: &mut MultiplexedConnection,
+    verb: &str,
+    stream: &str,
+    from: &str,
+    to: &str,
+) -> Result<Option<Cursor>, RedisError> {
+    let r: StreamRangeReply = redis::cmd(verb)
+        .arg(stream)
+        .arg(from)
+        .arg(to)
+        .arg("COUNT")
+        .arg(1)
+        .query_async(cmd)
+        .await?;
+    Ok(r.ids.first().and_then(|e| {
+        Some(Cursor {
+            id: EntryId::parse(&e.id)?,
+            seq: wire::seq_of(&e.map),
+        })
+    }))
+}
+
+/// Loads every binding Redis holds into the cache, at most the cache's
+/// `max_sessions` of them; how many were read.
+async fn scan_load(shared: &Shared, cmd: &mut MultiplexedConnection) -> Result<usize, RedisError> {
+    let pattern = shared.keys.binding_pattern();
+    let limit = shared.cache.max_sessions();
+    let mut cursor = 0u64;
+    let mut read = 0usize;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(SCAN_COUNT)
+            .query_async(cmd)
+            .await?;
+        let ids: Vec<SessionId> = keys
+            .iter()
+            .filter_map(|k| shared.keys.id_of(k))
+            .take(limit - read)
+            .collect();
+        read += ids.len();
+        apply_remote(shared, cmd, &ids).await?;
+        cursor = next;
+        if cursor == 0 || read >= limit {
+            return Ok(read);
+        }
+    }
+}
+
+/// Reads the bindings of `ids` and takes those that win over the cache.
+async fn apply_remote(
+    shared: &Shared,
+    cmd: &mut MultiplexedConnection,
+    ids: &[SessionId],
+) -> Result<(), RedisError> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let mut pipe = redis::pipe();
+    for id in ids {
+        pipe.cmd("HGETALL").arg(shared.keys.binding(id));
+    }
+    let found: Vec<HashMap<String, Vec<u8>>> = pipe.query_async(cmd).await?;
+    for (id, fields) in ids.iter().zip(found) {
+        // An empty hash: expired or removed since the notice.
+        if let Some(b) = wire::binding_from(&fields) {
+            shared.take(*id, b);
+        }
+    }
+    Ok(())
+}
+
+/// Sends queued writes through the scripts, a pipeline at a time. A batch
+/// is kept in `retry` until Redis has answered it, so a lost connection
+/// sends it again on the next one (the script makes that harmless).
+async fn write_loop(
+    shared: &Shared,
+    cmd: &mut MultiplexedConnection,
+    scripts: &Scripts,
+    retry: &mut Vec<Dirty>,
+) -> RedisError {
+    loop {
+        if retry.is_empty() {
+            while retry.len() < BATCH {
+                let Some(d) = shared.queue.pop() else { break };
+                retry.push(d);
+            }
+            shared.in_flight.store(retry.len(), Ordering::Relaxed);
+        }
+        if retry.is_empty() {
+            shared.wake.notified().await;
+            continue;
+        }
+        match send(shared, cmd, scripts, retry).await {
+            Ok(()) => {}
+            Err(e) if is_connection_error(&e) => return e,
+            Err(e) => {
+                // Redis refused the batch itself (not the connection):
+                // sending it again would fail again.
+                shared
+                    .dropped
+                    .fetch_add(retry.len() as u64, Ordering::Relaxed);
+                *shared.last_error.lock() = Some(e.to_string());
+                tracing::warn!(error = %e, writes = retry.len(), "redis store: writes refused by Redis; dropped");
+            }
+        }
+        retry.clear();
+        shared.in_flight.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Errors that a new connection cures (NOSCRIPT included: a new
+/// connection loads the scripts again).
+fn is_connection_error(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || e.is_unrecoverable_error()
+        || e.code() == Some("NOSCRIPT")
+}
+
+async fn send(
+    shared: &Shared,
+    cmd: &mut MultiplexedConnection,
+    scripts: &Scripts,
+    batch: &[Dirty],
+) -> Result<(), RedisError> {
+    let stream = shared.keys.stream();
+    let seq = shared.keys.seq();
+    let mut pipe = redis::pipe();
+    let mut sent: Vec<(SessionId, bool)> = Vec::with_capacity(batch.len());
+    for d in batch {
+        let key = shared.keys.binding(&d.id);
+        let hex = d.id.to_string();
+        if d.removed {
+            pipe.cmd("EVALSHA")
+                .arg(&scripts.remove)
+                .arg(3)
+                .arg(&key)
+                .arg(&stream)
+                .arg(&seq)
+                .arg(&shared.replica)
+                .arg(shared.stream_maxlen)
+                .arg(&hex);
+            sent.push((d.id, true));
+            continue;
+        }
+        // Removed or swept since: nothing to write.
+        let Some(b) = shared.cache.get(&d.id, 0) else {
+            continue;
+        };
+        pipe.cmd("EVALSHA")
+            .arg(&scripts.cas)
+            .arg(3)
+            .arg(&key)
+            .arg(&stream)
+            .arg(&seq)
+            .arg(&*b.service)
+            .arg(&*b.node)
+            .arg(b.bound_at)
+            .arg(b.hops)
+            .arg(b.expires_at)
+            .arg(&shared.replica)
+            .arg(if b.context.is_some() { "1" } else { "0" })
+            .arg(b.context.as_deref().unwrap_or_default())
+            .arg(shared.stream_maxlen)
+            .arg(&hex);
+        sent.push((d.id, false));
+    }
+    if sent.is_empty() {
+        return Ok(());
+    }
+    let answers: Vec<Value> = pipe.query_async(cmd).await?;
+    for ((id, removed), answer) in sent.into_iter().zip(answers) {
+        if removed {
+            continue;
+        }
+        if let Some(CasOutcome::Lost(winner)) = wire::cas_outcome(&answer) {
+            shared.conflicts.fetch_add(1, Ordering::Relaxed);
+            if let Some(w) = winner {
+                tracing::debug!(session_key = %id, node = %w.node, hops = w.hops, "redis store: write lost its compare-and-set; taking the stored binding");
+                shared.take(id, w);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Follows the change stream from `cursor`, taking other replicas'
+/// changes into the cache (its own are skipped: the cache has them). A
+/// jump in the notice numbers means notices were lost before this replica
+/// read them (trimmed while it lagged, or Redis lost its data): it
+/// reloads everything.
+async fn read_loop(
+    shared: &Shared,
+    cmd: &mut MultiplexedConnection,
+    feed: &mut MultiplexedConnection,
+    cursor: &mut Cursor,
+) -> RedisError {
+    let stream = shared.keys.stream();
+    loop {
+        let reply: Option<StreamReadReply> = match redis::cmd("XREAD")
+            .arg("COUNT")
+            .arg(READ_COUNT)
+            .arg("BLOCK")
+            .arg(BLOCK.as_millis() as u64)
+            .arg("STREAMS")
+            .arg(&stream)
+            .arg(cursor.id.to_string())
+            .query_async(feed)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        let Some(reply) = reply else { continue };
+        let mut set = Vec::new();
+        let mut gap = false;
+        for entry in reply.keys.into_iter().flat_map(|k| k.ids) {
+            let Some(id) = EntryId::parse(&entry.id) else {
+                continue;
+            };
+            let seq = wire::seq_of(&entry.map);
+            if !cursor.follows(seq) {
+                gap = true;
+                break;
+            }
+            *cursor = Cursor { id, seq };
+            let Some(n) = wire::notice_from(&entry.map) else {
+                continue;
+            };
+            if n.writer == shared.replica {
+                continue;
+            }
+            if n.removed {
+                set.retain(|id| *id != n.id);
+                if shared.cache.remove(&n.id) {
+                    shared.applied.fetch_add(1, Ordering::Relaxed);
+                }
+            } else if !set.contains(&n.id) {
+                set.push(n.id);
+            }
+        }
+        if let Err(e) = apply_remote(shared, cmd, &set).await {
+            return e;
+        }
+        if gap {
+            match reload(shared, cmd, true).await {
+                Ok(c) => *cursor = c,
+                Err(e) => return e,
+            }
+        }
+    }
+}
+
+/// The miss lookup behind [`SessionStore::fetch`].
+pub(super) async fn fetch(shared: Arc<Shared>, id: SessionId) -> Option<Binding> {
+    let mut conn = MultiplexedConnection::clone(&*shared.conn.load_full()?);
+    let key = shared.keys.binding(&id);
+    let mut ask = redis::cmd("HGETALL");
+    ask.arg(key);
+    let ask = ask.query_async::<HashMap<String, Vec<u8>>>(&mut conn);
+    let fields = tokio::time::timeout(shared.fetch_timeout, ask)
+        .await
+        .ok()?
+        .ok()?;
+    let b = wire::binding_from(&fields)?;
+    shared.take(id, b);
+    shared.cache.get(&id, 0)
+}
