@@ -47,6 +47,12 @@ pub enum ErrorKind {
     BodyTooLarge,
     /// The request is malformed (bad Host, bad URI).
     BadRequest,
+    /// The client's request body broke its framing (a bad chunk).
+    MalformedBody,
+    /// The client went away before its request body ended.
+    ClientAborted,
+    /// The client's request body did not arrive within `timeouts.request`.
+    ClientTimeout,
     /// hopgate is shutting down.
     ShuttingDown,
 }
@@ -66,7 +72,8 @@ impl ErrorKind {
             ErrorKind::HeadersTooLarge => 431,
             ErrorKind::UriTooLong => 414,
             ErrorKind::BodyTooLarge => 413,
-            ErrorKind::BadRequest => 400,
+            ErrorKind::BadRequest | ErrorKind::MalformedBody | ErrorKind::ClientAborted => 400,
+            ErrorKind::ClientTimeout => 408,
         }
     }
 
@@ -77,7 +84,10 @@ impl ErrorKind {
             | ErrorKind::HeadersTooLarge
             | ErrorKind::UriTooLong
             | ErrorKind::BodyTooLarge
-            | ErrorKind::BadRequest => Side::Downstream,
+            | ErrorKind::BadRequest
+            | ErrorKind::MalformedBody
+            | ErrorKind::ClientAborted
+            | ErrorKind::ClientTimeout => Side::Downstream,
             _ => Side::Upstream,
         }
     }
@@ -107,6 +117,9 @@ impl ErrorKind {
             ErrorKind::UriTooLong => "request URI too long",
             ErrorKind::BodyTooLarge => "request body too large",
             ErrorKind::BadRequest => "malformed request",
+            ErrorKind::MalformedBody => "malformed request body",
+            ErrorKind::ClientAborted => "client closed the connection before its body ended",
+            ErrorKind::ClientTimeout => "request body not received in time",
             ErrorKind::ShuttingDown => "gateway is shutting down",
         }
     }
@@ -127,6 +140,9 @@ impl ErrorKind {
             ErrorKind::UriTooLong => "uri_too_long",
             ErrorKind::BodyTooLarge => "body_too_large",
             ErrorKind::BadRequest => "bad_request",
+            ErrorKind::MalformedBody => "malformed_body",
+            ErrorKind::ClientAborted => "client_aborted",
+            ErrorKind::ClientTimeout => "client_timeout",
             ErrorKind::ShuttingDown => "shutting_down",
         }
     }

@@ -45,9 +45,11 @@ pub(crate) fn grpc_status(kind: ErrorKind) -> u8 {
         ErrorKind::Forbidden => 7, // PERMISSION_DENIED
         ErrorKind::ConnectTimeout | ErrorKind::UpstreamTimeout => 4, // DEADLINE_EXCEEDED
         ErrorKind::HeadersTooLarge | ErrorKind::BodyTooLarge | ErrorKind::UriTooLong => 8, // RESOURCE_EXHAUSTED
-        ErrorKind::BadRequest => 3,        // INVALID_ARGUMENT
-        ErrorKind::UpstreamProtocol => 13, // INTERNAL
-        _ => 14,                           // UNAVAILABLE
+        ErrorKind::BadRequest | ErrorKind::MalformedBody => 3, // INVALID_ARGUMENT
+        ErrorKind::ClientAborted => 1,                         // CANCELLED
+        ErrorKind::ClientTimeout => 4,                         // DEADLINE_EXCEEDED
+        ErrorKind::UpstreamProtocol => 13,                     // INTERNAL
+        _ => 14,                                               // UNAVAILABLE
     }
 }
 

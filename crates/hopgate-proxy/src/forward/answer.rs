@@ -46,7 +46,9 @@ pub(super) fn answer(
     upgrade: Option<Upgrade>,
     out: &mut Outcome,
 ) -> Response<ProxyBody> {
-    let Req { conn, snap, flight } = req;
+    let Req {
+        conn, snap, flight, ..
+    } = req;
     let (fwd, ctx) = (&conn.forwarder, &*conn.ctx);
     let (svc, node) = (at.svc, at.node);
     let status = resp.status().as_u16();

@@ -190,3 +190,112 @@ async fn a_client_that_stops_reading_is_cut_off_and_its_upstream_released() {
     }
     assert!(got < 64 << 20, "the whole body arrived: {got} bytes");
 }
+
+/// The status code of the answer read from `s` (0 when the connection
+/// closed without one), bounded against a hang.
+async fn status_of(s: &mut TcpStream) -> u16 {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    let read = async {
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(20), read).await;
+    let text = String::from_utf8_lossy(&buf);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A metric's value from `/metrics` text (0 when absent).
+fn metric(text: &str, line_start: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn client_body_faults_are_the_clients_and_never_the_nodes() {
+    let b = Backend::start("n1").await;
+    let yaml = format!(
+        "listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\ntimeouts: {{ request: 1s, shutdown: 5s }}\nsessions: {{}}\nservices:\n{}\nroutes:\n  - {{ id: all, match: {{ path_prefix: / }}, service: app }}\n",
+        service("app", &[("n1", b.addr, "")])
+    );
+    let gw = Gateway::start(&yaml).await;
+    // A session bound to the node, to see that it does not hop.
+    let r = client().get(gw.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let token = r.headers()["hop-session"].to_str().unwrap().to_owned();
+    // Malformed chunked bodies: a chunk size that is not hex.
+    for i in 0..6 {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(
+            b"POST /upload HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\nZZ\r\nmore\r\n",
+        )
+        .await
+        .unwrap();
+        assert_eq!(status_of(&mut s).await, 400, "malformed chunked upload {i}");
+    }
+    // Aborted uploads: the client goes away mid-body.
+    for _ in 0..6 {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(
+            b"POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n0123456789",
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(s);
+    }
+    // Too-slow uploads: part of the body, then nothing for longer than
+    // timeouts.request, the client still there.
+    for i in 0..2 {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(
+            b"POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n0123456789",
+        )
+        .await
+        .unwrap();
+        assert_eq!(status_of(&mut s).await, 408, "too-slow upload {i}");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let nodes = gw.admin_json("/admin/v1/nodes").await;
+    let n = &nodes["nodes"][0];
+    assert_eq!(n["available"], true, "{n}");
+    assert_eq!(n["circuit"], "closed", "{n}");
+    assert_eq!(n["ejected"], false, "{n}");
+    assert_eq!(n["ejections"], 0, "{n}");
+    assert_eq!(n["failures"], 0, "{n}");
+    // The session stays where it was: no hop.
+    let r = client()
+        .get(gw.url("/"))
+        .header("hop-session", &token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let m = gw.metrics().await;
+    assert_eq!(metric(&m, "hopgate_hops_total"), 0, "{m}");
+    assert_eq!(
+        metric(&m, "hopgate_client_errors_total{kind=\"malformed_body\"}"),
+        6,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "hopgate_client_errors_total{kind=\"client_aborted\"}"),
+        6,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "hopgate_client_errors_total{kind=\"client_timeout\"}"),
+        2,
+        "{m}"
+    );
+}
