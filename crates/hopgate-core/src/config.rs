@@ -303,6 +303,10 @@ pub struct ListenerConfig {
     pub name: String,
     pub address: SocketAddr,
     pub debug_headers: bool,
+    /// Routes see, and backends get, the path in normal form
+    /// ([`crate::route::normalize_path`]); a path with an encoded slash is
+    /// refused.
+    pub normalize_path: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

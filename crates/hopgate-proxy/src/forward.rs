@@ -69,6 +69,8 @@ use replay::{Capture, Replay};
 pub struct RequestCtx {
     pub listener: Arc<str>,
     pub debug_headers: bool,
+    /// Route on (and forward) the path in normal form.
+    pub normalize_path: bool,
     pub tls: bool,
 }
 

@@ -90,6 +90,10 @@ pub struct RawListener {
     /// Return `X-Upstream-Addr` and `X-Route-Rule-Id` to clients too.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub debug_headers: bool,
+    /// Match routes against the normalised path and forward it (default
+    /// true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalize_path: Option<bool>,
 }
 
 /// The admin listener.

@@ -9,6 +9,7 @@
 //! node choice and sends, anything `async`: a request turned away here
 //! never gets a future.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -22,7 +23,7 @@ use hopgate_core::balance::hash_key;
 use hopgate_core::config::HashOn;
 use hopgate_core::error::ErrorKind;
 use hopgate_core::node::ms_at;
-use hopgate_core::route::RequestView;
+use hopgate_core::route::{normalize_path, RequestView};
 use hopgate_core::session::{HopReason, SessionId};
 use hopgate_core::snapshot::Selection;
 use hopgate_store::Binding;
@@ -137,9 +138,20 @@ impl Forwarder {
             None if req.version() == Version::HTTP_10 => "",
             None => return Err(ErrorKind::BadRequest),
         };
+        // Routes see the path in normal form (and the backend gets it, so
+        // both read the same path); an already normal path costs one scan.
+        let normal = if ctx.normalize_path {
+            match normalize_path(req.uri().path()) {
+                Ok(Cow::Borrowed(_)) => None,
+                Ok(Cow::Owned(p)) => Some(p),
+                Err(_) => return Err(ErrorKind::BadRequest),
+            }
+        } else {
+            None
+        };
         let view = RequestView {
             host,
-            path: req.uri().path(),
+            path: normal.as_deref().unwrap_or(req.uri().path()),
             query: req.uri().query(),
             method: req.method(),
             headers: req.headers(),
@@ -216,6 +228,9 @@ impl Forwarder {
             tunnel::upgrade_request(&req).map(|proto| (proto, hyper::upgrade::on(&mut req)));
         // Build the upstream request once; retries re-target it.
         let (mut parts, body) = req.into_parts();
+        if let Some(path) = &normal {
+            parts.uri = with_path(&parts.uri, path).ok_or(ErrorKind::BadRequest)?;
+        }
         strip_request(&mut parts.headers, facts);
         if let Some((proto, _)) = &upgrade {
             tunnel::restore_upgrade_headers(&mut parts.headers, proto);
@@ -294,6 +309,17 @@ fn head_bytes<B>(req: &Request<B>, facts: &RequestFacts) -> usize {
         + req.uri().path_and_query().map_or(1, |p| p.as_str().len())
         + 12;
     line + facts.header_bytes
+}
+
+/// `uri` with its path replaced (the query kept).
+fn with_path(uri: &http::Uri, path: &str) -> Option<http::Uri> {
+    let pq = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(pq.parse().ok()?);
+    http::Uri::from_parts(parts).ok()
 }
 
 fn host_of<B>(req: &Request<B>) -> Option<&str> {

@@ -299,3 +299,74 @@ async fn client_body_faults_are_the_clients_and_never_the_nodes() {
         "{m}"
     );
 }
+
+/// Sends one raw HTTP/1.1 request and returns the status and body of the
+/// answer (the connection is closed by `Connection: close`).
+async fn raw_exchange(addr: SocketAddr, head: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut buf)).await;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test]
+async fn routes_match_the_normalised_path_and_backends_get_it() {
+    let app = Backend::start("app").await;
+    let admin = Backend::start("admin").await;
+    let yaml = format!(
+        "listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\ntimeouts: {{ shutdown: 5s }}\nservices:\n{}{}\nroutes:\n  - {{ id: admin, match: {{ path_prefix: /admin }}, service: admin }}\n  - {{ id: all, match: {{ path_prefix: / }}, service: app }}\n",
+        service("app", &[("app", app.addr, "")]),
+        service("admin", &[("admin", admin.addr, "")])
+    );
+    let gw = Gateway::start(&yaml).await;
+    for (path, want) in [
+        ("/admin/x?q=1", "/admin/x"),
+        ("/%61dmin/x?q=1", "/admin/x"),
+        ("//admin/x", "/admin/x"),
+        ("/./admin/x", "/admin/x"),
+        ("/api/../admin/x", "/admin/x"),
+        ("/api/%2e%2E/admin/x", "/admin/x"),
+        ("/admin//./x/", "/admin/x/"),
+    ] {
+        let (status, body) = raw_exchange(
+            gw.addr,
+            &format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(status, 200, "{path}: {body}");
+        let doc: serde_json::Value =
+            serde_json::from_str(body.trim()).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
+        assert_eq!(
+            doc["node"], "admin",
+            "{path} skipped the /admin rule: {doc}"
+        );
+        assert_eq!(doc["path"], want, "{path}: the backend got another path");
+    }
+    let (status, body) = raw_exchange(
+        gw.addr,
+        "GET /x?q=1 HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(body.contains("\"app\""), "{body}");
+    // Encoded slashes and backslashes are refused.
+    for path in ["/%2Fadmin", "/%2fadmin/x", "/a%5Cadmin", "/a%zz"] {
+        let (status, body) = raw_exchange(
+            gw.addr,
+            &format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(status, 400, "{path}: {body}");
+    }
+}
