@@ -221,6 +221,18 @@ pub struct SessionsConfig {
     pub secret_env: String,
     pub previous_secrets_env: Option<String>,
     pub context_max: usize,
+    pub secure: CookieSecure,
+}
+
+/// `sessions.secure`: when the session cookie carries `Secure`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CookieSecure {
+    /// When the request came over TLS, or a trusted proxy said
+    /// `X-Forwarded-Proto: https`.
+    #[default]
+    Auto,
+    Always,
+    Never,
 }
 
 impl Default for SessionsConfig {
@@ -233,6 +245,7 @@ impl Default for SessionsConfig {
             secret_env: "HOPGATE_SESSION_SECRET".to_owned(),
             previous_secrets_env: None,
             context_max: 4096,
+            secure: CookieSecure::Auto,
         }
     }
 }

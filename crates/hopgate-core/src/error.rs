@@ -53,6 +53,11 @@ pub enum ErrorKind {
     ClientAborted,
     /// The client's request body did not arrive within `timeouts.request`.
     ClientTimeout,
+    /// A method the gateway never forwards (TRACE).
+    MethodNotAllowed,
+    /// A gRPC request routed to a service that speaks HTTP/1.1 to its
+    /// backends (no `protocol: http2`).
+    GrpcNeedsHttp2,
     /// hopgate is shutting down.
     ShuttingDown,
 }
@@ -74,12 +79,17 @@ impl ErrorKind {
             ErrorKind::BodyTooLarge => 413,
             ErrorKind::BadRequest | ErrorKind::MalformedBody | ErrorKind::ClientAborted => 400,
             ErrorKind::ClientTimeout => 408,
+            ErrorKind::MethodNotAllowed => 405,
+            ErrorKind::GrpcNeedsHttp2 => 502,
         }
     }
 
     pub fn side(self) -> Side {
         match self {
-            ErrorKind::NoRoute | ErrorKind::NoLiveNode | ErrorKind::ShuttingDown => Side::Gateway,
+            ErrorKind::NoRoute
+            | ErrorKind::NoLiveNode
+            | ErrorKind::ShuttingDown
+            | ErrorKind::GrpcNeedsHttp2 => Side::Gateway,
             ErrorKind::Forbidden
             | ErrorKind::HeadersTooLarge
             | ErrorKind::UriTooLong
@@ -87,7 +97,8 @@ impl ErrorKind {
             | ErrorKind::BadRequest
             | ErrorKind::MalformedBody
             | ErrorKind::ClientAborted
-            | ErrorKind::ClientTimeout => Side::Downstream,
+            | ErrorKind::ClientTimeout
+            | ErrorKind::MethodNotAllowed => Side::Downstream,
             _ => Side::Upstream,
         }
     }
@@ -120,6 +131,10 @@ impl ErrorKind {
             ErrorKind::MalformedBody => "malformed request body",
             ErrorKind::ClientAborted => "client closed the connection before its body ended",
             ErrorKind::ClientTimeout => "request body not received in time",
+            ErrorKind::MethodNotAllowed => "method not allowed",
+            ErrorKind::GrpcNeedsHttp2 => {
+                "gRPC needs HTTP/2 to the backend: the service must set protocol: http2"
+            }
             ErrorKind::ShuttingDown => "gateway is shutting down",
         }
     }
@@ -143,6 +158,8 @@ impl ErrorKind {
             ErrorKind::MalformedBody => "malformed_body",
             ErrorKind::ClientAborted => "client_aborted",
             ErrorKind::ClientTimeout => "client_timeout",
+            ErrorKind::MethodNotAllowed => "method_not_allowed",
+            ErrorKind::GrpcNeedsHttp2 => "grpc_needs_http2",
             ErrorKind::ShuttingDown => "shutting_down",
         }
     }

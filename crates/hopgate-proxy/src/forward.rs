@@ -46,7 +46,7 @@ use hopgate_core::retry;
 use hopgate_core::session::HopReason;
 
 use crate::body::{ClientBody, ProxyBody};
-use crate::headers::{new_request_id, scan_request, RequestFacts, X_REQUEST_ID};
+use crate::headers::{new_request_id, scan_request, valid_request_id, RequestFacts, X_REQUEST_ID};
 use crate::metrics::METRICS;
 use crate::session::Sessions;
 
@@ -354,10 +354,13 @@ impl ClientConn {
         let facts = scan_request(req.headers());
         // Room for the headers the gateway adds, so the map grows once.
         req.headers_mut().reserve(6);
+        // A client's id is kept only when it is safe to echo into logs and
+        // error bodies; any other is replaced.
         let request_id = match facts
             .request_id
             .then(|| req.headers().get(&X_REQUEST_ID))
             .flatten()
+            .filter(|v| valid_request_id(v))
         {
             Some(v) => v.clone(),
             None => {

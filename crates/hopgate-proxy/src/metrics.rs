@@ -98,7 +98,7 @@ pub struct Metrics {
 }
 
 /// Number of [`ErrorKind`]s tracked (index = `error_index`).
-pub const ERROR_KINDS: usize = 17;
+pub const ERROR_KINDS: usize = 19;
 
 /// Every error kind, in the index order of `upstream_errors`.
 pub const ERROR_KIND_LIST: [ErrorKind; ERROR_KINDS] = [
@@ -119,6 +119,8 @@ pub const ERROR_KIND_LIST: [ErrorKind; ERROR_KINDS] = [
     ErrorKind::MalformedBody,
     ErrorKind::ClientAborted,
     ErrorKind::ClientTimeout,
+    ErrorKind::MethodNotAllowed,
+    ErrorKind::GrpcNeedsHttp2,
 ];
 
 fn error_index(kind: ErrorKind) -> usize {

@@ -405,6 +405,17 @@ pub struct RawSessions {
     /// Largest `Hop-Session-Context` kept (default 4KiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_max: Option<Text>,
+    /// The cookie's `Secure` attribute: `auto` (default), `true`, `false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure: Option<RawSecure>,
+}
+
+/// `sessions.secure`: a boolean or the word `auto`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RawSecure {
+    Bool(bool),
+    Word(String),
 }
 
 /// Where session bindings live.

@@ -15,12 +15,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::header::{HeaderMap, HeaderValue, HOST};
-use http::{Request, Version};
+use http::{Method, Request, Version};
 use hyper::body::Incoming;
 
 use crate::upstream::Snapshot;
 use hopgate_core::balance::hash_key;
-use hopgate_core::config::HashOn;
+use hopgate_core::config::{HashOn, UpstreamProtocol};
 use hopgate_core::error::ErrorKind;
 use hopgate_core::node::ms_at;
 use hopgate_core::route::{normalize_path, RequestView};
@@ -80,6 +80,9 @@ pub(super) struct Flight {
     pub(super) now_unix: u64,
     /// The session's binding in this service, if it had one.
     pub(super) prior: Option<Binding>,
+    /// The client's request came over TLS, or a trusted proxy said so
+    /// (`X-Forwarded-Proto: https`).
+    pub(super) https: bool,
 }
 
 /// What [`Forwarder::plan`] decided.
@@ -114,6 +117,10 @@ impl Forwarder {
         let ctx = &*conn.ctx;
         let limits = &snap.config.limits;
 
+        // TRACE would echo the request (cookies, credentials) back: refused.
+        if req.method() == Method::TRACE {
+            return Err(ErrorKind::MethodNotAllowed);
+        }
         // Limits the HTTP parser does not enforce itself.
         let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
         if uri_len > limits.max_uri_bytes {
@@ -134,6 +141,9 @@ impl Forwarder {
         }
 
         let host = match host_of(&req) {
+            // More than one `Host` line, even identical ones (RFC 9112
+            // §3.2): front ends and backends may pick different ones.
+            Some(_) if facts.hosts > 1 => return Err(ErrorKind::BadRequest),
             Some(h) => h,
             None if req.version() == Version::HTTP_10 => "",
             None => return Err(ErrorKind::BadRequest),
@@ -166,6 +176,19 @@ impl Forwarder {
         let selection = snap.select(route_idx, fastrand::u32(..), now);
         let svc = &snap.services[selection.service];
         out.service = Some(selection.service);
+        // gRPC needs HTTP/2 end to end (trailers); sent over HTTP/1.1 it
+        // fails at the backend as "an invalid response". gRPC-Web is not
+        // gRPC's wire format and goes through.
+        if facts.grpc && svc.protocol == UpstreamProtocol::Http1 && !grpc::is_grpc_web(&req) {
+            if route.should_log_protocol(now) {
+                tracing::warn!(
+                    route = %route.id,
+                    service = %svc.name,
+                    "gRPC request routed to a service without `protocol: http2`; answering grpc-status 13"
+                );
+            }
+            return Err(ErrorKind::GrpcNeedsHttp2);
+        }
         if selection.fell_back && route.should_log_fallback(now) {
             tracing::warn!(
                 route = %route.id,
@@ -245,10 +268,24 @@ impl Forwarder {
                 .headers
                 .insert(X_FORWARDED_FOR.clone(), conn.forwarded_for.clone());
         }
-        parts.headers.insert(
-            X_FORWARDED_PROTO.clone(),
-            HeaderValue::from_static(if ctx.tls { "https" } else { "http" }),
-        );
+        // A trusted proxy's `X-Forwarded-Proto` (`http` or `https`) is
+        // kept; anyone else's is replaced by what this hop saw.
+        let https = match parts
+            .headers
+            .get(&X_FORWARDED_PROTO)
+            .filter(|_| snap.access.trusts(peer.ip()))
+            .map(|v| v.as_bytes())
+        {
+            Some(b"https") => true,
+            Some(b"http") => false,
+            _ => {
+                parts.headers.insert(
+                    X_FORWARDED_PROTO.clone(),
+                    HeaderValue::from_static(if ctx.tls { "https" } else { "http" }),
+                );
+                ctx.tls
+            }
+        };
         parts
             .headers
             .insert(X_ROUTE_RULE_ID.clone(), route.id_header.clone());
@@ -270,6 +307,7 @@ impl Forwarder {
                 key,
                 now_unix,
                 prior,
+                https,
             },
             now,
             sticky,

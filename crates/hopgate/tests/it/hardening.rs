@@ -370,3 +370,125 @@ async fn routes_match_the_normalised_path_and_backends_get_it() {
         assert_eq!(status, 400, "{path}: {body}");
     }
 }
+
+#[tokio::test]
+async fn duplicate_hosts_trace_and_unsafe_request_ids_are_refused() {
+    let b = Backend::start("n1").await;
+    let yaml = format!(
+        "listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\ntimeouts: {{ shutdown: 5s }}\nservices:\n{}\nroutes:\n  - {{ id: all, match: {{ path_prefix: / }}, service: app }}\n",
+        service("app", &[("n1", b.addr, "")])
+    );
+    let gw = Gateway::start(&yaml).await;
+    // Two Host lines, different or identical: 400 (RFC 9112 §3.2).
+    for hosts in ["host: a\r\nhost: b\r\n", "host: a\r\nhost: a\r\n"] {
+        let (status, body) = raw_exchange(
+            gw.addr,
+            &format!("GET / HTTP/1.1\r\n{hosts}connection: close\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(status, 400, "{hosts:?}: {body}");
+    }
+    // TRACE is answered 405 with Allow, never forwarded.
+    let r = client()
+        .request(reqwest::Method::TRACE, gw.url("/"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    let allow = r.headers()["allow"].to_str().unwrap().to_owned();
+    assert!(allow.contains("GET") && !allow.contains("TRACE"), "{allow}");
+    let stats: serde_json::Value = client()
+        .get(b.url("/control/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stats["requests"], 0, "TRACE reached the backend: {stats}");
+    // A request id that is not safe to echo is replaced; a safe one kept.
+    let evil = "<script>alert(1)</script>";
+    let r = client()
+        .request(reqwest::Method::TRACE, gw.url("/"))
+        .header("x-request-id", evil)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    let id = r.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let body = r.text().await.unwrap();
+    assert!(id != evil && !body.contains("<script>"), "{id} {body}");
+    assert!(body.contains(&id), "{body}");
+    for (sent, kept) in [("req-42.a_b:c", true), (evil, false)] {
+        let r = client()
+            .get(gw.url("/"))
+            .header("x-request-id", sent)
+            .send()
+            .await
+            .unwrap();
+        let doc = crate::harness::json(r).await;
+        assert_eq!(doc["request_id"] == sent, kept, "{sent}: {doc}");
+    }
+}
+
+#[tokio::test]
+async fn a_trusted_proxys_forwarded_proto_is_honoured_and_makes_the_cookie_secure() {
+    let b = Backend::start("n1").await;
+    let make = |access: &str| {
+        format!(
+            "listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\ntimeouts: {{ shutdown: 5s }}\nsessions: {{}}\n{access}services:\n{}\nroutes:\n  - {{ id: all, match: {{ path_prefix: / }}, service: app }}\n",
+            service("app", &[("n1", b.addr, "")])
+        )
+    };
+    let trusted = Gateway::start(&make("access: { trusted_proxies: [127.0.0.1/32] }\n")).await;
+    let untrusted = Gateway::start(&make("")).await;
+    for (gw, proto, want, secure) in [
+        (&trusted, "https", "https", true),
+        (&trusted, "http", "http", false),
+        (&trusted, "gopher", "http", false),
+        (&untrusted, "https", "http", false),
+    ] {
+        let r = client()
+            .get(gw.url("/"))
+            .header("x-forwarded-proto", proto)
+            .send()
+            .await
+            .unwrap();
+        let cookie = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+        assert_eq!(cookie.contains("; Secure"), secure, "{proto}: {cookie}");
+        let doc = crate::harness::json(r).await;
+        assert_eq!(doc["forwarded_proto"], want, "{proto}: {doc}");
+    }
+}
+
+#[tokio::test]
+async fn grpc_to_an_http1_service_gets_a_clear_grpc_error_and_one_warning() {
+    let b = Backend::start("n1").await;
+    let yaml = format!(
+        "listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\ntimeouts: {{ shutdown: 5s }}\nservices:\n{}\nroutes:\n  - {{ id: grpc-route, match: {{ path_prefix: / }}, service: app }}\n",
+        service("app", &[("n1", b.addr, "")])
+    );
+    let gw = Gateway::start(&yaml).await;
+    for _ in 0..3 {
+        let r = crate::harness::h2_client()
+            .post(gw.url("/pkg.Svc/Method"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(vec![0u8, 0, 0, 0, 0])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["grpc-status"], "13");
+        let msg = r.headers()["grpc-message"].to_str().unwrap().to_owned();
+        assert!(msg.contains("protocol:%20http2"), "{msg}");
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let logs = gw.logs();
+    let warnings: Vec<_> = logs
+        .lines()
+        .filter(|l| l.contains("without `protocol: http2`"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{logs}");
+    assert!(warnings[0].contains("grpc-route"), "{}", warnings[0]);
+}

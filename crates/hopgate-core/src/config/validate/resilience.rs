@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use super::super::raw::{
-    RawCircuit, RawDrain, RawHealth, RawMaintenance, RawOutlier, RawRetries, RawSessions,
-    RawSources, RawStore, Text,
+    RawCircuit, RawDrain, RawHealth, RawMaintenance, RawOutlier, RawRetries, RawSecure,
+    RawSessions, RawSources, RawStore, Text,
 };
 use super::super::{
-    CircuitConfig, DrainConfig, DrainMode, Health, HealthConfig, MaintenanceConfig,
+    CircuitConfig, CookieSecure, DrainConfig, DrainMode, Health, HealthConfig, MaintenanceConfig,
     MaintenanceMode, OutlierConfig, RetryConfig, SessionsConfig, SourcesConfig, StoreConfig,
 };
 use super::{
@@ -331,6 +331,19 @@ impl Validator {
                         size_in(t, 1, 64 << 10, "1", "64KiB"),
                     )
                     .map_or(d.context_max, |n| n as usize),
+            },
+            secure: match &r.secure {
+                None => d.secure,
+                Some(RawSecure::Bool(true)) => CookieSecure::Always,
+                Some(RawSecure::Bool(false)) => CookieSecure::Never,
+                Some(RawSecure::Word(w)) if w == "auto" => CookieSecure::Auto,
+                Some(RawSecure::Word(w)) => {
+                    self.err(
+                        "sessions.secure",
+                        format!("expected auto, true or false, not {w:?}"),
+                    );
+                    d.secure
+                }
             },
         }
     }
