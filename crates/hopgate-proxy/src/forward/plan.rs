@@ -184,7 +184,7 @@ impl Forwarder {
                 tracing::warn!(
                     route = %route.id,
                     service = %svc.name,
-                    "gRPC request routed to a service without `protocol: http2`; answering grpc-status 13"
+                    "gRPC request routed to a service without protocol: http2; answering grpc-status 13"
                 );
             }
             return Err(ErrorKind::GrpcNeedsHttp2);
