@@ -11,6 +11,8 @@
 
 use std::borrow::Cow;
 
+use crate::units::hex_digit;
+
 /// Why a path has no normal form the gateway will route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PathError {
@@ -43,7 +45,7 @@ fn is_normal(p: &[u8]) -> bool {
                 if !(upper(p.get(i + 1)) && upper(p.get(i + 2))) {
                     return false;
                 }
-                let b = hex(p[i + 1]).unwrap_or(0) * 16 + hex(p[i + 2]).unwrap_or(0);
+                let b = hex_digit(p[i + 1]).unwrap_or(0) * 16 + hex_digit(p[i + 2]).unwrap_or(0);
                 if unreserved(b) || b == b'/' || b == b'\\' {
                     return false;
                 }
@@ -65,15 +67,6 @@ fn is_normal(p: &[u8]) -> bool {
         i += 1;
     }
     true
-}
-
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
 }
 
 fn unreserved(b: u8) -> bool {
@@ -98,8 +91,8 @@ fn decode(path: &str) -> Result<String, PathError> {
             continue;
         }
         let (Some(h), Some(l)) = (
-            p.get(i + 1).copied().and_then(hex),
-            p.get(i + 2).copied().and_then(hex),
+            p.get(i + 1).copied().and_then(hex_digit),
+            p.get(i + 2).copied().and_then(hex_digit),
         ) else {
             return Err(PathError::BadEscape);
         };

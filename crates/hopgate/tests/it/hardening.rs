@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::harness::{client, service, temp_path, Backend, Gateway, BIN};
+use crate::harness::{client, json, service, temp_path, Backend, Gateway, BIN};
 
 /// Waits (bounded by `bound`) for the server to close `s`: a read that
 /// returns end of stream or an error. Whether it did.
@@ -237,36 +237,28 @@ async fn client_body_faults_are_the_clients_and_never_the_nodes() {
     let r = client().get(gw.url("/")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let token = r.headers()["hop-session"].to_str().unwrap().to_owned();
+    let send = |bytes: &'static [u8]| async move {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(bytes).await.unwrap();
+        s
+    };
+    let partial: &[u8] =
+        b"POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n0123456789";
     // Malformed chunked bodies: a chunk size that is not hex.
     for i in 0..6 {
-        let mut s = TcpStream::connect(gw.addr).await.unwrap();
-        s.write_all(
-            b"POST /upload HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\nZZ\r\nmore\r\n",
-        )
-        .await
-        .unwrap();
+        let mut s = send(b"POST /upload HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\nZZ\r\nmore\r\n").await;
         assert_eq!(status_of(&mut s).await, 400, "malformed chunked upload {i}");
     }
     // Aborted uploads: the client goes away mid-body.
     for _ in 0..6 {
-        let mut s = TcpStream::connect(gw.addr).await.unwrap();
-        s.write_all(
-            b"POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n0123456789",
-        )
-        .await
-        .unwrap();
+        let s = send(partial).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
         drop(s);
     }
     // Too-slow uploads: part of the body, then nothing for longer than
     // timeouts.request, the client still there.
     for i in 0..2 {
-        let mut s = TcpStream::connect(gw.addr).await.unwrap();
-        s.write_all(
-            b"POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n0123456789",
-        )
-        .await
-        .unwrap();
+        let mut s = send(partial).await;
         assert_eq!(status_of(&mut s).await, 408, "too-slow upload {i}");
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -398,14 +390,7 @@ async fn duplicate_hosts_trace_and_unsafe_request_ids_are_refused() {
     assert_eq!(r.status(), 405);
     let allow = r.headers()["allow"].to_str().unwrap().to_owned();
     assert!(allow.contains("GET") && !allow.contains("TRACE"), "{allow}");
-    let stats: serde_json::Value = client()
-        .get(b.url("/control/stats"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats = json(client().get(b.url("/control/stats")).send().await.unwrap()).await;
     assert_eq!(stats["requests"], 0, "TRACE reached the backend: {stats}");
     // A request id that is not safe to echo is replaced; a safe one kept.
     let evil = "<script>alert(1)</script>";
@@ -427,7 +412,7 @@ async fn duplicate_hosts_trace_and_unsafe_request_ids_are_refused() {
             .send()
             .await
             .unwrap();
-        let doc = crate::harness::json(r).await;
+        let doc = json(r).await;
         assert_eq!(doc["request_id"] == sent, kept, "{sent}: {doc}");
     }
 }
@@ -457,7 +442,7 @@ async fn a_trusted_proxys_forwarded_proto_is_honoured_and_makes_the_cookie_secur
             .unwrap();
         let cookie = r.headers()["set-cookie"].to_str().unwrap().to_owned();
         assert_eq!(cookie.contains("; Secure"), secure, "{proto}: {cookie}");
-        let doc = crate::harness::json(r).await;
+        let doc = json(r).await;
         assert_eq!(doc["forwarded_proto"], want, "{proto}: {doc}");
     }
 }
