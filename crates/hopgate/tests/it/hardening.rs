@@ -365,6 +365,24 @@ async fn routes_match_the_normalised_path_and_backends_get_it() {
         .await;
         assert_eq!(status, 400, "{path}: {body}");
     }
+    // A listener with normalize_path: false routes and forwards the raw path.
+    let raw = Gateway::start(&yaml.replace(
+        "address: 127.0.0.1:0 }\nadmin",
+        "address: 127.0.0.1:0, normalize_path: false }\nadmin",
+    ))
+    .await;
+    let (status, body) = raw_exchange(
+        raw.addr,
+        "GET /%61dmin/x HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let doc: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
+    assert_eq!(
+        (&doc["node"], &doc["path"]),
+        (&"app".into(), &"/%61dmin/x".into()),
+        "{doc}"
+    );
 }
 
 #[tokio::test]
