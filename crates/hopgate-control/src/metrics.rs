@@ -13,6 +13,7 @@ use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Response, StatusCode};
 use http_body_util::Full;
 
+use hopgate_core::error::Side;
 use hopgate_core::node::{now_ms, CircuitState, Health};
 use hopgate_proxy::metrics::{get, TokenRejection, ERROR_KIND_LIST, HOP_BUCKETS, METRICS};
 use hopgate_store::Sessions;
@@ -75,6 +76,22 @@ pub fn render(
             k.label(),
             get(&m.upstream_errors[i])
         );
+    }
+    head(
+        &mut o,
+        "hopgate_client_errors_total",
+        "counter",
+        "Requests the client got wrong (the subset of hopgate_errors_total on the client's side); never charged to a node.",
+    );
+    for (i, k) in ERROR_KIND_LIST.iter().enumerate() {
+        if k.side() == Side::Downstream {
+            let _ = writeln!(
+                o,
+                "hopgate_client_errors_total{{kind=\"{}\"}} {}",
+                k.label(),
+                get(&m.upstream_errors[i])
+            );
+        }
     }
     head(
         &mut o,

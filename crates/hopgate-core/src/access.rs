@@ -64,6 +64,11 @@ impl AccessControl {
         !self.deny.contains(ip) && (self.allow.is_empty() || self.allow.contains(ip))
     }
 
+    /// Whether `peer` is one of `access.trusted_proxies`.
+    pub fn trusts(&self, peer: IpAddr) -> bool {
+        !self.trusted.is_empty() && self.trusted.contains(peer.to_canonical())
+    }
+
     /// The client's address: the peer, unless the peer is a trusted proxy,
     /// always in canonical form (an IPv4-mapped IPv6 address becomes the
     /// IPv4 address, so IPv4 CIDR rules and hashing see it as IPv4);

@@ -224,6 +224,18 @@ pub struct SessionsConfig {
     pub secret_env: String,
     pub previous_secrets_env: Option<String>,
     pub context_max: usize,
+    pub secure: CookieSecure,
+}
+
+/// `sessions.secure`: when the session cookie carries `Secure`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CookieSecure {
+    /// When the request came over TLS, or a trusted proxy said
+    /// `X-Forwarded-Proto: https`.
+    #[default]
+    Auto,
+    Always,
+    Never,
 }
 
 impl Default for SessionsConfig {
@@ -236,6 +248,7 @@ impl Default for SessionsConfig {
             secret_env: "HOPGATE_SESSION_SECRET".to_owned(),
             previous_secrets_env: None,
             context_max: 4096,
+            secure: CookieSecure::Auto,
         }
     }
 }
@@ -345,6 +358,10 @@ pub struct ListenerConfig {
     pub name: String,
     pub address: SocketAddr,
     pub debug_headers: bool,
+    /// Routes see, and backends get, the path in normal form
+    /// ([`crate::route::normalize_path`]); a path with an encoded slash is
+    /// refused.
+    pub normalize_path: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

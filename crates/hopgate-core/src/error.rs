@@ -47,6 +47,17 @@ pub enum ErrorKind {
     BodyTooLarge,
     /// The request is malformed (bad Host, bad URI).
     BadRequest,
+    /// The client's request body broke its framing (a bad chunk).
+    MalformedBody,
+    /// The client went away before its request body ended.
+    ClientAborted,
+    /// The client's request body did not arrive within `timeouts.request`.
+    ClientTimeout,
+    /// A method the gateway never forwards (TRACE).
+    MethodNotAllowed,
+    /// A gRPC request routed to a service that speaks HTTP/1.1 to its
+    /// backends (no `protocol: http2`).
+    GrpcNeedsHttp2,
     /// hopgate is shutting down.
     ShuttingDown,
 }
@@ -66,18 +77,28 @@ impl ErrorKind {
             ErrorKind::HeadersTooLarge => 431,
             ErrorKind::UriTooLong => 414,
             ErrorKind::BodyTooLarge => 413,
-            ErrorKind::BadRequest => 400,
+            ErrorKind::BadRequest | ErrorKind::MalformedBody | ErrorKind::ClientAborted => 400,
+            ErrorKind::ClientTimeout => 408,
+            ErrorKind::MethodNotAllowed => 405,
+            ErrorKind::GrpcNeedsHttp2 => 502,
         }
     }
 
     pub fn side(self) -> Side {
         match self {
-            ErrorKind::NoRoute | ErrorKind::NoLiveNode | ErrorKind::ShuttingDown => Side::Gateway,
+            ErrorKind::NoRoute
+            | ErrorKind::NoLiveNode
+            | ErrorKind::ShuttingDown
+            | ErrorKind::GrpcNeedsHttp2 => Side::Gateway,
             ErrorKind::Forbidden
             | ErrorKind::HeadersTooLarge
             | ErrorKind::UriTooLong
             | ErrorKind::BodyTooLarge
-            | ErrorKind::BadRequest => Side::Downstream,
+            | ErrorKind::BadRequest
+            | ErrorKind::MalformedBody
+            | ErrorKind::ClientAborted
+            | ErrorKind::ClientTimeout
+            | ErrorKind::MethodNotAllowed => Side::Downstream,
             _ => Side::Upstream,
         }
     }
@@ -107,6 +128,13 @@ impl ErrorKind {
             ErrorKind::UriTooLong => "request URI too long",
             ErrorKind::BodyTooLarge => "request body too large",
             ErrorKind::BadRequest => "malformed request",
+            ErrorKind::MalformedBody => "malformed request body",
+            ErrorKind::ClientAborted => "client closed the connection before its body ended",
+            ErrorKind::ClientTimeout => "request body not received in time",
+            ErrorKind::MethodNotAllowed => "method not allowed",
+            ErrorKind::GrpcNeedsHttp2 => {
+                "gRPC needs HTTP/2 to the backend: the service must set protocol: http2"
+            }
             ErrorKind::ShuttingDown => "gateway is shutting down",
         }
     }
@@ -127,6 +155,11 @@ impl ErrorKind {
             ErrorKind::UriTooLong => "uri_too_long",
             ErrorKind::BodyTooLarge => "body_too_large",
             ErrorKind::BadRequest => "bad_request",
+            ErrorKind::MalformedBody => "malformed_body",
+            ErrorKind::ClientAborted => "client_aborted",
+            ErrorKind::ClientTimeout => "client_timeout",
+            ErrorKind::MethodNotAllowed => "method_not_allowed",
+            ErrorKind::GrpcNeedsHttp2 => "grpc_needs_http2",
             ErrorKind::ShuttingDown => "shutting_down",
         }
     }

@@ -23,6 +23,7 @@
 //! defined by `linear_lookup`; the compiled router may only be faster.
 
 mod compile;
+mod normalize;
 mod predicate;
 mod table;
 mod trie;
@@ -41,6 +42,8 @@ use compile::{Cand, RegexRule, Span, Tier};
 use predicate::Predicates;
 use table::ByteMap;
 use trie::Trie;
+
+pub use normalize::{normalize_path, PathError};
 
 /// Host condition of a rule.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -103,20 +103,11 @@ impl SessionId {
         }
         let mut out = [0u8; ID_LEN];
         for (o, pair) in out.iter_mut().zip(s.chunks_exact(2)) {
-            let hi = hex_val(pair[0]).ok_or(ParseSessionIdError)?;
-            let lo = hex_val(pair[1]).ok_or(ParseSessionIdError)?;
+            let hi = crate::units::hex_digit(pair[0]).ok_or(ParseSessionIdError)?;
+            let lo = crate::units::hex_digit(pair[1]).ok_or(ParseSessionIdError)?;
             *o = (hi << 4) | lo;
         }
         Ok(Self(out))
-    }
-}
-
-fn hex_val(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
     }
 }
 

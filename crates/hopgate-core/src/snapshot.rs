@@ -71,20 +71,33 @@ pub struct CompiledRoute {
     pub strict_version: bool,
     /// When the version-fallback warning was last logged (rate limit).
     fallback_logged_ms: std::sync::atomic::AtomicU64,
+    /// When the gRPC-over-HTTP/1.1 warning was last logged (rate limit).
+    protocol_logged_ms: std::sync::atomic::AtomicU64,
 }
 
 impl CompiledRoute {
     /// True at most once every 10 s: the version-fallback warning would
     /// otherwise be logged on every request.
     pub fn should_log_fallback(&self, now_ms: u64) -> bool {
-        use std::sync::atomic::Ordering;
-        let last = self.fallback_logged_ms.load(Ordering::Relaxed);
-        (last == 0 || now_ms >= last + 10_000)
-            && self
-                .fallback_logged_ms
-                .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
+        once_per_10s(&self.fallback_logged_ms, now_ms)
     }
+
+    /// True at most once every 10 s: the warning that a gRPC request was
+    /// routed to a service without `protocol: http2`.
+    pub fn should_log_protocol(&self, now_ms: u64) -> bool {
+        once_per_10s(&self.protocol_logged_ms, now_ms)
+    }
+}
+
+/// One compare-and-swap on `last_ms` (milliseconds; 0 for never): true
+/// when 10 s have passed since the last time it was true.
+fn once_per_10s(last_ms: &std::sync::atomic::AtomicU64, now_ms: u64) -> bool {
+    use std::sync::atomic::Ordering;
+    let last = last_ms.load(Ordering::Relaxed);
+    (last == 0 || now_ms >= last + 10_000)
+        && last_ms
+            .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
 }
 
 /// A rule's target, resolved to group indices of its service.
@@ -377,6 +390,7 @@ impl<U: Default> Snapshot<U> {
                     target,
                     strict_version: r.strict_version,
                     fallback_logged_ms: std::sync::atomic::AtomicU64::new(0),
+                    protocol_logged_ms: std::sync::atomic::AtomicU64::new(0),
                 }
             })
             .collect();

@@ -1,6 +1,7 @@
 //! Human units in config files: durations (`250ms`, `2s`, `1h`) and sizes
 //! (`64KiB`, `10MiB`, `512`). Parsing is strict: a missing or unknown unit is
-//! an error that says what was expected, never a silent default.
+//! an error that says what was expected, never a silent default. Also the
+//! value of a hex digit (session ids, percent escapes in paths).
 
 use std::time::Duration;
 
@@ -83,6 +84,16 @@ pub fn format_duration(d: Duration) -> String {
         format!("{ms}ms")
     } else {
         format!("{}us", d.as_micros())
+    }
+}
+
+/// The value of one hex digit, either case.
+pub(crate) fn hex_digit(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
     }
 }
 

@@ -10,10 +10,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use hopgate_core::error::ErrorKind;
 use hopgate_core::node::{now_ms, NodeState};
 
 use bytes::Bytes;
@@ -31,6 +33,95 @@ pub(crate) struct BodyTooLarge {
     pub limit: u64,
 }
 
+/// What the client's side of a streamed request body last did. Shared by
+/// the body (inside the upstream send, where the client's errors show
+/// first) and the request's driver, which asks it after a failed send
+/// whether the fault was the client's ([`ClientBody::fault`]): a broken or
+/// aborted body, or a send that timed out while waiting on the client, is
+/// never charged to the node.
+#[derive(Debug, Default)]
+pub struct ClientBody(AtomicU8);
+
+impl ClientBody {
+    /// Bytes came, or nothing was asked yet.
+    const FLOWING: u8 = 0;
+    /// The last read found nothing: waiting on the client.
+    const WAITING: u8 = 1;
+    const ENDED: u8 = 2;
+    const MALFORMED: u8 = 3;
+    const ABORTED: u8 = 4;
+    const TOO_LARGE: u8 = 5;
+
+    /// A failure stays recorded: a body polled again after its error
+    /// (what an HTTP/2 body read ahead passes on) does not clear it. The
+    /// body is the only writer.
+    fn set(&self, state: u8) {
+        if self.0.load(Ordering::Relaxed) < ClientBody::MALFORMED {
+            self.0.store(state, Ordering::Relaxed);
+        }
+    }
+
+    /// Records an error of the client's body.
+    pub(crate) fn failed(&self, e: &hyper::Error) {
+        self.set(if client_error(e) == ErrorKind::MalformedBody {
+            ClientBody::MALFORMED
+        } else {
+            ClientBody::ABORTED
+        });
+    }
+
+    /// The client's fault behind a failed send, if it was one. With
+    /// `timed_out` (no answer within `timeouts.request`), a body still
+    /// waiting on the client is the client's fault too; a body the backend
+    /// stopped reading, or one that ended, is not.
+    pub(crate) fn fault(&self, timed_out: bool) -> Option<ErrorKind> {
+        match self.0.load(Ordering::Relaxed) {
+            ClientBody::MALFORMED => Some(ErrorKind::MalformedBody),
+            ClientBody::ABORTED => Some(ErrorKind::ClientAborted),
+            ClientBody::TOO_LARGE => Some(ErrorKind::BodyTooLarge),
+            ClientBody::WAITING if timed_out => Some(ErrorKind::ClientTimeout),
+            _ => None,
+        }
+    }
+}
+
+/// What a client body's read error means: a framing error (a bad chunk:
+/// the decoder's `InvalidInput`/`InvalidData`) is a malformed body;
+/// anything else (end of stream mid-body, a reset, an HTTP/2 stream reset
+/// by the client) means the client went away.
+pub(crate) fn client_error(e: &hyper::Error) -> ErrorKind {
+    use std::error::Error as _;
+    let mut src = e.source();
+    while let Some(s) = src {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return match io.kind() {
+                std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => {
+                    ErrorKind::MalformedBody
+                }
+                _ => ErrorKind::ClientAborted,
+            };
+        }
+        src = s.source();
+    }
+    if e.is_parse() {
+        ErrorKind::MalformedBody
+    } else {
+        ErrorKind::ClientAborted
+    }
+}
+
+/// The error kind of a client body read that failed while the gateway
+/// read it itself (a buffered body).
+pub(crate) fn read_error(e: &BoxError) -> ErrorKind {
+    if let Some(e) = e.downcast_ref::<hyper::Error>() {
+        client_error(e)
+    } else if e.is::<BodyTooLarge>() {
+        ErrorKind::BodyTooLarge
+    } else {
+        ErrorKind::BadRequest
+    }
+}
+
 /// A body streaming through the gateway.
 #[derive(Debug, Default)]
 pub enum ProxyBody {
@@ -38,11 +129,13 @@ pub enum ProxyBody {
     Empty,
     /// A complete body held in memory (error pages, replayed requests).
     Full(Option<Bytes>),
-    /// A client request body, streamed, failing once it passes `limit` bytes.
+    /// A client request body, streamed, failing once it passes `limit` bytes;
+    /// what it does is recorded in `watch`, when there is one.
     Limited {
         inner: Incoming,
         seen: u64,
         limit: u64,
+        watch: Option<Arc<ClientBody>>,
     },
     /// An upstream response body; `returner` hands the connection back to
     /// its pool once the body has been read to the end.
@@ -133,6 +226,17 @@ impl ProxyBody {
             inner,
             seen: 0,
             limit,
+            watch: None,
+        }
+    }
+
+    /// [`ProxyBody::limited`], recording what the client does in `watch`.
+    pub(crate) fn watched(inner: Incoming, limit: u64, watch: Arc<ClientBody>) -> ProxyBody {
+        ProxyBody::Limited {
+            inner,
+            seen: 0,
+            limit,
+            watch: Some(watch),
         }
     }
 
@@ -165,22 +269,38 @@ impl Body for ProxyBody {
         match self.get_mut() {
             ProxyBody::Empty => Poll::Ready(None),
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            ProxyBody::Limited { inner, seen, limit } => match Pin::new(inner).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    if let Some(d) = frame.data_ref() {
-                        *seen += d.len() as u64;
+            ProxyBody::Limited {
+                inner,
+                seen,
+                limit,
+                watch,
+            } => {
+                let polled = Pin::new(inner).poll_frame(cx);
+                let state = match &polled {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        *seen += frame.data_ref().map_or(0, |d| d.len() as u64);
                         if *seen > *limit {
+                            if let Some(w) = watch {
+                                w.set(ClientBody::TOO_LARGE);
+                            }
                             return Poll::Ready(Some(Err(Box::new(BodyTooLarge {
                                 limit: *limit,
                             }))));
                         }
+                        ClientBody::FLOWING
                     }
-                    Poll::Ready(Some(Ok(frame)))
+                    Poll::Ready(Some(Err(e))) if client_error(e) == ErrorKind::MalformedBody => {
+                        ClientBody::MALFORMED
+                    }
+                    Poll::Ready(Some(Err(_))) => ClientBody::ABORTED,
+                    Poll::Ready(None) => ClientBody::ENDED,
+                    Poll::Pending => ClientBody::WAITING,
+                };
+                if let Some(w) = watch {
+                    w.set(state);
                 }
-                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
-                Poll::Ready(None) => Poll::Ready(None),
-                Poll::Pending => Poll::Pending,
-            },
+                polled.map(|f| f.map(|r| r.map_err(|e| Box::new(e) as BoxError)))
+            }
             ProxyBody::Upstream { inner, returner } => match Pin::new(&mut *inner).poll_frame(cx) {
                 Poll::Ready(None) => {
                     if let Some(r) = returner.take() {

@@ -45,8 +45,8 @@ use hopgate_core::node::{ms_at, now_ms};
 use hopgate_core::retry;
 use hopgate_core::session::HopReason;
 
-use crate::body::ProxyBody;
-use crate::headers::{new_request_id, scan_request, RequestFacts, X_REQUEST_ID};
+use crate::body::{ClientBody, ProxyBody};
+use crate::headers::{new_request_id, scan_request, valid_request_id, RequestFacts, X_REQUEST_ID};
 use crate::metrics::METRICS;
 use crate::session::Sessions;
 
@@ -69,6 +69,8 @@ use replay::{Capture, Replay};
 pub struct RequestCtx {
     pub listener: Arc<str>,
     pub debug_headers: bool,
+    /// Route on (and forward) the path in normal form.
+    pub normalize_path: bool,
     pub tls: bool,
 }
 
@@ -170,29 +172,39 @@ impl Forwarder {
                     facts.grpc,
                 );
                 let max_body = snap.config.limits.max_body_bytes;
+                // A streamed body records what the client does, so that a
+                // failed send can be told the client's fault (phase 13.6).
+                let mut client_body = None;
                 let (body, kept) = match capture {
                     Capture::Empty => (ProxyBody::Empty, replay_safe.then(|| (Bytes::new(), true))),
                     Capture::Buffer => {
-                        match Box::pin(ProxyBody::limited(body, policy.buffer_body).collect()).await
-                        {
-                            Ok(b) => {
+                        let read = ProxyBody::limited(body, policy.buffer_body).collect();
+                        let bound = snap.config.timeouts.request;
+                        match Box::pin(tokio::time::timeout(bound, read)).await {
+                            Ok(Ok(b)) => {
                                 let b = b.to_bytes();
                                 (ProxyBody::full(b.clone()), Some((b, true)))
                             }
-                            Err(_) => break 'forward Err(ErrorKind::BadRequest),
+                            Ok(Err(e)) => break 'forward Err(crate::body::read_error(&e)),
+                            Err(_) => break 'forward Err(ErrorKind::ClientTimeout),
                         }
                     }
                     Capture::Arrived { wait } => {
+                        let watch = client_body.insert(Arc::default());
                         let (body, whole) = Box::pin(replay::take_arrived(
                             body,
                             policy.buffer_body,
                             max_body,
                             wait,
+                            Arc::clone(watch),
                         ))
                         .await;
                         (body, whole.map(|b| (b, false)))
                     }
-                    Capture::Stream => (ProxyBody::limited(body, max_body), None),
+                    Capture::Stream => {
+                        let watch = client_body.insert(Arc::default());
+                        (ProxyBody::watched(body, max_body, Arc::clone(watch)), None)
+                    }
                 };
                 let replay = kept.map(|(b, after_sent)| Replay::new(&parts, b, after_sent));
                 let mut upstream = Some(Request::from_parts(parts, body));
@@ -266,6 +278,7 @@ impl Forwarder {
                         conn: &conn,
                         snap: &snap,
                         flight: &flight,
+                        client_body: client_body.as_deref(),
                     };
                     let resp = match result {
                         // The common case: an answer, handled in place.
@@ -305,6 +318,8 @@ struct Req<'a> {
     conn: &'a ClientConn,
     snap: &'a Snapshot,
     flight: &'a plan::Flight,
+    /// What the client's streamed body did, when it is streamed.
+    client_body: Option<&'a ClientBody>,
 }
 
 /// One client connection's share of the gateway: the request handler and
@@ -347,10 +362,13 @@ impl ClientConn {
         let facts = scan_request(req.headers());
         // Room for the headers the gateway adds, so the map grows once.
         req.headers_mut().reserve(6);
+        // A client's id is kept only when it is safe to echo into logs and
+        // error bodies; any other is replaced.
         let request_id = match facts
             .request_id
             .then(|| req.headers().get(&X_REQUEST_ID))
             .flatten()
+            .filter(|v| valid_request_id(v))
         {
             Some(v) => v.clone(),
             None => {

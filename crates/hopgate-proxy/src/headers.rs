@@ -108,6 +108,8 @@ pub struct RequestFacts {
     /// `Content-Type: application/grpc…`.
     pub grpc: bool,
     pub grpc_timeout: bool,
+    /// `Host` header lines (at most 255 counted).
+    pub hosts: u8,
 }
 
 /// One pass over a request's headers; see [`RequestFacts`].
@@ -126,6 +128,8 @@ pub fn scan_request(headers: &HeaderMap) -> RequestFacts {
             f.forwarded_for = true;
         } else if *name == GRPC_TIMEOUT {
             f.grpc_timeout = true;
+        } else if *name == header::HOST {
+            f.hosts = f.hosts.saturating_add(1);
         } else {
             f.hop |= hop_bit(name);
         }
@@ -277,6 +281,15 @@ pub fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
     }
 }
 
+/// Whether a client's `X-Request-Id` may be kept: 1 to 128 characters of
+/// `[A-Za-z0-9._:-]`, so it is safe in logs, headers and error bodies.
+pub(crate) fn valid_request_id(v: &HeaderValue) -> bool {
+    let b = v.as_bytes();
+    (1..=128).contains(&b.len())
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-'))
+}
+
 /// A new request id: a per-process random prefix and a counter, 32 hex
 /// digits, unique across processes with overwhelming probability.
 pub(crate) fn new_request_id() -> HeaderValue {
@@ -301,6 +314,25 @@ fn hex(mut v: u64, out: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_safe_request_ids_are_kept() {
+        let long = "a".repeat(129);
+        for (id, ok) in [
+            ("bced105b0b0786900000000000000005", true),
+            ("req-1.2_3:4", true),
+            (&long[..128], true),
+            (&long[..], false),
+            ("", false),
+            ("a b", false),
+            ("<script>", false),
+            ("a\tb", false),
+            ("id;drop", false),
+        ] {
+            let v = HeaderValue::from_str(id).unwrap();
+            assert_eq!(valid_request_id(&v), ok, "{id:?}");
+        }
+    }
 
     #[test]
     fn every_forwarded_for_line_is_kept_then_the_peer() {

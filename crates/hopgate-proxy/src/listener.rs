@@ -45,6 +45,7 @@ pub struct ListenerCtx {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListenerSettings {
     pub debug_headers: bool,
+    pub normalize_path: bool,
     pub max_connections: usize,
     pub max_header_bytes: usize,
     pub max_headers: usize,
@@ -58,6 +59,7 @@ impl ListenerSettings {
     pub fn from_config(l: &ListenerConfig, cfg: &Config) -> ListenerSettings {
         ListenerSettings {
             debug_headers: l.debug_headers,
+            normalize_path: l.normalize_path,
             max_connections: cfg.limits.max_connections,
             max_header_bytes: cfg.limits.max_header_bytes,
             max_headers: cfg.limits.max_headers,
@@ -143,6 +145,7 @@ pub async fn serve_listener(
     let mut req_ctx = Arc::new(RequestCtx {
         listener: ctx.name.clone(),
         debug_headers: current.debug_headers,
+        normalize_path: current.normalize_path,
         tls: false,
     });
 
@@ -172,6 +175,7 @@ pub async fn serve_listener(
             req_ctx = Arc::new(RequestCtx {
                 listener: ctx.name.clone(),
                 debug_headers: current.debug_headers,
+                normalize_path: current.normalize_path,
                 tls: false,
             });
         }

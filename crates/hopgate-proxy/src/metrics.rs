@@ -98,7 +98,7 @@ pub struct Metrics {
 }
 
 /// Number of [`ErrorKind`]s tracked (index = `error_index`).
-pub const ERROR_KINDS: usize = 14;
+pub const ERROR_KINDS: usize = 19;
 
 /// Every error kind, in the index order of `upstream_errors`.
 pub const ERROR_KIND_LIST: [ErrorKind; ERROR_KINDS] = [
@@ -116,6 +116,11 @@ pub const ERROR_KIND_LIST: [ErrorKind; ERROR_KINDS] = [
     ErrorKind::BodyTooLarge,
     ErrorKind::BadRequest,
     ErrorKind::ShuttingDown,
+    ErrorKind::MalformedBody,
+    ErrorKind::ClientAborted,
+    ErrorKind::ClientTimeout,
+    ErrorKind::MethodNotAllowed,
+    ErrorKind::GrpcNeedsHttp2,
 ];
 
 fn error_index(kind: ErrorKind) -> usize {

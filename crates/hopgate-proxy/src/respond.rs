@@ -5,13 +5,16 @@
 //! it and an operator can find it in the logs. Must not touch: anything
 //! else. Details of upstream failures stay in logs, never in bodies.
 
-use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
+use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS};
 use http::{Response, StatusCode};
 
 use hopgate_core::error::ErrorKind;
 
 use crate::body::ProxyBody;
 use crate::headers::X_REQUEST_ID;
+
+/// The methods a 405 names: every standard method the gateway forwards.
+const ALLOWED: &str = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, CONNECT";
 
 /// The response for an error of `kind` on request `request_id`.
 pub(crate) fn error_response(
@@ -29,8 +32,12 @@ pub(crate) fn error_response(
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     if let Some(v) = request_id {
         h.insert(X_REQUEST_ID.clone(), v.clone());
+    }
+    if kind == ErrorKind::MethodNotAllowed {
+        h.insert(http::header::ALLOW, HeaderValue::from_static(ALLOWED));
     }
     if matches!(kind, ErrorKind::ShuttingDown) {
         h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
@@ -45,9 +52,12 @@ pub(crate) fn grpc_status(kind: ErrorKind) -> u8 {
         ErrorKind::Forbidden => 7, // PERMISSION_DENIED
         ErrorKind::ConnectTimeout | ErrorKind::UpstreamTimeout => 4, // DEADLINE_EXCEEDED
         ErrorKind::HeadersTooLarge | ErrorKind::BodyTooLarge | ErrorKind::UriTooLong => 8, // RESOURCE_EXHAUSTED
-        ErrorKind::BadRequest => 3,        // INVALID_ARGUMENT
-        ErrorKind::UpstreamProtocol => 13, // INTERNAL
-        _ => 14,                           // UNAVAILABLE
+        ErrorKind::BadRequest | ErrorKind::MalformedBody => 3, // INVALID_ARGUMENT
+        ErrorKind::ClientAborted => 1,                         // CANCELLED
+        ErrorKind::ClientTimeout => 4,                         // DEADLINE_EXCEEDED
+        ErrorKind::UpstreamProtocol | ErrorKind::GrpcNeedsHttp2 => 13, // INTERNAL
+        ErrorKind::MethodNotAllowed => 12,                     // UNIMPLEMENTED
+        _ => 14,                                               // UNAVAILABLE
     }
 }
 

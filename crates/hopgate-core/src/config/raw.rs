@@ -93,6 +93,10 @@ pub struct RawListener {
     /// Return `X-Upstream-Addr` and `X-Route-Rule-Id` to clients too.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub debug_headers: bool,
+    /// Match routes against the normalised path and forward it (default
+    /// true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalize_path: Option<bool>,
 }
 
 /// The admin listener.
@@ -423,6 +427,17 @@ pub struct RawSessions {
     /// Largest `Hop-Session-Context` kept (default 4KiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_max: Option<Text>,
+    /// The cookie's `Secure` attribute: `auto` (default), `true`, `false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure: Option<RawSecure>,
+}
+
+/// `sessions.secure`: a boolean or the word `auto`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RawSecure {
+    Bool(bool),
+    Word(String),
 }
 
 /// Where session bindings live.

@@ -162,6 +162,7 @@ impl Validator {
                     name: l.name.clone(),
                     address: address.unwrap_or(PLACEHOLDER_ADDR),
                     debug_headers: l.debug_headers,
+                    normalize_path: l.normalize_path.unwrap_or(true),
                 },
                 address.is_some(),
             ));

@@ -16,7 +16,7 @@ use http::header::{HeaderMap, HeaderValue};
 use http::Response;
 
 use crate::upstream::{CompiledNode, CompiledService};
-use hopgate_core::config::SessionsConfig;
+use hopgate_core::config::{CookieSecure, SessionsConfig};
 use hopgate_core::node::Observation;
 use hopgate_core::session::SessionId;
 use hopgate_store::Binding;
@@ -46,7 +46,9 @@ pub(super) fn answer(
     upgrade: Option<Upgrade>,
     out: &mut Outcome,
 ) -> Response<ProxyBody> {
-    let Req { conn, snap, flight } = req;
+    let Req {
+        conn, snap, flight, ..
+    } = req;
     let (fwd, ctx) = (&conn.forwarder, &*conn.ctx);
     let (svc, node) = (at.svc, at.node);
     let status = resp.status().as_u16();
@@ -91,7 +93,11 @@ pub(super) fn answer(
                 hop,
                 status,
                 now_unix: flight.now_unix,
-                tls: ctx.tls,
+                secure: match snap.config.sessions.secure {
+                    CookieSecure::Auto => flight.https,
+                    CookieSecure::Always => true,
+                    CookieSecure::Never => false,
+                },
             },
             resp.headers_mut(),
         );
@@ -166,7 +172,8 @@ struct SessionOutcome<'a> {
     hop: Option<&'a PendingHop>,
     status: u16,
     now_unix: u64,
-    tls: bool,
+    /// The cookie carries `Secure` (`sessions.secure`).
+    secure: bool,
 }
 
 /// After a backend answered: keep the context it sent (and hide it from
@@ -223,7 +230,7 @@ fn settle_session(o: SessionOutcome<'_>, headers: &mut HeaderMap) {
         });
     }
     if o.client.issue {
-        if let Some(c) = session::set_cookie(o.cfg, &o.client.token, o.tls) {
+        if let Some(c) = session::set_cookie(o.cfg, &o.client.token, o.secure) {
             headers.append(http::header::SET_COOKIE, c);
         }
         headers.insert(o.cfg.header.clone(), o.client.token.clone());

@@ -36,6 +36,10 @@ pub(super) enum Class {
     /// A gRPC call answered UNAVAILABLE (trailers-only, `grpc-status: 14`)
     /// before any response byte: the backend did not process it.
     GrpcUnavailable,
+    /// The client's fault, seen by its body while the send ran: a
+    /// malformed or aborted body, one over the size limit, or a send that
+    /// timed out waiting on the client.
+    Client,
 }
 
 /// What [`decide`] looks at.
@@ -109,7 +113,13 @@ pub(super) fn decide(f: Facts) -> Decision {
             observe: true,
             hop: true,
         },
-        // The backend did nothing wrong: the body was over the limit.
+        // The backend did nothing wrong: the client did (the body was
+        // over the limit, broken, cut off or too slow).
+        Class::Client => Decision {
+            next: Next::Answer(f.kind),
+            observe: false,
+            hop: false,
+        },
         Class::Sent if f.kind == ErrorKind::BodyTooLarge => Decision {
             next: Next::Answer(f.kind),
             observe: false,
@@ -188,7 +198,22 @@ pub(super) fn on_failure(
         Failed::Send(SendFailure::Sent(error)) => (Class::Sent, Some(error), None, None),
         Failed::GrpcUnavailable(resp) => (Class::GrpcUnavailable, None, None, Some(resp)),
     };
-    let kind = error.as_ref().map_or(ErrorKind::ConnectionLost, |e| e.kind);
+    let mut kind = error.as_ref().map_or(ErrorKind::ConnectionLost, |e| e.kind);
+    // A send the client's body broke, or that timed out waiting on it, is
+    // the client's fault (a not-sent request never read its body).
+    let client_fault = match (class, req.client_body) {
+        (Class::Sent | Class::Refused, Some(body)) => {
+            body.fault(kind == ErrorKind::UpstreamTimeout)
+        }
+        _ => None,
+    };
+    let class = match client_fault {
+        Some(fault) => {
+            kind = fault;
+            Class::Client
+        }
+        None => class,
+    };
     let decision = decide(Facts {
         class,
         kind,
@@ -203,6 +228,9 @@ pub(super) fn on_failure(
         }
     }
     match &error {
+        Some(_) if class == Class::Client => {
+            tracing::debug!(service = %at.svc.name, node = %at.node.id, error = kind.label(), "request ended by the client's fault; not charged to the node");
+        }
         Some(error) => log_upstream_failure(at, error, class != Class::Sent),
         None if decision.next == Next::Replay => {
             tracing::warn!(service = %at.svc.name, node = %at.node.id, "gRPC UNAVAILABLE before any response byte; retrying elsewhere");
@@ -253,7 +281,10 @@ fn log_upstream_failure(at: &Attempted<'_>, error: &ProxyError, not_sent: bool) 
 mod tests {
     use super::*;
     use crate::respond::grpc_status;
-    use ErrorKind::{BodyTooLarge, ConnectFailed, ConnectionLost, UpstreamReset, UpstreamTimeout};
+    use ErrorKind::{
+        BodyTooLarge, ClientAborted, ClientTimeout, ConnectFailed, ConnectionLost, MalformedBody,
+        UpstreamReset, UpstreamTimeout,
+    };
 
     /// What a client or the next attempt sees, written like the spec
     /// table: "resend", "replay", "502", "grpc 14", "as sent", "answer".
@@ -279,7 +310,7 @@ mod tests {
 
     #[test]
     fn what_a_failed_attempt_leads_to() {
-        use Class::{GrpcUnavailable, NotSent, Refused, Sent};
+        use Class::{Client, GrpcUnavailable, NotSent, Refused, Sent};
         // class, error, replay-safe (idempotent method or Idempotency-Key),
         // body (empty / buffered / arrived / streamed), attempts left,
         // budget left, gRPC client -> next, observed, hop
@@ -301,6 +332,10 @@ mod tests {
             (Sent, UpstreamTimeout, false, "streamed", true, true, false, "504", true, true),
             (Sent, UpstreamTimeout, false, "streamed", true, true, true, "grpc 4", true, true),
             (Sent, BodyTooLarge, true, "buffered", true, true, false, "413", false, false),
+            (Client, MalformedBody, false, "streamed", true, true, false, "400", false, false),
+            (Client, ClientAborted, true, "streamed", true, true, false, "400", false, false),
+            (Client, ClientTimeout, false, "arrived", true, true, false, "408", false, false),
+            (Client, ClientTimeout, false, "arrived", true, true, true, "grpc 4", false, false),
             (GrpcUnavailable, ConnectionLost, false, "arrived", true, true, true, "replay", true, false),
             (GrpcUnavailable, ConnectionLost, true, "empty", true, true, true, "replay", true, false),
             (GrpcUnavailable, ConnectionLost, false, "streamed", true, true, true, "as sent", false, false),

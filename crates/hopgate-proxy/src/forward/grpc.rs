@@ -49,6 +49,14 @@ pub(super) fn unavailable_at_once(resp: &Response<ProxyBody>) -> bool {
         && resp.body().is_end_stream()
 }
 
+/// A gRPC-Web request (`application/grpc-web…`): it works over HTTP/1.1,
+/// unlike gRPC itself.
+pub(super) fn is_grpc_web<B>(req: &http::Request<B>) -> bool {
+    req.headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc-web"))
+}
+
 /// A gRPC response (its stream gets a drain deadline).
 fn is_grpc(headers: &HeaderMap) -> bool {
     headers

@@ -9,20 +9,21 @@
 //! node choice and sends, anything `async`: a request turned away here
 //! never gets a future.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use http::header::{HeaderMap, HeaderValue, HOST};
-use http::{Request, Version};
+use http::{Method, Request, Version};
 use hyper::body::Incoming;
 
 use crate::upstream::Snapshot;
 use hopgate_core::balance::hash_key;
-use hopgate_core::config::HashOn;
+use hopgate_core::config::{HashOn, UpstreamProtocol};
 use hopgate_core::error::ErrorKind;
 use hopgate_core::node::ms_at;
-use hopgate_core::route::RequestView;
+use hopgate_core::route::{normalize_path, RequestView};
 use hopgate_core::session::{HopReason, SessionId};
 use hopgate_core::snapshot::Selection;
 use hopgate_store::{Binding, FetchFuture};
@@ -79,6 +80,9 @@ pub(super) struct Flight {
     pub(super) now_unix: u64,
     /// The session's binding in this service, if it had one.
     pub(super) prior: Option<Binding>,
+    /// The client's request came over TLS, or a trusted proxy said so
+    /// (`X-Forwarded-Proto: https`).
+    pub(super) https: bool,
 }
 
 /// What [`Forwarder::plan`] decided.
@@ -116,6 +120,10 @@ impl Forwarder {
         let ctx = &*conn.ctx;
         let limits = &snap.config.limits;
 
+        // TRACE would echo the request (cookies, credentials) back: refused.
+        if req.method() == Method::TRACE {
+            return Err(ErrorKind::MethodNotAllowed);
+        }
         // Limits the HTTP parser does not enforce itself.
         let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
         if uri_len > limits.max_uri_bytes {
@@ -136,13 +144,27 @@ impl Forwarder {
         }
 
         let host = match host_of(&req) {
+            // More than one `Host` line, even identical ones (RFC 9112
+            // §3.2): front ends and backends may pick different ones.
+            Some(_) if facts.hosts > 1 => return Err(ErrorKind::BadRequest),
             Some(h) => h,
             None if req.version() == Version::HTTP_10 => "",
             None => return Err(ErrorKind::BadRequest),
         };
+        // Routes see the path in normal form (and the backend gets it, so
+        // both read the same path); an already normal path costs one scan.
+        let normal = if ctx.normalize_path {
+            match normalize_path(req.uri().path()) {
+                Ok(Cow::Borrowed(_)) => None,
+                Ok(Cow::Owned(p)) => Some(p),
+                Err(_) => return Err(ErrorKind::BadRequest),
+            }
+        } else {
+            None
+        };
         let view = RequestView {
             host,
-            path: req.uri().path(),
+            path: normal.as_deref().unwrap_or(req.uri().path()),
             query: req.uri().query(),
             method: req.method(),
             headers: req.headers(),
@@ -157,6 +179,19 @@ impl Forwarder {
         let selection = snap.select(route_idx, fastrand::u32(..), now);
         let svc = &snap.services[selection.service];
         out.service = Some(selection.service);
+        // gRPC needs HTTP/2 end to end (trailers); sent over HTTP/1.1 it
+        // fails at the backend as "an invalid response". gRPC-Web is not
+        // gRPC's wire format and goes through.
+        if facts.grpc && svc.protocol == UpstreamProtocol::Http1 && !grpc::is_grpc_web(&req) {
+            if route.should_log_protocol(now) {
+                tracing::warn!(
+                    route = %route.id,
+                    service = %svc.name,
+                    "gRPC request routed to a service without protocol: http2; answering grpc-status 13"
+                );
+            }
+            return Err(ErrorKind::GrpcNeedsHttp2);
+        }
         if selection.fell_back && route.should_log_fallback(now) {
             tracing::warn!(
                 route = %route.id,
@@ -215,6 +250,9 @@ impl Forwarder {
             tunnel::upgrade_request(&req).map(|proto| (proto, hyper::upgrade::on(&mut req)));
         // Build the upstream request once; retries re-target it.
         let (mut parts, body) = req.into_parts();
+        if let Some(path) = &normal {
+            parts.uri = with_path(&parts.uri, path).ok_or(ErrorKind::BadRequest)?;
+        }
         strip_request(&mut parts.headers, facts);
         if let Some((proto, _)) = &upgrade {
             tunnel::restore_upgrade_headers(&mut parts.headers, proto);
@@ -229,10 +267,24 @@ impl Forwarder {
                 .headers
                 .insert(X_FORWARDED_FOR.clone(), conn.forwarded_for.clone());
         }
-        parts.headers.insert(
-            X_FORWARDED_PROTO.clone(),
-            HeaderValue::from_static(if ctx.tls { "https" } else { "http" }),
-        );
+        // A trusted proxy's `X-Forwarded-Proto` (`http` or `https`) is
+        // kept; anyone else's is replaced by what this hop saw.
+        let https = match parts
+            .headers
+            .get(&X_FORWARDED_PROTO)
+            .filter(|_| snap.access.trusts(peer.ip()))
+            .map(|v| v.as_bytes())
+        {
+            Some(b"https") => true,
+            Some(b"http") => false,
+            _ => {
+                parts.headers.insert(
+                    X_FORWARDED_PROTO.clone(),
+                    HeaderValue::from_static(if ctx.tls { "https" } else { "http" }),
+                );
+                ctx.tls
+            }
+        };
         parts
             .headers
             .insert(X_ROUTE_RULE_ID.clone(), route.id_header.clone());
@@ -255,6 +307,7 @@ impl Forwarder {
                 key,
                 now_unix,
                 prior,
+                https,
             },
             now,
             sticky,
@@ -334,6 +387,17 @@ fn head_bytes<B>(req: &Request<B>, facts: &RequestFacts) -> usize {
         + req.uri().path_and_query().map_or(1, |p| p.as_str().len())
         + 12;
     line + facts.header_bytes
+}
+
+/// `uri` with its path replaced (the query kept).
+fn with_path(uri: &http::Uri, path: &str) -> Option<http::Uri> {
+    let pq = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(pq.parse().ok()?);
+    http::Uri::from_parts(parts).ok()
 }
 
 fn host_of<B>(req: &Request<B>) -> Option<&str> {

@@ -8,6 +8,7 @@
 //! a send that may have reached a backend). Must not touch: node choice,
 //! sends, retry decisions (`failure`), the answer.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,7 +21,7 @@ use hopgate_core::config::UpstreamProtocol;
 
 use super::grpc::GRPC_BODY_WAIT;
 use super::plan::content_length;
-use crate::body::ProxyBody;
+use crate::body::{ClientBody, ProxyBody};
 
 /// How the client's body is taken before the first attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,13 +160,14 @@ pub(super) async fn take_arrived(
     keep: u64,
     limit: u64,
     wait: Duration,
+    watch: Arc<ClientBody>,
 ) -> (ProxyBody, Option<Bytes>) {
     let mut got = bytes::BytesMut::new();
     let until = tokio::time::Instant::now() + wait;
     loop {
         let next = match tokio::time::timeout_at(until, body.frame()).await {
             Ok(f) => f,
-            Err(_) => return (prefixed(got.freeze(), None, body, limit), None),
+            Err(_) => return (prefixed(got.freeze(), None, body, limit, watch), None),
         };
         match next {
             // The body is complete.
@@ -177,25 +179,35 @@ pub(super) async fn take_arrived(
                 Ok(d) if (got.len() + d.len()) as u64 <= keep => got.extend_from_slice(&d),
                 Ok(d) => {
                     got.extend_from_slice(&d);
-                    return (prefixed(got.freeze(), None, body, limit), None);
+                    return (prefixed(got.freeze(), None, body, limit, watch), None);
                 }
                 // Request trailers: passed on; no copy is kept.
                 Err(frame) => {
                     return (
-                        prefixed(got.freeze(), frame.into_trailers().ok(), body, limit),
+                        prefixed(got.freeze(), frame.into_trailers().ok(), body, limit, watch),
                         None,
                     )
                 }
             },
-            // An error: stream what we have and let the send fail.
-            Some(Err(_)) => return (prefixed(got.freeze(), None, body, limit), None),
+            // An error: the client's fault, recorded; stream what we have
+            // and let the send fail.
+            Some(Err(e)) => {
+                watch.failed(&e);
+                return (prefixed(got.freeze(), None, body, limit, watch), None);
+            }
         }
     }
 }
 
 /// What was read of a body, then the rest, limited to `limit` in all.
-fn prefixed(head: Bytes, trailers: Option<HeaderMap>, rest: Incoming, limit: u64) -> ProxyBody {
-    let rest = ProxyBody::limited(rest, limit.saturating_sub(head.len() as u64));
+fn prefixed(
+    head: Bytes,
+    trailers: Option<HeaderMap>,
+    rest: Incoming,
+    limit: u64,
+    watch: Arc<ClientBody>,
+) -> ProxyBody {
+    let rest = ProxyBody::watched(rest, limit.saturating_sub(head.len() as u64), watch);
     if head.is_empty() && trailers.is_none() {
         rest
     } else {

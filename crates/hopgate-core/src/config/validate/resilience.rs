@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use super::super::raw::{
     RawCircuit, RawDrain, RawEtcdSource, RawHealth, RawMaintenance, RawOutlier, RawRetries,
-    RawSessions, RawSources, RawStore, Text,
+    RawSecure, RawSessions, RawSources, RawStore, Text,
 };
 use super::super::{
-    CircuitConfig, DrainConfig, DrainMode, EtcdSourceConfig, Health, HealthConfig,
+    CircuitConfig, CookieSecure, DrainConfig, DrainMode, EtcdSourceConfig, Health, HealthConfig,
     MaintenanceConfig, MaintenanceMode, OutlierConfig, RedisStoreConfig, RetryConfig,
     SessionsConfig, SourcesConfig, StoreConfig, DEFAULT_ETCD_PREFIX,
 };
@@ -410,6 +410,19 @@ impl Validator {
                         size_in(t, 1, 64 << 10, "1", "64KiB"),
                     )
                     .map_or(d.context_max, |n| n as usize),
+            },
+            secure: match &r.secure {
+                None => d.secure,
+                Some(RawSecure::Bool(true)) => CookieSecure::Always,
+                Some(RawSecure::Bool(false)) => CookieSecure::Never,
+                Some(RawSecure::Word(w)) if w == "auto" => CookieSecure::Auto,
+                Some(RawSecure::Word(w)) => {
+                    self.err(
+                        "sessions.secure",
+                        format!("expected auto, true or false, not {w:?}"),
+                    );
+                    d.secure
+                }
             },
         }
     }

@@ -116,6 +116,10 @@ fn absent_values_take_their_defaults() {
         }
     );
     assert!(!c.listeners[0].debug_headers);
+    assert!(
+        c.listeners[0].normalize_path,
+        "normalize_path defaults to on"
+    );
     let s = &c.services[0];
     assert_eq!(s.lb, LbPolicy::SmoothWrr);
     assert_eq!(s.hash_on, None);
@@ -1603,6 +1607,7 @@ fn nasty_values_never_panic() {
                 name: s.into(),
                 address: s.into(),
                 debug_headers: true,
+                normalize_path: Some(false),
             }],
             admin: Some(RawAdmin {
                 address: s.into(),
@@ -1721,6 +1726,7 @@ fn nasty_values_never_panic() {
                 secret_env: Some(s.into()),
                 previous_secrets_env: Some(s.into()),
                 context_max: t(),
+                secure: Some(crate::config::raw::RawSecure::Word(s.into())),
             }),
             store: Some(crate::config::raw::RawStore {
                 kind: Some(s.into()),
@@ -1783,6 +1789,7 @@ fn random_documents_never_panic() {
                 name: v(),
                 address: v(),
                 debug_headers: false,
+                normalize_path: None,
             }],
             admin: None,
             services: vec![RawService {

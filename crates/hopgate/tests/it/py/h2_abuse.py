@@ -213,11 +213,11 @@ def case_oversized_headers(addr):
     enc = Encoder()
     big = enc.encode(request_headers(addr) + [("x-big-%d" % i, "v" * 1000) for i in range(int(sys.argv[3]) // 1000)])
     # Split into frames of at most 16 KiB (the default max frame size).
-    frames = [big[i : i + 16384] for i in range(0, len(big), 16384)]
-    out = HeadersFrame(1, frames[0], flags=["END_STREAM"] + (["END_HEADERS"] if len(frames) == 1 else []))
+    chunks = [big[i : i + 16384] for i in range(0, len(big), 16384)]
+    out = HeadersFrame(1, chunks[0], flags=["END_STREAM"] + (["END_HEADERS"] if len(chunks) == 1 else []))
     data = out.serialize()
-    for i, f in enumerate(frames[1:], 1):
-        data += ContinuationFrame(1, f, flags=["END_HEADERS"] if i == len(frames) - 1 else []).serialize()
+    for i, f in enumerate(chunks[1:], 1):
+        data += ContinuationFrame(1, f, flags=["END_HEADERS"] if i == len(chunks) - 1 else []).serialize()
     small = HeadersFrame(3, enc.encode(request_headers(addr)), flags=["END_HEADERS", "END_STREAM"])
     s.sendall(data + small.serialize())
     # Read frames: what happened to stream 1, and to stream 3.
