@@ -6,18 +6,17 @@
 
 use std::time::Duration;
 
-use super::super::raw::{
+use super::routes::check_path;
+use super::values::{int_in, is_env_name, is_tchar, parse_header_name, positive_duration, size_in};
+use super::Validator;
+use crate::config::raw::{
     RawCircuit, RawDrain, RawEtcdSource, RawHealth, RawMaintenance, RawOutlier, RawRetries,
     RawSecure, RawSessions, RawSources, RawStore, Text,
 };
-use super::super::{
+use crate::config::{
     CircuitConfig, CookieSecure, DrainConfig, DrainMode, EtcdSourceConfig, Health, HealthConfig,
     MaintenanceConfig, MaintenanceMode, OutlierConfig, RedisStoreConfig, RetryConfig,
     SessionsConfig, SourcesConfig, StoreConfig, DEFAULT_ETCD_PREFIX,
-};
-use super::{
-    check_path, int_in, is_env_name, is_tchar, parse_header_name, positive_duration, size_in,
-    Validator,
 };
 use crate::units;
 

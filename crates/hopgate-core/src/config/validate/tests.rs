@@ -1,6 +1,23 @@
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue, Method};
+use ipnet::IpNet;
+
+use super::edge::DEFAULT_ADMIN;
+use super::routes::compile_regex;
+use super::values::{closest, edit_distance};
 use super::*;
+use crate::config::raw::{
+    RawAccess, RawAdmin, RawHashOn, RawLimits, RawListener, RawMatch, RawNode, RawPool, RawRoute,
+    RawService, RawSplit, RawTimeouts, Text,
+};
 use crate::config::raw::{RawCircuit, RawHealth, RawOutlier, RawRetries};
 use crate::config::{load, Format, EMBEDDED_DEFAULT};
+use crate::config::{
+    AdminConfig, HashOn, LbPolicy, Limits, PoolConfig, Target, Timeouts, UpstreamProtocol,
+    DEFAULT_POOL_MAX_IDLE, DEFAULT_WEIGHT,
+};
+use crate::route::{HostMatch, PathMatch};
 
 const LISTENER: &str = "listeners:\n  - name: public\n    address: 127.0.0.1:8080\n";
 
