@@ -189,12 +189,12 @@ pub async fn serve_admin(
 }
 
 /// Open admin connections at most; more are closed at once.
-pub const ADMIN_MAX_CONNECTIONS: usize = 128;
+pub(crate) const ADMIN_MAX_CONNECTIONS: usize = 128;
 /// How long an admin client has to send a request head (and, before that,
 /// its first bytes).
-pub const ADMIN_HEADER_READ: std::time::Duration = std::time::Duration::from_secs(10);
+pub(crate) const ADMIN_HEADER_READ: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long an admin client may leave a response unread.
-pub const ADMIN_WRITE_STALL: std::time::Duration = std::time::Duration::from_secs(60);
+pub(crate) const ADMIN_WRITE_STALL: std::time::Duration = std::time::Duration::from_secs(60);
 /// One warning per burst of refused admin connections, not one per refusal.
 static ADMIN_FULL_WARNED: AtomicBool = AtomicBool::new(false);
 

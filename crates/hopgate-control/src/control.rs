@@ -23,7 +23,7 @@ use hopgate_proxy::{NodeRegistry, SharedSnapshot, Snapshot};
 use crate::health::HealthChecker;
 
 /// How many applied versions are kept for listing and rollback.
-pub const KEEP_VERSIONS: usize = 20;
+pub(crate) const KEEP_VERSIONS: usize = 20;
 
 /// Where a config came from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

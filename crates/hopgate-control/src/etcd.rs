@@ -18,10 +18,10 @@
 //! Must not touch: the snapshot (only through [`crate::Control`]), the
 //! request path (nothing here is awaited by a request).
 
-pub mod actions;
-pub mod cache;
-pub mod discovery;
-pub mod source;
+mod actions;
+mod cache;
+mod discovery;
+mod source;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
@@ -34,7 +34,8 @@ use serde_json::{json, Value};
 
 use hopgate_core::config::EtcdSourceConfig;
 
-pub use source::EtcdSource;
+pub use discovery::boot_layer;
+pub use source::{boot, Boot, EtcdSource};
 
 /// Dial and per-call timeout towards etcd.
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(2);

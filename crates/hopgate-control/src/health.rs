@@ -28,7 +28,7 @@ use hopgate_proxy::Snapshot;
 
 /// The running checks, keyed by node identity.
 #[derive(Default)]
-pub struct HealthChecker {
+pub(crate) struct HealthChecker {
     tasks: Mutex<HashMap<NodeKey, (Probe, JoinHandle<()>)>>,
 }
 
@@ -50,7 +50,7 @@ struct Probe {
 impl HealthChecker {
     /// Starts, keeps, restarts or stops tasks to match `snap`. Must be
     /// called from within a tokio runtime.
-    pub fn reconcile(&self, snap: &Snapshot) {
+    pub(crate) fn reconcile(&self, snap: &Snapshot) {
         let mut wanted: HashMap<NodeKey, (Probe, Arc<NodeState>)> = HashMap::new();
         for svc in &snap.services {
             let Some(cfg) = &svc.health else { continue };
@@ -95,15 +95,6 @@ impl HealthChecker {
             let handle = tokio::spawn(run(probe.clone(), state));
             tasks.insert(key, (probe, handle));
         }
-    }
-
-    /// Number of running checks.
-    pub fn len(&self) -> usize {
-        self.tasks.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -4,18 +4,30 @@
 //! config source (file, SIGHUP, admin API) goes through one pipeline —
 //! parse → validate → compile → swap — under one lock, so reloads never
 //! interleave and a failure keeps the running snapshot. Also owns the
-//! applied-version history and the admin API ([`admin`]).
+//! applied-version history, the admin API, active health checks, the
+//! maintenance-notification state machine, the file watcher, the fleet view
+//! and the etcd source.
+//!
+//! The surface is narrow on purpose: modules are private and the binary
+//! gets only what it wires together — [`Control`] and [`Source`],
+//! [`serve_admin`]/[`Admin`], [`Maintenance`], [`watch_file`],
+//! [`Fleet`]/[`SharedStoreStatus`] and, under [`etcd`], the source, the boot
+//! read and the discovery layer.
 //!
 //! Must not touch: the request path. The data plane only ever loads the
 //! snapshot this crate stores.
 
-pub mod admin;
-pub mod control;
+mod admin;
+mod control;
 pub mod etcd;
-pub mod fleet;
-pub mod health;
-pub mod maintenance;
-pub mod metrics;
-pub mod watch;
+mod fleet;
+mod health;
+mod maintenance;
+mod metrics;
+mod watch;
 
+pub use admin::{serve_admin, Admin};
 pub use control::{ApplyOutcome, Control, Source};
+pub use fleet::{Fleet, SharedStoreStatus};
+pub use maintenance::Maintenance;
+pub use watch::watch_file;

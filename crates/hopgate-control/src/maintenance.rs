@@ -84,9 +84,9 @@ pub struct Applied {
 }
 
 /// A pre-hook: may change the notification, or drop it (`None`).
-pub type PreHook = Box<dyn Fn(Notification) -> Option<Notification> + Send + Sync>;
+pub(crate) type PreHook = Box<dyn Fn(Notification) -> Option<Notification> + Send + Sync>;
 /// A post-hook: sees every notification that reached the handler, and the result.
-pub type PostHook = Box<dyn Fn(&Notification, &Result<Applied, Refused>) + Send + Sync>;
+pub(crate) type PostHook = Box<dyn Fn(&Notification, &Result<Applied, Refused>) + Send + Sync>;
 
 /// Counters of the maintenance machinery.
 #[derive(Default, Debug)]
@@ -126,7 +126,7 @@ impl std::fmt::Debug for Maintenance {
 /// Handoff workers: the configured number, else go-redis's sizing from the
 /// pool size `p` (`min(p/2, max(10, p/3))`, at least 1). A configured value
 /// is used as given — never silently raised (go-redis raises it to `p/2`).
-pub fn worker_count(p: usize, configured: usize) -> usize {
+pub(crate) fn worker_count(p: usize, configured: usize) -> usize {
     if configured > 0 {
         return configured;
     }
@@ -135,7 +135,7 @@ pub fn worker_count(p: usize, configured: usize) -> usize {
 
 /// Handoff queue: the configured size, else go-redis's sizing from workers
 /// `w` and pool size `p` (`max(20w, p)` capped at `5p`, at least 2).
-pub fn queue_size(w: usize, p: usize, configured: usize) -> usize {
+pub(crate) fn queue_size(w: usize, p: usize, configured: usize) -> usize {
     if configured > 0 {
         return configured;
     }

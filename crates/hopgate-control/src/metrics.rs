@@ -35,7 +35,7 @@ fn esc(v: &str) -> String {
 }
 
 /// The whole exposition.
-pub fn render(
+pub(crate) fn render(
     control: &Control,
     sessions: Option<&Sessions>,
     maintenance: Option<&Maintenance>,

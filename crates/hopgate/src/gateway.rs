@@ -13,13 +13,10 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Mutex};
 use tokio::task::JoinHandle;
 
-use hopgate_control::admin::{serve_admin, Admin};
-use hopgate_control::etcd::source::Boot;
-use hopgate_control::etcd::{EtcdHandle, EtcdSource};
-use hopgate_control::fleet::{Fleet, SharedStoreStatus};
-use hopgate_control::maintenance::Maintenance;
-use hopgate_control::watch::watch_file;
-use hopgate_control::{Control, Source};
+use hopgate_control::etcd::{Boot, EtcdHandle, EtcdSource};
+use hopgate_control::{
+    serve_admin, watch_file, Admin, Control, Fleet, Maintenance, SharedStoreStatus, Source,
+};
 use hopgate_core::config::{Config, EtcdSourceConfig, ListenerConfig};
 use hopgate_core::session::unix_now;
 use hopgate_core::session::SessionKeys;
@@ -435,11 +432,9 @@ impl Gateway {
             return;
         };
         let layer = match &e.boot {
-            Some(b) => hopgate_control::etcd::discovery::boot_layer(
-                b.runtime.clone(),
-                &b.view,
-                &e.config.prefix,
-            ),
+            Some(b) => {
+                hopgate_control::etcd::boot_layer(b.runtime.clone(), &b.view, &e.config.prefix)
+            }
             None => hopgate_core::config::RawConfig::default(),
         };
         // The gateway already runs this layer: this only records it, so

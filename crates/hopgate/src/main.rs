@@ -250,12 +250,11 @@ async fn fleet_boot(
             .clone()
             .unwrap_or_else(|| PathBuf::from(config::DEFAULT_ETCD_CACHE)),
     );
-    let boot = hopgate_control::etcd::source::boot(&etcd, &cache).await;
+    let boot = hopgate_control::etcd::boot(&etcd, &cache).await;
     let mut cfg = local.clone();
     let mut src = source;
     if let Some(b) = &boot {
-        let layer =
-            hopgate_control::etcd::discovery::boot_layer(b.runtime.clone(), &b.view, &etcd.prefix);
+        let layer = hopgate_control::etcd::boot_layer(b.runtime.clone(), &b.view, &etcd.prefix);
         match config::validate(&config::fleet::compose(&local.raw, &layer)) {
             Ok(c) => {
                 cfg = c;

@@ -22,7 +22,7 @@ use crate::control::Control;
 use crate::maintenance::{Maintenance, Refused};
 
 /// How long a maintenance notice stays in etcd for replicas that reconnect.
-pub const NOTICE_TTL_SECS: i64 = 300;
+pub(super) const NOTICE_TTL_SECS: i64 = 300;
 
 impl EtcdHandle {
     /// Publishes a drain (`true`) or undrain of one node to the fleet.

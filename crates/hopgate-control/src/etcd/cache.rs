@@ -16,7 +16,7 @@ use super::Doc;
 
 /// What the cache file holds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Cached {
+pub(super) struct Cached {
     /// The etcd revision it was read at.
     pub revision: i64,
     /// The last document this replica applied.
@@ -33,7 +33,7 @@ fn temp_path(path: &Path) -> PathBuf {
 }
 
 /// Writes `cached` to `path` atomically.
-pub fn save(path: &Path, cached: &Cached) -> std::io::Result<()> {
+pub(super) fn save(path: &Path, cached: &Cached) -> std::io::Result<()> {
     let bytes = serde_json::to_vec_pretty(cached).map_err(std::io::Error::other)?;
     let tmp = temp_path(path);
     let written = (|| {
@@ -49,7 +49,7 @@ pub fn save(path: &Path, cached: &Cached) -> std::io::Result<()> {
 }
 
 /// Reads a cache file; the error says why it cannot be used.
-pub fn load(path: &Path) -> Result<Cached, String> {
+pub(super) fn load(path: &Path) -> Result<Cached, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     serde_json::from_slice(&bytes).map_err(|e| format!("{}: not a cache file: {e}", path.display()))
 }
