@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/reload.sh — p99 latency of live traffic while the config is reloaded
-# 10 times a second, against the same traffic with no reloads (SPEC §13).
+# 10 times a second, against the same traffic with no reloads.
 #
 # Starts two `hopgate backend` origins and a hopgate gateway (release build)
 # on free loopback ports, runs `wrk --latency` for D seconds without reloads,

@@ -10,7 +10,7 @@ command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 command -v wrk     >/dev/null 2>&1 || need+=(wrk)
 command -v h2load  >/dev/null 2>&1 || need+=(nghttp2-client)
 command -v ss      >/dev/null 2>&1 || need+=(iproute2)
-# Fleet mode (SPEC §9): a real etcd in the tests, and protoc with the
+# Fleet mode: a real etcd in the tests, and protoc with the
 # well-known .proto files for the etcd-client crate's build script.
 command -v etcd    >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)

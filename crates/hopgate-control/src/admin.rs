@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use http::header::{HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -60,14 +60,22 @@ impl Admin {
         token: Option<String>,
         sessions: Option<Arc<Sessions>>,
     ) -> Arc<Admin> {
-        Arc::new(Admin {
+        Arc::new(Admin::plain(control, token, sessions))
+    }
+
+    fn plain(
+        control: Arc<Control>,
+        token: Option<String>,
+        sessions: Option<Arc<Sessions>>,
+    ) -> Admin {
+        Admin {
             control,
             token,
             ready: AtomicBool::new(true),
             sessions,
             maintenance: None,
             fleet: OnceLock::new(),
-        })
+        }
     }
 
     /// The same, with the maintenance intake behind `POST /admin/v1/maintenance`.
@@ -78,12 +86,8 @@ impl Admin {
         maintenance: Arc<Maintenance>,
     ) -> Arc<Admin> {
         Arc::new(Admin {
-            control,
-            token,
-            ready: AtomicBool::new(true),
-            sessions,
             maintenance: Some(maintenance),
-            fleet: OnceLock::new(),
+            ..Admin::plain(control, token, sessions)
         })
     }
 
@@ -212,11 +216,16 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
             .and_then(|v| v.strip_prefix("Bearer "))
             .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()));
         if !ok {
-            return error_response(
+            let mut r = error_response(
                 StatusCode::UNAUTHORIZED,
                 "authorization",
                 "a valid bearer token is required",
             );
+            r.headers_mut().insert(
+                WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"hopgate-admin\""),
+            );
+            return r;
         }
     }
     let path = req.uri().path().to_owned();
@@ -406,13 +415,39 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                 }
             }
         }
-        (_, ["livez"] | ["readyz"] | ["admin", ..]) => error_response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "",
-            "method not allowed on this path",
-        ),
-        _ => error_response(StatusCode::NOT_FOUND, "", "no such admin endpoint"),
+        (method, segments) => match allowed_methods(segments) {
+            Some(allow) => {
+                let mut r = error_response(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "",
+                    &format!("{method} is not allowed on this path (allowed: {allow})"),
+                );
+                r.headers_mut()
+                    .insert(ALLOW, HeaderValue::from_static(allow));
+                r
+            }
+            None => error_response(StatusCode::NOT_FOUND, "", "no such admin endpoint"),
+        },
     }
+}
+
+/// The methods an admin path answers (the `Allow` header of a 405), or
+/// `None` when no endpoint has that path (a 404). Kept next to the router
+/// above: a new endpoint goes into both.
+fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
+    Some(match segments {
+        ["livez"] | ["readyz"] | ["metrics"] => "GET",
+        ["admin", "v1", "config"] => "GET, PUT",
+        ["admin", "v1", "config", "versions"]
+        | ["admin", "v1", "nodes"]
+        | ["admin", "v1", "sessions", _]
+        | ["admin", "v1", "fleet"]
+        | ["admin", "v1", "hops"] => "GET",
+        ["admin", "v1", "config", "rollback", _]
+        | ["admin", "v1", "maintenance"]
+        | ["admin", "v1", "nodes", _, _, "drain" | "undrain"] => "POST",
+        _ => return None,
+    })
 }
 
 /// `POST /admin/v1/maintenance` with `{"service","node","kind","seq","to","in"}`.

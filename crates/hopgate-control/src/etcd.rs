@@ -1,5 +1,5 @@
 //! etcd as a config source, discovery and fleet-wide operator actions
-//! (SPEC §8, §9).
+//! (see docs/fleet.md).
 //!
 //! Owns the key layout under `sources.etcd.prefix`:
 //!

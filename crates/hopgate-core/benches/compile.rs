@@ -1,5 +1,5 @@
 //! Reload cost: parse + validate + compile a config of N rules, and the
-//! atomic swap readers see. SPEC §13: compiling and swapping a 10,000-rule
+//! atomic swap readers see. The budget: compiling and swapping a 10,000-rule
 //! config < 100 ms.
 
 use std::sync::Arc;

@@ -322,7 +322,7 @@ pub struct SourcesConfig {
     /// Watch the `--config` file and re-apply it when it changes.
     pub file_watch: bool,
     pub file_interval: Duration,
-    /// Fleet mode (SPEC §9), when set.
+    /// Fleet mode, when set.
     pub etcd: Option<EtcdSourceConfig>,
 }
 

@@ -1,7 +1,7 @@
 //! Retry policy: which failed attempts may be tried again, and how many
 //! retries the fleet can afford.
 //!
-//! Owns the idempotency rule (SPEC §3 step 9) and [`RetryBudget`], a
+//! Owns the idempotency rule and [`RetryBudget`], a
 //! lock-free token bucket: every request deposits `budget` of a token, every
 //! retry withdraws one, so retries stay below `budget` × recent requests
 //! (plus a small floor, so a quiet service can still retry). A dying fleet

@@ -1,4 +1,4 @@
-//! SPEC §13: under 300 bytes per stored session in the memory store.
+//! The memory budget: under 300 bytes per stored session in the memory store.
 //!
 //! Measured from the process's resident set (/proc/self/statm) before and
 //! after inserting 100,000 sessions spread over 4 services × 8 nodes, with

@@ -117,6 +117,10 @@ impl Listeners {
 /// a memory cache), plus the task that expires bindings and persists
 /// them. Keys and store are fixed at start; `sessions.enabled` and the
 /// cookie settings follow reloads.
+/// The shortest session secret accepted: 32 bytes, the output size of
+/// SHA-256, so the key is no weaker than the MAC.
+const MIN_SECRET_BYTES: usize = 32;
+
 async fn start_sessions(
     cfg: &Config,
     replica_id: &str,
@@ -134,8 +138,27 @@ async fn start_sessions(
                 .collect()
         })
         .unwrap_or_default();
+    for (i, old) in previous.iter().enumerate() {
+        if old.len() < MIN_SECRET_BYTES {
+            // Accepted, so a weak key can be rotated away without logging
+            // every client out; loud, because its tokens can be forged
+            // more easily than the new key's.
+            tracing::warn!(
+                env = scfg.previous_secrets_env.as_deref().unwrap_or_default(),
+                index = i,
+                bytes = old.len(),
+                "sessions: a previous secret is shorter than {MIN_SECRET_BYTES} bytes; tokens signed with it are still accepted (and re-signed with the current key) until you remove it"
+            );
+        }
+    }
     let keys = match std::env::var(&scfg.secret_env) {
         Ok(secret) if !secret.is_empty() => {
+            anyhow::ensure!(
+                secret.len() >= MIN_SECRET_BYTES,
+                "sessions: the secret in {} is {} bytes; it must be at least {MIN_SECRET_BYTES} bytes (an HMAC-SHA256 key; generate one with `openssl rand -base64 32`)",
+                scfg.secret_env,
+                secret.len()
+            );
             let prev: Vec<&[u8]> = previous.iter().map(Vec::as_slice).collect();
             SessionKeys::from_secrets(secret.as_bytes(), &prev)
         }
@@ -413,7 +436,7 @@ impl Gateway {
         })
     }
 
-    /// Fleet mode (SPEC §9): installs the fleet view on the admin API and,
+    /// Fleet mode: installs the fleet view on the admin API and,
     /// with `sources.etcd`, starts the etcd source (config, discovery,
     /// fleet-wide actions). `boot` is what the gateway started from.
     pub(crate) fn start_fleet(&mut self, replica_id: String, etcd: Option<FleetBoot>) {

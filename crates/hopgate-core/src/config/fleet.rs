@@ -1,4 +1,4 @@
-//! Fleet mode's pure rules (SPEC §9).
+//! Fleet mode's pure rules (docs/fleet.md).
 //!
 //! Owns: which top-level sections are *bootstrap* (each replica's local
 //! file) and which are *runtime* (the shared etcd document

@@ -1,4 +1,4 @@
-//! Stage one: the configuration document exactly as written (SPEC §14).
+//! Stage one: the configuration document exactly as written (docs/config.md).
 //!
 //! Every struct denies unknown fields so a typo is an error naming its path,
 //! not a silently ignored line. Durations, sizes and CIDRs stay text here;
@@ -366,7 +366,7 @@ pub struct RawSources {
     pub etcd: Option<RawEtcdSource>,
 }
 
-/// The etcd cluster holding the shared configuration (SPEC §9).
+/// The etcd cluster holding the shared configuration (fleet mode).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawEtcdSource {

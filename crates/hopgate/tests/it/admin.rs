@@ -161,6 +161,26 @@ async fn nodes_health_and_unknown_paths() {
         c.get(gw.admin_url("/nope")).send().await.unwrap().status(),
         404
     );
+    // An unknown path under /admin is a 404 too, not a 405.
+    for unknown in ["/admin/v1/nope", "/admin/v2/nodes", "/admin"] {
+        let r = c.get(gw.admin_url(unknown)).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{unknown}");
+    }
+    // A known path with the wrong method is a 405 that names what is allowed.
+    for (method, path, allow) in [
+        (reqwest::Method::DELETE, "/admin/v1/config", "GET, PUT"),
+        (reqwest::Method::GET, "/admin/v1/maintenance", "POST"),
+        (reqwest::Method::POST, "/metrics", "GET"),
+        (reqwest::Method::GET, "/admin/v1/nodes/s/a/drain", "POST"),
+    ] {
+        let r = c
+            .request(method.clone(), gw.admin_url(path))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405, "{method} {path}");
+        assert_eq!(r.headers()["allow"], allow, "{method} {path}");
+    }
 }
 
 #[tokio::test]
@@ -183,6 +203,16 @@ async fn admin_token_is_enforced() {
             .unwrap()
             .status(),
         401
+    );
+    let r = c
+        .get(gw.admin_url("/admin/v1/nodes"))
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.headers()["www-authenticate"],
+        "Bearer realm=\"hopgate-admin\""
     );
     let r = c
         .get(gw.admin_url("/admin/v1/nodes"))

@@ -1,4 +1,4 @@
-//! Fleet mode with a real etcd (SPEC §9): two `hopgate run` replicas on one
+//! Fleet mode with a real etcd: two `hopgate run` replicas on one
 //! etcd share their runtime config, discovered nodes and operator actions,
 //! and keep serving when etcd goes away.
 

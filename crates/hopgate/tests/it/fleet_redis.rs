@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::harness::{client, config, json, service, Backend, Gateway};
 use crate::redis_server::RedisServer;
 
-const SECRET: &str = "fleet-secret-0123456789";
+const SECRET: &str = "fleet-secret-0123456789abcdefghijklmnop";
 
 async fn three_nodes() -> (Vec<Backend>, String) {
     let mut b = Vec::new();

@@ -1064,7 +1064,7 @@ async fn sigterm_lets_an_open_stream_finish_then_refuses_connections() {
 
 /// A backend that answers UNAVAILABLE before producing any response byte
 /// has not processed the call: the gateway replays it on another node
-/// (SPEC §4), and the refusing node never sees the call.
+/// and the refusing node never sees the call.
 #[tokio::test]
 async fn unavailable_before_any_response_byte_is_retried_elsewhere() {
     let a = GrpcNode::start("a").await;

@@ -7,9 +7,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hopgate_core::session::{mint, SessionId, SessionKeys};
 
-use crate::harness::{client, config, json, service, temp_path, Backend, Gateway};
+use crate::harness::{client, config, json, service, temp_path, Backend, Gateway, BIN};
 
-const SECRET: &str = "test-secret-0123456789";
+const OLD_SECRET: &str = "old-secret-0123456789abcdefghijklmnopq";
+const NEW_SECRET: &str = "new-secret-0123456789abcdefghijklmnopq";
+const SECRET: &str = "test-secret-0123456789abcdefghijklmnop";
 
 fn now() -> u64 {
     SystemTime::now()
@@ -289,7 +291,7 @@ async fn bindings_survive_a_restart_and_rotated_keys_are_honoured() {
     );
     let yaml = |extra: &str| store_yaml.clone() + &sessions_yaml(extra);
     // First life: old key.
-    let mut gw = Gateway::start_with_env(&yaml(""), &[("HG_SECRET", "old-secret")]).await;
+    let mut gw = Gateway::start_with_env(&yaml(""), &[("HG_SECRET", OLD_SECRET)]).await;
     let (bound, headers, _) = get(&gw, "/", None).await;
     let token = issued(&headers).unwrap();
     gw.sigterm();
@@ -298,7 +300,7 @@ async fn bindings_survive_a_restart_and_rotated_keys_are_honoured() {
     // Second life: a new key, the old one kept as previous.
     let gw = Gateway::start_with_env(
         &yaml(""),
-        &[("HG_SECRET", "new-secret"), ("HG_PREVIOUS", "old-secret")],
+        &[("HG_SECRET", NEW_SECRET), ("HG_PREVIOUS", OLD_SECRET)],
     )
     .await;
     assert!(
@@ -319,7 +321,7 @@ async fn bindings_survive_a_restart_and_rotated_keys_are_honoured() {
     drop(gw);
     // A corrupted file: a clear warning, an empty store, and the gateway serves.
     std::fs::write(&store, b"this is not a session file").unwrap();
-    let gw = Gateway::start_with_env(&yaml(""), &[("HG_SECRET", "new-secret")]).await;
+    let gw = Gateway::start_with_env(&yaml(""), &[("HG_SECRET", NEW_SECRET)]).await;
     assert!(gw.logs().to_lowercase().contains("warn"), "{}", gw.logs());
     let (_, headers, _) = get(&gw, "/", Some(&reissued)).await;
     assert!(
@@ -352,4 +354,33 @@ async fn an_oversized_context_is_not_stored_and_is_counted() {
         "{m}"
     );
     assert!(gw.logs().contains("Hop-Session-Context too large"));
+}
+
+#[tokio::test]
+async fn a_session_secret_shorter_than_32_bytes_stops_the_start() {
+    let path = temp_path("yaml");
+    std::fs::write(
+        &path,
+        "listeners:\n  - { name: public, address: 127.0.0.1:0 }\nadmin: { address: 127.0.0.1:0 }\nsessions: { secret_env: HG_SHORT }\nservices:\n  - { name: app, nodes: [ { id: n1, address: \"127.0.0.1:1\" } ] }\nroutes:\n  - { id: all, match: { path_prefix: / }, service: app }\n",
+    )
+    .unwrap();
+    let out = tokio::process::Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&path)
+        .env("HG_SHORT", "change-me")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started with a 9-byte secret");
+    assert!(
+        stderr.contains("HG_SHORT") && stderr.contains("9 bytes") && stderr.contains("at least 32"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("change-me"),
+        "the secret itself is logged: {stderr}"
+    );
 }

@@ -329,6 +329,11 @@ pub(super) fn parse_host_port(s: &str, whole: &str) -> Result<SocketAddr, String
         }
     };
     let Some(port) = port else {
+        if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!(
+                "address {whole:?} is a bare port: write the IP too, like \"127.0.0.1:{s}\" (this machine only) or \"0.0.0.0:{s}\" (every interface)"
+            ));
+        }
         return Err(format!("address {whole:?} needs a port, like \"{s}:8080\""));
     };
     if host.is_empty() {

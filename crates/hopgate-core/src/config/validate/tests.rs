@@ -343,6 +343,10 @@ fn listener_addresses_parse() {
         ("", "required"),
         ("127.0.0.1", "needs a port"),
         ("localhost", "needs a port"),
+        (
+            "8080",
+            "a bare port: write the IP too, like \"127.0.0.1:8080\"",
+        ),
         (":8080", "has no host"),
         ("127.0.0.1:", "invalid port \"\""),
         ("127.0.0.1:65536", "invalid port \"65536\""),
