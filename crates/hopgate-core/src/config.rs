@@ -576,6 +576,10 @@ pub struct Timeouts {
     pub header_read: Duration,
     /// Graceful shutdown: how long in-flight requests may take to finish.
     pub shutdown: Duration,
+    /// Graceful shutdown: how long `/readyz` answers 503, while everything
+    /// else is still served, before the listeners stop accepting (so load
+    /// balancers stop sending first). Zero skips the wait.
+    pub shutdown_delay: Duration,
 }
 
 impl Default for Timeouts {
@@ -586,6 +590,7 @@ impl Default for Timeouts {
             idle: Duration::from_secs(60),
             header_read: Duration::from_secs(10),
             shutdown: Duration::from_secs(30),
+            shutdown_delay: Duration::from_secs(2),
         }
     }
 }

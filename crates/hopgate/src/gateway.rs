@@ -517,11 +517,31 @@ impl Gateway {
         }
     }
 
-    /// Stops accepting, lets in-flight requests finish (up to
-    /// `timeouts.shutdown`), then returns.
+    /// Turns `/readyz` to 503 and keeps serving for
+    /// `timeouts.shutdown_delay` (a second SIGTERM/SIGINT cuts it short),
+    /// then stops accepting, lets in-flight requests finish (up to
+    /// `timeouts.shutdown`), and returns.
     pub(crate) async fn shutdown(self) {
-        tracing::info!("shutting down: no new connections; finishing in-flight requests");
         self.admin.set_ready(false);
+        let delay = self
+            .control
+            .snapshot()
+            .load()
+            .config
+            .timeouts
+            .shutdown_delay;
+        if !delay.is_zero() {
+            let second = next_stop_signal();
+            tracing::info!(
+                delay_ms = delay.as_millis() as u64,
+                "shutting down: /readyz answers 503; still serving until the delay ends (a second signal skips it)"
+            );
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = second => tracing::info!("second signal: skipping the rest of the shutdown delay"),
+            }
+        }
+        tracing::info!("shutting down: no new connections; finishing in-flight requests");
         let _ = self.shutdown.send(true);
         let running: Vec<Running> = self.live.running.lock().await.drain(..).collect();
         for r in &running {
@@ -542,6 +562,27 @@ impl Gateway {
         let _ = self.admin_stop.send(true);
         let _ = self.admin_task.await;
         tracing::info!("shutdown complete");
+    }
+}
+
+/// Resolves on the next SIGTERM or SIGINT after this call (never, if the
+/// handlers cannot be installed). The handlers are registered at once, not
+/// when the future is first polled, so no signal sent after the call is
+/// missed.
+fn next_stop_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let handlers = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
     }
 }
 

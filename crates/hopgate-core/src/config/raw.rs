@@ -267,6 +267,9 @@ pub struct RawTimeouts {
     /// How long shutdown waits for in-flight requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shutdown: Option<Text>,
+    /// How long `/readyz` answers 503 before the listeners stop accepting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shutdown_delay: Option<Text>,
 }
 
 /// Request limits.

@@ -96,3 +96,49 @@ async fn readyz_turns_503_while_in_flight_work_drains() {
     assert_eq!(slow.await.unwrap().unwrap().status(), 200);
     assert_eq!(gw.wait().await, Some(0));
 }
+
+/// With `timeouts.shutdown_delay`, a SIGTERM first only turns `/readyz` to
+/// 503: the listeners keep accepting and serving, so a load balancer that
+/// polls `/readyz` stops sending before anything is refused. A second
+/// signal skips the rest of the delay.
+#[tokio::test]
+async fn shutdown_delay_keeps_serving_while_readyz_says_503() {
+    let b = Backend::start("n1").await;
+    let svc = service("svc", &[("n1", b.addr, "")]);
+    let yaml = config(
+        &svc,
+        "  - { id: all, match: { path_prefix: / }, service: svc }",
+    )
+    .replace(
+        "timeouts: { shutdown: 10s }",
+        "timeouts: { shutdown: 10s, shutdown_delay: 1h }",
+    );
+    let mut gw = Gateway::start(&yaml).await;
+    gw.sigterm();
+    let mut saw_503 = false;
+    for _ in 0..250 {
+        if let Ok(r) = client().get(gw.admin_url("/readyz")).send().await {
+            if r.status() == 503 {
+                saw_503 = true;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(saw_503, "readyz never turned 503; logs:\n{}", gw.logs());
+    // New connections are still accepted and served during the delay.
+    for _ in 0..3 {
+        let r = client().get(gw.url("/")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    // The second-signal handler is in place once the delay is announced.
+    for _ in 0..250 {
+        if gw.logs().contains("/readyz answers 503") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The second signal ends the (hour-long) delay; the exit is clean.
+    gw.sigterm();
+    assert_eq!(gw.wait().await, Some(0), "logs:\n{}", gw.logs());
+}

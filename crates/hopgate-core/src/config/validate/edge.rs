@@ -14,6 +14,7 @@ use super::values::{int_in, is_env_name, positive_duration, size_in, to_usize};
 use super::{Validator, PLACEHOLDER_ADDR};
 use crate::config::raw::{RawAccess, RawAdmin, RawLimits, RawListener, RawTimeouts, Text};
 use crate::config::{AccessConfig, AdminConfig, Limits, ListenerConfig, Timeouts};
+use crate::units;
 
 /// The admin listener's address when the document has no `admin` section.
 pub(super) const DEFAULT_ADMIN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9901);
@@ -176,6 +177,18 @@ impl Validator {
                 if let Some(d) = self.check(format!("timeouts.{name}"), positive_duration(text)) {
                     *slot = d;
                 }
+            }
+        }
+        if let Some(text) = &raw.shutdown_delay {
+            let r = units::parse_duration(&text.0).and_then(|d| {
+                if d > Duration::from_secs(3600) {
+                    Err(format!("duration {:?} is above the limit of 1h", text.0))
+                } else {
+                    Ok(d)
+                }
+            });
+            if let Some(d) = self.check("timeouts.shutdown_delay", r) {
+                t.shutdown_delay = d;
             }
         }
         t

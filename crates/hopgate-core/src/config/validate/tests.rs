@@ -1459,7 +1459,7 @@ fn access_cidrs() {
 #[test]
 fn timeouts() {
     let c = ok(&with_top(
-        "timeouts: { connect: 250ms, request: 2m, idle: 1h, header_read: 1.5s, shutdown: 5s }\n",
+        "timeouts: { connect: 250ms, request: 2m, idle: 1h, header_read: 1.5s, shutdown: 5s, shutdown_delay: 0s }\n",
     ));
     assert_eq!(
         c.timeouts,
@@ -1469,7 +1469,19 @@ fn timeouts() {
             idle: Duration::from_secs(3600),
             header_read: Duration::from_millis(1500),
             shutdown: Duration::from_secs(5),
+            shutdown_delay: Duration::ZERO,
         }
+    );
+    assert_eq!(Timeouts::default().shutdown_delay, Duration::from_secs(2));
+    only(
+        &with_top("timeouts: { shutdown_delay: 2h }\n"),
+        "timeouts.shutdown_delay",
+        "above the limit of 1h",
+    );
+    only(
+        &with_top("timeouts: { shutdown_delay: soon }\n"),
+        "timeouts.shutdown_delay",
+        "",
     );
     // Only the given fields change.
     let c = ok(&with_top("timeouts: { shutdown: 1s }\n"));
@@ -1715,6 +1727,7 @@ fn nasty_values_never_panic() {
                 idle: t(),
                 header_read: t(),
                 shutdown: t(),
+                shutdown_delay: t(),
             }),
             limits: Some(RawLimits {
                 max_header_bytes: t(),
