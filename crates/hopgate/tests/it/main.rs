@@ -12,6 +12,7 @@ mod admin;
 mod errors;
 mod fleet_etcd;
 mod fleet_redis;
+mod fleet_three;
 mod grpc;
 mod grpcio;
 mod h2_conformance;
