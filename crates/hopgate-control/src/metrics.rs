@@ -322,6 +322,16 @@ pub fn render(
         "hopgate_maintenance_headers_ignored_total{{reason=\"queue_full\"}} {}",
         get(&m.maintenance_dropped)
     );
+    let _ = writeln!(
+        o,
+        "hopgate_maintenance_headers_ignored_total{{reason=\"in_band_off\"}} {}",
+        get(&m.maintenance_in_band_off)
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_maintenance_headers_ignored_total{{reason=\"request_carried\"}} {}",
+        get(&m.maintenance_request_carried)
+    );
     if let Some(mt) = maintenance {
         let st = &mt.stats;
         head(

@@ -32,6 +32,7 @@ use super::{
 use crate::route::{HostMatch, MatchSpec, PathMatch};
 use crate::units;
 
+mod maintenance_guard;
 mod resilience;
 #[cfg(test)]
 mod tests;
@@ -336,6 +337,7 @@ impl Validator {
         let outlier = self.outlier(&format!("{p}.outlier"), s.outlier.as_ref());
         let circuit = self.circuit(&format!("{p}.circuit"), s.circuit.as_ref());
         let drain = self.drain(&format!("{p}.drain"), s.drain.as_ref());
+        let maintenance = self.service_maintenance(&format!("{p}.maintenance"), s.maintenance.as_ref());
 
         if s.nodes.is_empty() && !fleet {
             self.err(
@@ -372,6 +374,7 @@ impl Validator {
             outlier,
             circuit,
             drain,
+            maintenance,
             nodes,
         }
     }

@@ -69,7 +69,7 @@ pub(super) fn answer(
     let rf = scan_response(resp.headers());
     if rf.maintenance {
         if let Some(v) = resp.headers_mut().remove(&HOP_MAINTENANCE) {
-            fwd.maintenance_header(svc, node, &v);
+            fwd.maintenance_header(svc, node, &v, flight.carried_maintenance);
         }
     }
     let on_upstream = (status == 101 && upgrade.is_some()).then(|| hyper::upgrade::on(&mut resp));
@@ -135,10 +135,34 @@ pub(super) fn answer(
 }
 
 impl Forwarder {
-    /// A backend announced maintenance in a response header: parse it and
-    /// hand it to the control plane's intake (never blocks; a malformed or
-    /// undeliverable notification is counted and dropped whole).
-    fn maintenance_header(&self, svc: &CompiledService, node: &CompiledNode, value: &HeaderValue) {
+    /// A backend announced maintenance in a response header: unless the
+    /// service does not take in-band notices (`maintenance.in_band`, off by
+    /// default) or the request itself carried `Hop-Maintenance` (the answer
+    /// may be a reflection of it), parse it and hand it to the control
+    /// plane's intake, which applies the service's `seq` and `to=` bounds.
+    /// Never blocks; an ignored, malformed or undeliverable notification is
+    /// counted and dropped whole.
+    fn maintenance_header(
+        &self,
+        svc: &CompiledService,
+        node: &CompiledNode,
+        value: &HeaderValue,
+        carried: bool,
+    ) {
+        if !svc.maintenance.in_band {
+            METRICS
+                .maintenance_in_band_off
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(service = %svc.name, node = %node.id, "Hop-Maintenance ignored: the service does not take in-band notices (maintenance.in_band)");
+            return;
+        }
+        if carried {
+            METRICS
+                .maintenance_request_carried
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(service = %svc.name, node = %node.id, "Hop-Maintenance ignored: the request carried one too (a reflection is never trusted)");
+            return;
+        }
         let parsed = value
             .to_str()
             .map_err(|_| "not text".to_owned())

@@ -83,6 +83,9 @@ pub(super) struct Flight {
     /// The client's request came over TLS, or a trusted proxy said so
     /// (`X-Forwarded-Proto: https`).
     pub(super) https: bool,
+    /// The client sent `Hop-Maintenance` (stripped): a `Hop-Maintenance`
+    /// in the answer may be its reflection and is never acted on.
+    pub(super) carried_maintenance: bool,
 }
 
 /// What [`Forwarder::plan`] decided.
@@ -308,6 +311,7 @@ impl Forwarder {
                 now_unix,
                 prior,
                 https,
+                carried_maintenance: facts.carries_maintenance(),
             },
             now,
             sticky,

@@ -17,6 +17,7 @@ mod grpcio;
 mod h2_conformance;
 mod hardening;
 mod maintenance;
+mod maintenance_guard;
 mod reload;
 mod resilience;
 mod routing;
