@@ -150,6 +150,17 @@ pub fn render(
     );
     head(
         &mut o,
+        "hopgate_session_evictions_total",
+        "counter",
+        "Session bindings evicted (least recently used) to bind new sessions in a full store.",
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_session_evictions_total {}",
+        sessions.map_or(0, |s| s.store.evictions())
+    );
+    head(
+        &mut o,
         "hopgate_session_contexts_total",
         "counter",
         "Hop-Session-Context headers stored, refused as oversized, and delivered after a hop.",

@@ -247,8 +247,19 @@ impl Forwarder {
                     // A MOVING node's new address, read once for the header
                     // and the send.
                     let moved = node.state.moved_to();
-                    let request =
-                        attempt::for_node(request, node, svc, &flight, hop.as_ref(), moved);
+                    let request = attempt::for_node(
+                        request,
+                        node,
+                        svc,
+                        &flight,
+                        hop.as_ref(),
+                        moved,
+                        conn.forwarder
+                            .sessions
+                            .as_deref()
+                            .filter(|_| flight.sessions_on)
+                            .map(|s| (&s.keys, &snap.config.sessions.header)),
+                    );
                     let settings = attempt::settings(
                         &snap,
                         svc,

@@ -90,6 +90,7 @@ pub(super) fn answer(
                 key: k,
                 client: cs,
                 prior: flight.prior.as_ref(),
+                hinted: flight.hinted,
                 hop,
                 status,
                 now_unix: flight.now_unix,
@@ -193,6 +194,8 @@ struct SessionOutcome<'a> {
     key: &'a SessionId,
     client: &'a ClientSession,
     prior: Option<&'a Binding>,
+    /// `prior` came from the token's node hint, not from the store.
+    hinted: bool,
     hop: Option<&'a PendingHop>,
     status: u16,
     now_unix: u64,
@@ -219,7 +222,15 @@ fn settle_session(o: SessionOutcome<'_>, headers: &mut HeaderMap) {
     let stale = o
         .prior
         .is_some_and(|b| b.expires_at.saturating_sub(o.now_unix) < ttl / 2);
-    if o.status < 500 && (moved || context.is_some() || stale || o.client.issue) {
+    // Lazy binding: a session new with this request is stored only when
+    // its client comes back with the token (which names this node), or
+    // when the backend gave it a context to keep. A client that never
+    // returns a token costs the store nothing.
+    let lazy = !o.client.known && context.is_none();
+    if o.status < 500
+        && !lazy
+        && (moved || context.is_some() || stale || o.client.issue || o.hinted)
+    {
         let mut b = Binding::new(
             Arc::clone(&o.svc.shared_name),
             Arc::clone(&o.node.shared_id),
@@ -254,9 +265,14 @@ fn settle_session(o: SessionOutcome<'_>, headers: &mut HeaderMap) {
         });
     }
     if o.client.issue {
-        if let Some(c) = session::set_cookie(o.cfg, &o.client.token, o.secure) {
+        // A new session's token names the node that answered, so the
+        // client's next request comes back to it (and binds there).
+        let hinted_token = (lazy && o.status < 500)
+            .then(|| session::first_token(&o.sessions.keys, o.client, &o.svc.name, &o.node.id));
+        let token = hinted_token.as_ref().unwrap_or(&o.client.token);
+        if let Some(c) = session::set_cookie(o.cfg, token, o.secure) {
             headers.append(http::header::SET_COOKIE, c);
         }
-        headers.insert(o.cfg.header.clone(), o.client.token.clone());
+        headers.insert(o.cfg.header.clone(), token.clone());
     }
 }

@@ -22,6 +22,7 @@ mod reload;
 mod resilience;
 mod routing;
 mod sessions;
+mod sessions_lazy;
 mod shutdown;
 mod transparency;
 mod validate_cli;
