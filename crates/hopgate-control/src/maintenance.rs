@@ -238,7 +238,11 @@ impl Maintenance {
     }
 
     /// The one path every source takes.
-    pub fn intake_from(self: &Arc<Self>, n: Notification, source: Source) -> Result<Applied, Refused> {
+    pub fn intake_from(
+        self: &Arc<Self>,
+        n: Notification,
+        source: Source,
+    ) -> Result<Applied, Refused> {
         let cfg = *self.cfg.read();
         if cfg.mode == MaintenanceMode::Disabled {
             let r = Err(Refused::Disabled);

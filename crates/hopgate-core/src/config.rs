@@ -459,9 +459,7 @@ impl ServiceMaintenance {
     /// compared as the IPv4 address they carry).
     pub fn allows_to(&self, to: std::net::IpAddr) -> bool {
         let to = match to {
-            std::net::IpAddr::V6(v6) => v6
-                .to_ipv4_mapped()
-                .map_or(to, std::net::IpAddr::V4),
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(to, std::net::IpAddr::V4),
             v4 => v4,
         };
         self.allow_to_cidrs.iter().any(|c| c.contains(&to))

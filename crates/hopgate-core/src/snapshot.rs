@@ -38,8 +38,7 @@ use crate::access::AccessControl;
 use crate::balance::{Balancer, Member, PickCtx};
 use crate::config::{
     CircuitConfig, Config, DrainConfig, HashOn, HealthConfig, OutlierConfig, PoolConfig,
-    ServiceMaintenance, Target,
-    UpstreamProtocol,
+    ServiceMaintenance, Target, UpstreamProtocol,
 };
 use crate::node::{Health, NodeRegistry, NodeState};
 use crate::retry::RetryBudget;

@@ -392,7 +392,10 @@ mod tests {
         // Clients cannot forge the gateway's own headers.
         h.insert("x-hop-from", HeaderValue::from_static("n1"));
         h.insert("hop-session-context", HeaderValue::from_static("x"));
-        h.insert("hop-maintenance", HeaderValue::from_static("MOVING seq=9 in=1"));
+        h.insert(
+            "hop-maintenance",
+            HeaderValue::from_static("MOVING seq=9 in=1"),
+        );
         strip_hop_by_hop(&mut h, true);
         assert!(h.get("x-hop-from").is_none() && h.get("hop-session-context").is_none());
         assert!(
@@ -450,7 +453,10 @@ mod tests {
         h.insert(header::EXPECT, HeaderValue::from_static("100-continue"));
         h.insert("x-hop-from", HeaderValue::from_static("n1"));
         h.insert("x-keep", HeaderValue::from_static("yes"));
-        h.insert("hop-maintenance", HeaderValue::from_static("MIGRATING seq=1"));
+        h.insert(
+            "hop-maintenance",
+            HeaderValue::from_static("MIGRATING seq=1"),
+        );
         let f = scan_request(&h);
         assert!(f.carries_maintenance());
         strip_request(&mut h, &f);

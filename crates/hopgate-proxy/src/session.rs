@@ -11,6 +11,8 @@
 //! Must not touch: balancing (the forwarder picks the new node) or the
 //! store's internals.
 
+use std::num::NonZeroU64;
+
 use http::header::{HeaderMap, HeaderValue, COOKIE};
 
 use hopgate_core::config::{DrainMode, SessionsConfig};
@@ -40,10 +42,9 @@ pub struct ClientSession {
     pub known: bool,
     /// The token's node hint ([`session::node_hint`] of the node that
     /// served the session's first request): where an unbound known session
-    /// goes first.
-    pub hint: Option<u64>,
-    /// Unix seconds at which the token was minted.
-    pub issued_at: u64,
+    /// goes first. (Kept in 8 bytes: a hint of exactly 0, one chance in
+    /// 2^64, counts as none and the session is balanced.)
+    pub hint: Option<NonZeroU64>,
 }
 
 fn token_from<'h>(cfg: &SessionsConfig, headers: &'h HeaderMap) -> Option<&'h str> {
@@ -73,7 +74,6 @@ fn fresh(keys: &SessionKeys, now: u64) -> ClientSession {
         issue: true,
         known: false,
         hint: None,
-        issued_at: now,
     }
 }
 
@@ -96,8 +96,7 @@ pub fn identify(
                 token: HeaderValue::from_str(&token).expect("tokens are base64url"),
                 issue: true,
                 known: true,
-                hint: t.hint,
-                issued_at: t.issued_at,
+                hint: t.hint.and_then(NonZeroU64::new),
             }
         }
         Ok(t) => ClientSession {
@@ -105,8 +104,7 @@ pub fn identify(
             token: HeaderValue::from_str(raw).expect("a verified token is base64url"),
             issue: false,
             known: true,
-            hint: t.hint,
-            issued_at: t.issued_at,
+            hint: t.hint.and_then(NonZeroU64::new),
         },
         Err(e) => {
             METRICS.token_rejected(match e {
@@ -180,7 +178,7 @@ pub(crate) fn stickiness(
 
 /// A known session without a binding in `svc` whose token names one of
 /// its nodes: the binding it would have had, had its first answer been
-/// stored (bound at the token's issue time, no hop, no context). `None`
+/// stored (that node, no hop, no context; bound now). `None`
 /// when the hint names no node of `svc` (another service's node, or one
 /// that left the config): the session is then balanced like a new one.
 pub(crate) fn hinted_binding(
@@ -189,7 +187,7 @@ pub(crate) fn hinted_binding(
     now_unix: u64,
     ttl_secs: u64,
 ) -> Option<Binding> {
-    let hint = cs.hint?;
+    let hint = cs.hint?.get();
     let node = svc
         .nodes
         .iter()
@@ -197,22 +195,24 @@ pub(crate) fn hinted_binding(
     Some(Binding::new(
         std::sync::Arc::clone(&svc.shared_name),
         std::sync::Arc::clone(&node.shared_id),
-        cs.issued_at.min(now_unix),
+        now_unix,
         now_unix + ttl_secs,
     ))
 }
 
-/// The token of a session new with this request once `node` of `service`
-/// serves it: a v2 token naming that node. Deterministic (same session,
-/// same node, same key: same token), so the attempt on `node` sends the
-/// backend exactly the token its answer hands the client.
+/// The token of a session new with this request (minted at `now_unix`,
+/// the request's clock) once `node` of `service` serves it: a v2 token
+/// naming that node. Deterministic (same session, time, node and key: same
+/// token), so the attempt on `node` sends the backend exactly the token
+/// its answer hands the client.
 pub(crate) fn first_token(
     keys: &SessionKeys,
     cs: &ClientSession,
+    now_unix: u64,
     service: &str,
     node: &str,
 ) -> HeaderValue {
-    let t = session::mint_hinted(keys, cs.id, cs.issued_at, session::node_hint(service, node));
+    let t = session::mint_hinted(keys, cs.id, now_unix, session::node_hint(service, node));
     HeaderValue::from_str(&t).expect("tokens are base64url")
 }
 

@@ -50,7 +50,10 @@ fn hinted_tokens_carry_the_node_and_old_ones_still_verify() {
     let token = mint_hinted(&k, sid, NOW, hint);
     assert_eq!(token.len(), HINTED_TOKEN_LEN);
     let t = verify(&k, &token, NOW, TTL).expect("valid token");
-    assert_eq!((t.id, t.issued_at, t.hint, t.rotated), (sid, NOW, Some(hint), false));
+    assert_eq!(
+        (t.id, t.issued_at, t.hint, t.rotated),
+        (sid, NOW, Some(hint), false)
+    );
     // Layout: version 2, id, time, hint, MAC over all of them.
     let raw = raw_of(&token);
     assert_eq!(raw.len(), 65);
@@ -95,7 +98,10 @@ fn a_rotated_key_keeps_the_hint() {
     assert_eq!(t.hint, Some(42));
     let again = remint(&new, &t);
     let t2 = verify(&new, &again, NOW, TTL).unwrap();
-    assert_eq!((t2.id, t2.issued_at, t2.hint, t2.rotated), (sid, NOW, Some(42), false));
+    assert_eq!(
+        (t2.id, t2.issued_at, t2.hint, t2.rotated),
+        (sid, NOW, Some(42), false)
+    );
     let plain = Token { hint: None, ..t };
     assert_eq!(remint(&new, &plain).len(), TOKEN_LEN);
 }

@@ -265,10 +265,18 @@ fn settle_session(o: SessionOutcome<'_>, headers: &mut HeaderMap) {
         });
     }
     if o.client.issue {
-        // A new session's token names the node that answered, so the
-        // client's next request comes back to it (and binds there).
-        let hinted_token = (lazy && o.status < 500)
-            .then(|| session::first_token(&o.sessions.keys, o.client, &o.svc.name, &o.node.id));
+        // A new session's token names the node that answered (the token
+        // that node was sent), so the client's next request comes back to
+        // it (and binds there, if it is not bound yet).
+        let hinted_token = (!o.client.known).then(|| {
+            session::first_token(
+                &o.sessions.keys,
+                o.client,
+                o.now_unix,
+                &o.svc.name,
+                &o.node.id,
+            )
+        });
         let token = hinted_token.as_ref().unwrap_or(&o.client.token);
         if let Some(c) = session::set_cookie(o.cfg, token, o.secure) {
             headers.append(http::header::SET_COOKIE, c);

@@ -150,9 +150,10 @@ pub(super) fn for_node(
     retarget(&mut request, node, svc);
     if let (Some((keys, header)), Some(cs)) = (sessions, &flight.client_session) {
         if !cs.known {
-            request
-                .headers_mut()
-                .insert(header.clone(), session::first_token(keys, cs, &svc.name, &node.id));
+            request.headers_mut().insert(
+                header.clone(),
+                session::first_token(keys, cs, flight.now_unix, &svc.name, &node.id),
+            );
         }
     }
     if let Some(moved) = moved {

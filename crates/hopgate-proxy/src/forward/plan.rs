@@ -247,9 +247,9 @@ impl Forwarder {
                     }
                     // Not bound yet (bindings are made when a client comes
                     // back): its token names the node of its first answer.
-                    match cs.and_then(|c| {
-                        session::hinted_binding(svc, c, now_unix, scfg.ttl.as_secs())
-                    }) {
+                    match cs
+                        .and_then(|c| session::hinted_binding(svc, c, now_unix, scfg.ttl.as_secs()))
+                    {
                         Some(b) => {
                             hinted = true;
                             session::stickiness(snap, route_idx, svc, Some(b), now)

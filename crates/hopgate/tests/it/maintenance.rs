@@ -140,11 +140,7 @@ async fn relaxed_timeouts_dedup_and_malformed_input() {
 async fn a_backend_header_announces_maintenance_and_is_stripped() {
     let a = Backend::start("a").await;
     // In-band notices are opt-in per service.
-    let gw = Gateway::start(&cfg(
-        &in_band(&service("s", &[("a", a.addr, "")]), ""),
-        "",
-    ))
-    .await;
+    let gw = Gateway::start(&cfg(&in_band(&service("s", &[("a", a.addr, "")]), ""), "")).await;
     let c = client();
     let r = c
         .get(gw.url("/x?maint=FAILING_OVER%20seq%3D4"))

@@ -25,7 +25,10 @@ async fn wait_metric(gw: &Gateway, line: &str) {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("metric line {line:?} never showed up:\n{}", gw.metrics().await);
+    panic!(
+        "metric line {line:?} never showed up:\n{}",
+        gw.metrics().await
+    );
 }
 
 /// Polls node `id` until its `maintenance.<field>` is `want` (within ~10 s).
@@ -81,7 +84,10 @@ async fn a_reflected_hop_maintenance_does_nothing_by_default() {
     assert_eq!(n["maintenance"]["moved_to"], serde_json::Value::Null, "{n}");
     assert_eq!(n["maintenance"]["relaxed"], false, "{n}");
     // Traffic still goes to a's own address.
-    assert_eq!(json(c.get(gw.url("/")).send().await.unwrap()).await["node"], "a");
+    assert_eq!(
+        json(c.get(gw.url("/")).send().await.unwrap()).await["node"],
+        "a"
+    );
     // The operator's channel is unaffected.
     let (s, v) = notify(
         &gw,
@@ -105,7 +111,10 @@ async fn in_band_moving_outside_allow_to_cidrs_is_refused() {
     .await;
     let c = client();
     // 127.0.0.2 is outside 127.0.0.1/32.
-    let outside = q(&format!("MOVING seq=1 to=127.0.0.2:{} in=30", b.addr.port()));
+    let outside = q(&format!(
+        "MOVING seq=1 to=127.0.0.2:{} in=30",
+        b.addr.port()
+    ));
     let r = c
         .get(gw.url(&format!("/x?maint={outside}")))
         .send()
@@ -126,7 +135,10 @@ async fn in_band_moving_outside_allow_to_cidrs_is_refused() {
             .contains("to= is outside services[].maintenance.allow_to_cidrs"),
         "the refusal is logged"
     );
-    assert_eq!(json(c.get(gw.url("/")).send().await.unwrap()).await["node"], "a");
+    assert_eq!(
+        json(c.get(gw.url("/")).send().await.unwrap()).await["node"],
+        "a"
+    );
     // Inside the allowed network the move is applied (the refused seq was
     // not recorded, so seq 1 is still new).
     let inside = q(&format!("MOVING seq=1 to={} in=30", b.addr));
@@ -141,7 +153,10 @@ async fn in_band_moving_outside_allow_to_cidrs_is_refused() {
         serde_json::Value::String(b.addr.to_string()),
     )
     .await;
-    assert_eq!(json(c.get(gw.url("/")).send().await.unwrap()).await["node"], "b");
+    assert_eq!(
+        json(c.get(gw.url("/")).send().await.unwrap()).await["node"],
+        "b"
+    );
 }
 
 #[tokio::test]
@@ -194,11 +209,7 @@ async fn in_band_seq_jumps_are_bounded_and_the_admin_api_is_not() {
 #[tokio::test]
 async fn a_request_carrying_hop_maintenance_never_triggers_and_never_reaches_the_backend() {
     let a = Backend::start("a").await;
-    let gw = Gateway::start(&cfg(
-        &in_band(&service("s", &[("a", a.addr, "")]), ""),
-        "",
-    ))
-    .await;
+    let gw = Gateway::start(&cfg(&in_band(&service("s", &[("a", a.addr, "")]), ""), "")).await;
     let c = client();
     let relax = q("MIGRATING seq=3");
     let r = c

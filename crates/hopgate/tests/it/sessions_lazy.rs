@@ -97,7 +97,11 @@ async fn cookieless_requests_create_no_bindings_and_a_returned_token_binds_to_th
     // A token of the format before hints (v1) still verifies; with no node
     // named, it is balanced and bound on the spot (its client came back).
     let keys = SessionKeys::from_secrets(SECRET.as_bytes(), &[]);
-    let old = mint(&keys, SessionId::random(), hopgate_core::session::unix_now());
+    let old = mint(
+        &keys,
+        SessionId::random(),
+        hopgate_core::session::unix_now(),
+    );
     let (node, issued) = get(&gw, Some(&old)).await;
     assert_eq!(issued, None);
     let (status, v) = binding(&gw, &old).await;
@@ -122,7 +126,10 @@ async fn a_token_naming_a_node_that_cannot_serve_hops_and_binds_elsewhere() {
     let (status, v) = binding(&gw, &token).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["bindings"][0]["node"], then.as_str(), "{v}");
-    assert_eq!(v["bindings"][0]["hops"], 1, "the move off the first node is a hop: {v}");
+    assert_eq!(
+        v["bindings"][0]["hops"], 1,
+        "the move off the first node is a hop: {v}"
+    );
     let m = gw.metrics().await;
     assert!(
         m.contains("hopgate_hops_total{service=\"s\",reason=\"draining\"} 1"),

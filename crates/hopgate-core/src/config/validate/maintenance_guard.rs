@@ -39,7 +39,8 @@ impl Validator {
 mod tests {
     use crate::config::{load, Format};
 
-    const BASE: &str = "listeners: [ { name: p, address: 127.0.0.1:0 } ]\nroutes: [ { id: r, service: s } ]\n";
+    const BASE: &str =
+        "listeners: [ { name: p, address: 127.0.0.1:0 } ]\nroutes: [ { id: r, service: s } ]\n";
 
     fn doc(maintenance: &str) -> String {
         format!("{BASE}services:\n  - name: s\n    {maintenance}\n    nodes: [ {{ id: n, address: 127.0.0.1:1 }} ]\n")
