@@ -47,5 +47,7 @@ fuzz_target!(|data: &[u8]| {
     parts.headers = headers;
     strip_request(&mut parts.headers, &facts);
     assert!(!parts.headers.contains_key(CONNECTION));
+    // A client's Hop-Maintenance never reaches a backend.
+    assert!(!parts.headers.contains_key("hop-maintenance"));
     append_forwarded_for(&mut parts.headers, [127, 0, 0, 1].into());
 });

@@ -62,6 +62,30 @@ pub enum Refused {
         last_seq: u64,
     },
     DroppedByHook,
+    /// In-band (`Hop-Maintenance`), but the service does not take in-band
+    /// notices (`services[].maintenance.in_band`).
+    InBandOff,
+    /// In-band, and `seq` is more than `max_jump` above the last one seen
+    /// for the node (`services[].maintenance.max_seq_jump`).
+    SeqJump {
+        last_seq: u64,
+        max_jump: u64,
+    },
+    /// In-band MOVING whose `to=` is outside
+    /// `services[].maintenance.allow_to_cidrs`.
+    ToNotAllowed {
+        to: SocketAddr,
+    },
+}
+
+/// Where a notification came from: an operator (the admin API, or another
+/// replica's admin API through the fleet) is trusted as given; a backend's
+/// `Hop-Maintenance` header is bound by its service's `maintenance`
+/// settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Operator,
+    InBand,
 }
 
 impl Refused {
@@ -72,6 +96,9 @@ impl Refused {
             Refused::UnknownNode => "unknown_node",
             Refused::Duplicate { .. } => "duplicate",
             Refused::DroppedByHook => "dropped_by_hook",
+            Refused::InBandOff => "in_band_off",
+            Refused::SeqJump { .. } => "seq_jump",
+            Refused::ToNotAllowed { .. } => "to_not_allowed",
         }
     }
 }
@@ -196,8 +223,26 @@ impl Maintenance {
         self.post.write().push(hook);
     }
 
-    /// The one entry point of every source.
+    /// The entry point of the operator's sources (admin API, fleet): the
+    /// notification is trusted as given.
     pub fn intake(self: &Arc<Self>, n: Notification) -> Result<Applied, Refused> {
+        self.intake_from(n, Source::Operator)
+    }
+
+    /// The entry point of a backend's `Hop-Maintenance` header: refused
+    /// unless the service takes in-band notices, its `seq` stays within
+    /// `max_seq_jump` of the last one seen for the node, and a MOVING
+    /// `to=` falls in `allow_to_cidrs`.
+    pub fn intake_in_band(self: &Arc<Self>, n: Notification) -> Result<Applied, Refused> {
+        self.intake_from(n, Source::InBand)
+    }
+
+    /// The one path every source takes.
+    pub fn intake_from(
+        self: &Arc<Self>,
+        n: Notification,
+        source: Source,
+    ) -> Result<Applied, Refused> {
         let cfg = *self.cfg.read();
         if cfg.mode == MaintenanceMode::Disabled {
             let r = Err(Refused::Disabled);
@@ -216,7 +261,7 @@ impl Maintenance {
                 None => return Err(Refused::DroppedByHook),
             }
         }
-        let r = self.apply(&n, &cfg);
+        let r = self.apply(&n, &cfg, source);
         self.run_post(&n, &r);
         r
     }
@@ -231,6 +276,7 @@ impl Maintenance {
         self: &Arc<Self>,
         n: &Notification,
         cfg: &MaintenanceConfig,
+        source: Source,
     ) -> Result<Applied, Refused> {
         let snap = self.snapshot.load_full();
         let Some(svc) = snap.services.iter().find(|s| s.name == n.service) else {
@@ -239,12 +285,31 @@ impl Maintenance {
         let Some(node) = svc.nodes.iter().find(|x| x.id == n.node) else {
             return Err(Refused::UnknownNode);
         };
+        let guard = (source == Source::InBand).then_some(&svc.maintenance);
+        if let Some(g) = guard {
+            if !g.in_band {
+                return Err(Refused::InBandOff);
+            }
+            if let Some(to) = n.to.filter(|to| !g.allows_to(to.ip())) {
+                tracing::warn!(service = %n.service, node = %n.node, %to, "Hop-Maintenance MOVING refused: to= is outside services[].maintenance.allow_to_cidrs");
+                return Err(Refused::ToNotAllowed { to });
+            }
+        }
         let key = node.state.key().clone();
         {
             let mut seen = self.seen.lock();
-            if let Some(&last) = seen.get(&key) {
-                if n.seq <= last {
-                    return Err(Refused::Duplicate { last_seq: last });
+            let last = seen.get(&key).copied();
+            if let Some(last) = last.filter(|&last| n.seq <= last) {
+                return Err(Refused::Duplicate { last_seq: last });
+            }
+            if let Some(g) = guard {
+                let last = last.unwrap_or(0);
+                if n.seq - last > g.max_seq_jump {
+                    tracing::warn!(service = %n.service, node = %n.node, seq = n.seq, last_seq = last, max_seq_jump = g.max_seq_jump, "Hop-Maintenance refused: seq jumps too far above the last one seen");
+                    return Err(Refused::SeqJump {
+                        last_seq: last,
+                        max_jump: g.max_seq_jump,
+                    });
                 }
             }
             seen.insert(key.clone(), n.seq);

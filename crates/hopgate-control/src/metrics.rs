@@ -150,6 +150,17 @@ pub(crate) fn render(
     );
     head(
         &mut o,
+        "hopgate_session_evictions_total",
+        "counter",
+        "Session bindings evicted (least recently used) to bind new sessions in a full store.",
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_session_evictions_total {}",
+        sessions.map_or(0, |s| s.store.evictions())
+    );
+    head(
+        &mut o,
         "hopgate_session_contexts_total",
         "counter",
         "Hop-Session-Context headers stored, refused as oversized, and delivered after a hop.",
@@ -321,6 +332,16 @@ pub(crate) fn render(
         o,
         "hopgate_maintenance_headers_ignored_total{{reason=\"queue_full\"}} {}",
         get(&m.maintenance_dropped)
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_maintenance_headers_ignored_total{{reason=\"in_band_off\"}} {}",
+        get(&m.maintenance_in_band_off)
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_maintenance_headers_ignored_total{{reason=\"request_carried\"}} {}",
+        get(&m.maintenance_request_carried)
     );
     if let Some(mt) = maintenance {
         let st = &mt.stats;

@@ -422,7 +422,48 @@ pub struct ServiceConfig {
     pub outlier: OutlierConfig,
     pub circuit: CircuitConfig,
     pub drain: DrainConfig,
+    /// `Hop-Maintenance` from this service's backends.
+    pub maintenance: ServiceMaintenance,
     pub nodes: Vec<NodeConfig>,
+}
+
+/// `services[].maintenance`: how far a backend of the service is trusted
+/// to announce its own maintenance in a `Hop-Maintenance` response header.
+/// The admin API (and the fleet's notices) are not bound by it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceMaintenance {
+    /// The header is acted on at all (default false: stripped and counted).
+    pub in_band: bool,
+    /// A MOVING `to=` must fall in one of these (default none: no `to=`).
+    pub allow_to_cidrs: Vec<IpNet>,
+    /// A notice whose `seq` is more than this above the last one seen for
+    /// its node is refused (default [`DEFAULT_MAX_SEQ_JUMP`]).
+    pub max_seq_jump: u64,
+}
+
+/// `services[].maintenance.max_seq_jump` when not given.
+pub const DEFAULT_MAX_SEQ_JUMP: u64 = 1000;
+
+impl Default for ServiceMaintenance {
+    fn default() -> Self {
+        ServiceMaintenance {
+            in_band: false,
+            allow_to_cidrs: Vec::new(),
+            max_seq_jump: DEFAULT_MAX_SEQ_JUMP,
+        }
+    }
+}
+
+impl ServiceMaintenance {
+    /// `to` falls in `allow_to_cidrs` (IPv4-mapped IPv6 addresses are
+    /// compared as the IPv4 address they carry).
+    pub fn allows_to(&self, to: std::net::IpAddr) -> bool {
+        let to = match to {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(to, std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        self.allow_to_cidrs.iter().any(|c| c.contains(&to))
+    }
 }
 
 /// A node's health as active checks see it. The config names the one a

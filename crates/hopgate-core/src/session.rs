@@ -5,11 +5,22 @@
 //! token format ([`mint`] / [`verify`]) and [`HopReason`] with the pure
 //! [`hop_reason`] decision.
 //!
-//! Token format, base64url without padding (76 characters):
+//! Token formats, base64url without padding:
 //!
 //! ```text
-//! version (1) || session id (16) || issued_at unix seconds, u64 BE (8) || HMAC-SHA256 (32)
+//! v1 (76 characters):
+//! 1 || session id (16) || issued_at unix seconds, u64 BE (8) || HMAC-SHA256 (32)
+//! v2 (87 characters), a v1 token that also names the node that served the
+//! session's first request:
+//! 2 || session id (16) || issued_at (8) || node hint, u64 BE (8) || HMAC-SHA256 (32)
 //! ```
+//!
+//! The node hint is [`node_hint`] of the service and node: a 64-bit hash,
+//! not the names. A new session is not stored anywhere until its client
+//! comes back with its token (lazy binding); the hint is what keeps that
+//! client on the same node in between, on every replica that shares the
+//! key, without any store. Both versions verify; v1 tokens (minted before
+//! hints, or for an answer that named no node) simply carry no hint.
 //!
 //! The MAC covers every byte before it and is signed with
 //! [`SessionKeys::current`]; verification tries the current key and then each
@@ -30,11 +41,17 @@ use sha2::Sha256;
 #[cfg(test)]
 mod tests;
 
-/// The only token version this build mints and accepts.
+/// The version of a token without a node hint.
 pub const TOKEN_VERSION: u8 = 1;
 
-/// Length of an encoded token, in characters.
+/// The version of a token with a node hint.
+pub const HINTED_TOKEN_VERSION: u8 = 2;
+
+/// Length of an encoded v1 token, in characters.
 pub const TOKEN_LEN: usize = 76;
+
+/// Length of an encoded v2 (hinted) token, in characters.
+pub const HINTED_TOKEN_LEN: usize = 87;
 
 /// How far in the future a token's `issued_at` may be before it is rejected
 /// as [`TokenError::FromTheFuture`] (clock skew between replicas).
@@ -45,6 +62,9 @@ const MAC_LEN: usize = 32;
 /// version + id + issued_at.
 const SIGNED_LEN: usize = 1 + ID_LEN + 8;
 const RAW_LEN: usize = SIGNED_LEN + MAC_LEN;
+/// version + id + issued_at + node hint.
+const HINTED_SIGNED_LEN: usize = SIGNED_LEN + 8;
+const HINTED_RAW_LEN: usize = HINTED_SIGNED_LEN + MAC_LEN;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -252,6 +272,9 @@ pub struct Token {
     /// Verified with one of the previous keys, not the current one: the
     /// caller should re-mint it so the old key can eventually be retired.
     pub rotated: bool,
+    /// A v2 token: [`node_hint`] of the node that served the session's
+    /// first request.
+    pub hint: Option<u64>,
 }
 
 /// Why a token was not accepted. Whatever the reason, the request carries on
@@ -284,8 +307,8 @@ impl TokenError {
     }
 }
 
-/// Mints a token for `id` issued at `issued_at` (unix seconds), signed with
-/// `keys.current`.
+/// Mints a v1 token (no node hint) for `id` issued at `issued_at` (unix
+/// seconds), signed with `keys.current`.
 pub fn mint(keys: &SessionKeys, id: SessionId, issued_at: u64) -> String {
     let mut raw = [0u8; RAW_LEN];
     raw[0] = TOKEN_VERSION;
@@ -294,6 +317,38 @@ pub fn mint(keys: &SessionKeys, id: SessionId, issued_at: u64) -> String {
     let tag = keys.current.tag(&raw[..SIGNED_LEN]);
     raw[SIGNED_LEN..].copy_from_slice(&tag);
     URL_SAFE_NO_PAD.encode(raw)
+}
+
+/// Mints a v2 token carrying `hint` ([`node_hint`]), signed with
+/// `keys.current`.
+pub fn mint_hinted(keys: &SessionKeys, id: SessionId, issued_at: u64, hint: u64) -> String {
+    let mut raw = [0u8; HINTED_RAW_LEN];
+    raw[0] = HINTED_TOKEN_VERSION;
+    raw[1..1 + ID_LEN].copy_from_slice(id.as_bytes());
+    raw[1 + ID_LEN..SIGNED_LEN].copy_from_slice(&issued_at.to_be_bytes());
+    raw[SIGNED_LEN..HINTED_SIGNED_LEN].copy_from_slice(&hint.to_be_bytes());
+    let tag = keys.current.tag(&raw[..HINTED_SIGNED_LEN]);
+    raw[HINTED_SIGNED_LEN..].copy_from_slice(&tag);
+    URL_SAFE_NO_PAD.encode(raw)
+}
+
+/// Re-mints `t` with `keys.current`, keeping its id, time and hint.
+pub fn remint(keys: &SessionKeys, t: &Token) -> String {
+    match t.hint {
+        Some(h) => mint_hinted(keys, t.id, t.issued_at, h),
+        None => mint(keys, t.id, t.issued_at),
+    }
+}
+
+/// The node hint of `node` in `service`, as a v2 token carries it: a
+/// fixed 64-bit hash (the same on every replica and build), so a token
+/// never shows the names.
+pub fn node_hint(service: &str, node: &str) -> u64 {
+    let mut buf = Vec::with_capacity(service.len() + node.len() + 1);
+    buf.extend_from_slice(service.as_bytes());
+    buf.push(0);
+    buf.extend_from_slice(node.as_bytes());
+    crate::balance::hash_key(&buf)
 }
 
 /// Verifies `token` at `now_unix`: it must decode, carry [`TOKEN_VERSION`],
@@ -309,18 +364,21 @@ pub fn verify(
     ttl_secs: u64,
 ) -> Result<Token, TokenError> {
     let token = token.as_bytes();
-    if token.len() != TOKEN_LEN {
-        return Err(TokenError::Malformed);
-    }
-    let mut raw = [0u8; RAW_LEN];
-    match URL_SAFE_NO_PAD.decode_slice(token, &mut raw) {
-        Ok(RAW_LEN) => {}
+    let (version, raw_len, signed_len) = match token.len() {
+        TOKEN_LEN => (TOKEN_VERSION, RAW_LEN, SIGNED_LEN),
+        HINTED_TOKEN_LEN => (HINTED_TOKEN_VERSION, HINTED_RAW_LEN, HINTED_SIGNED_LEN),
+        _ => return Err(TokenError::Malformed),
+    };
+    let mut buf = [0u8; HINTED_RAW_LEN];
+    let raw = &mut buf[..raw_len];
+    match URL_SAFE_NO_PAD.decode_slice(token, raw) {
+        Ok(n) if n == raw_len => {}
         _ => return Err(TokenError::Malformed),
     }
-    if raw[0] != TOKEN_VERSION {
+    if raw[0] != version {
         return Err(TokenError::Malformed);
     }
-    let (signed, tag) = raw.split_at(SIGNED_LEN);
+    let (signed, tag) = raw.split_at(signed_len);
     let rotated = if keys.current.check(signed, tag) {
         false
     } else if keys.previous.iter().any(|k| k.check(signed, tag)) {
@@ -332,8 +390,13 @@ pub fn verify(
     let mut id = [0u8; ID_LEN];
     id.copy_from_slice(&signed[1..1 + ID_LEN]);
     let mut issued = [0u8; 8];
-    issued.copy_from_slice(&signed[1 + ID_LEN..]);
+    issued.copy_from_slice(&signed[1 + ID_LEN..SIGNED_LEN]);
     let issued_at = u64::from_be_bytes(issued);
+    let hint = (version == HINTED_TOKEN_VERSION).then(|| {
+        let mut h = [0u8; 8];
+        h.copy_from_slice(&signed[SIGNED_LEN..HINTED_SIGNED_LEN]);
+        u64::from_be_bytes(h)
+    });
 
     if issued_at > now_unix.saturating_add(MAX_CLOCK_SKEW_SECS) {
         return Err(TokenError::FromTheFuture);
@@ -345,6 +408,7 @@ pub fn verify(
         id: SessionId(id),
         issued_at,
         rotated,
+        hint,
     })
 }
 

@@ -37,8 +37,8 @@ use http::HeaderValue;
 use crate::access::AccessControl;
 use crate::balance::{Balancer, Member, PickCtx};
 use crate::config::{
-    CircuitConfig, Config, DrainConfig, HashOn, HealthConfig, OutlierConfig, PoolConfig, Target,
-    UpstreamProtocol,
+    CircuitConfig, Config, DrainConfig, HashOn, HealthConfig, OutlierConfig, PoolConfig,
+    ServiceMaintenance, Target, UpstreamProtocol,
 };
 use crate::node::{Health, NodeRegistry, NodeState};
 use crate::retry::RetryBudget;
@@ -123,6 +123,8 @@ pub struct CompiledService<U = ()> {
     pub outlier: OutlierConfig,
     pub circuit: CircuitConfig,
     pub drain: DrainConfig,
+    /// `Hop-Maintenance` from this service's backends.
+    pub maintenance: ServiceMaintenance,
     /// Shared with the same service in the previous snapshot.
     pub retry_budget: Arc<RetryBudget>,
     pub nodes: Vec<CompiledNode<U>>,
@@ -349,6 +351,7 @@ impl<U: Default> Snapshot<U> {
                     outlier: svc.outlier,
                     circuit: svc.circuit,
                     drain: svc.drain,
+                    maintenance: svc.maintenance.clone(),
                     retry_budget: prev
                         .map_or_else(Default::default, |p| Arc::clone(&p.retry_budget)),
                     nodes,

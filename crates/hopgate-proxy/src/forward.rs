@@ -247,8 +247,19 @@ impl Forwarder {
                     // A MOVING node's new address, read once for the header
                     // and the send.
                     let moved = node.state.moved_to();
-                    let request =
-                        attempt::for_node(request, node, svc, &flight, hop.as_ref(), moved);
+                    let request = attempt::for_node(
+                        request,
+                        node,
+                        svc,
+                        &flight,
+                        hop.as_ref(),
+                        moved,
+                        conn.forwarder
+                            .sessions
+                            .as_deref()
+                            .filter(|_| flight.sessions_on)
+                            .map(|s| (&s.keys, &snap.config.sessions.header)),
+                    );
                     let settings = attempt::settings(
                         &snap,
                         svc,
@@ -418,10 +429,11 @@ mod tests {
     /// and the release build (2,904 bytes before the steps became plain
     /// functions in `forward/`; 2,840 after; 2,848 with the shared store's
     /// miss lookup, whose boxed future the request holds while it waits;
-    /// 2,856 with the client-body fault flag).
+    /// 2,856 with the client-body fault flag; 2,864 with the node hint of
+    /// a session's token, 8 bytes in `ClientSession`).
     #[test]
     fn request_future_stays_small() {
         let size = output_size(&Forwarder::forward);
-        assert!(size <= 2856, "the request future is {size} bytes");
+        assert!(size <= 2864, "the request future is {size} bytes");
     }
 }

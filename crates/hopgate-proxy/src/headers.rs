@@ -36,6 +36,7 @@ const KEEP_ALIVE_BIT: u16 = 1 << 8;
 const PROXY_CONNECTION_BIT: u16 = 1 << 9;
 const X_HOP_FROM_BIT: u16 = 1 << 10;
 const HOP_SESSION_CONTEXT_BIT: u16 = 1 << 11;
+const HOP_MAINTENANCE_BIT: u16 = 1 << 12;
 
 /// The hop-by-hop (or gateway-only) bit of `name`; 0 for everything else.
 fn hop_bit(name: &HeaderName) -> u16 {
@@ -65,6 +66,8 @@ fn hop_bit(name: &HeaderName) -> u16 {
         X_HOP_FROM_BIT
     } else if *name == HOP_SESSION_CONTEXT {
         HOP_SESSION_CONTEXT_BIT
+    } else if *name == HOP_MAINTENANCE {
+        HOP_MAINTENANCE_BIT
     } else {
         0
     }
@@ -74,7 +77,7 @@ fn hop_bit(name: &HeaderName) -> u16 {
 /// gateway-only) headers [`strip`] handles by itself? Compared without
 /// building a [`HeaderName`], which allocates for non-standard names.
 fn is_hop_name(token: &str) -> bool {
-    const NAMES: [&str; 12] = [
+    const NAMES: [&str; 13] = [
         "keep-alive",
         "upgrade",
         "te",
@@ -87,6 +90,7 @@ fn is_hop_name(token: &str) -> bool {
         "proxy-connection",
         "x-hop-from",
         "hop-session-context",
+        "hop-maintenance",
     ];
     NAMES
         .iter()
@@ -110,6 +114,14 @@ pub struct RequestFacts {
     pub grpc_timeout: bool,
     /// `Host` header lines (at most 255 counted).
     pub hosts: u8,
+}
+
+impl RequestFacts {
+    /// The client sent a `Hop-Maintenance` header (stripped before the
+    /// backend; an answer to this request is never trusted to carry one).
+    pub fn carries_maintenance(&self) -> bool {
+        self.hop & HOP_MAINTENANCE_BIT != 0
+    }
 }
 
 /// One pass over a request's headers; see [`RequestFacts`].
@@ -170,7 +182,8 @@ pub fn scan_response(headers: &HeaderMap) -> ResponseFacts {
 /// Removes the hop-by-hop headers of a request found by [`scan_request`].
 /// `TE: trailers` is kept (gRPC needs it); everything named in
 /// `Connection` goes too, and so do the headers only the gateway may send
-/// to backends (`X-Hop-From`, `Hop-Session-Context`).
+/// to backends (`X-Hop-From`, `Hop-Session-Context`) and the one only
+/// backends may send (`Hop-Maintenance`).
 pub fn strip_request(headers: &mut HeaderMap, facts: &RequestFacts) {
     strip(headers, facts.hop, true);
 }
@@ -251,6 +264,9 @@ fn strip(headers: &mut HeaderMap, hop: u16, is_request: bool) {
         }
         if hop & HOP_SESSION_CONTEXT_BIT != 0 {
             headers.remove(&HOP_SESSION_CONTEXT);
+        }
+        if hop & HOP_MAINTENANCE_BIT != 0 {
+            headers.remove(&HOP_MAINTENANCE);
         }
     } else if hop & TE_BIT != 0 {
         headers.remove(header::TE);
@@ -376,8 +392,16 @@ mod tests {
         // Clients cannot forge the gateway's own headers.
         h.insert("x-hop-from", HeaderValue::from_static("n1"));
         h.insert("hop-session-context", HeaderValue::from_static("x"));
+        h.insert(
+            "hop-maintenance",
+            HeaderValue::from_static("MOVING seq=9 in=1"),
+        );
         strip_hop_by_hop(&mut h, true);
         assert!(h.get("x-hop-from").is_none() && h.get("hop-session-context").is_none());
+        assert!(
+            h.get("hop-maintenance").is_none(),
+            "a client's Hop-Maintenance never reaches a backend"
+        );
         // Nothing special: nothing touched.
         let mut plain = HeaderMap::new();
         plain.insert("accept", HeaderValue::from_static("*/*"));
@@ -429,7 +453,12 @@ mod tests {
         h.insert(header::EXPECT, HeaderValue::from_static("100-continue"));
         h.insert("x-hop-from", HeaderValue::from_static("n1"));
         h.insert("x-keep", HeaderValue::from_static("yes"));
+        h.insert(
+            "hop-maintenance",
+            HeaderValue::from_static("MIGRATING seq=1"),
+        );
         let f = scan_request(&h);
+        assert!(f.carries_maintenance());
         strip_request(&mut h, &f);
         let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         left.sort_unstable();

@@ -94,6 +94,10 @@ pub struct Metrics {
     pub maintenance_malformed: AtomicU64,
     /// Parsed ones the intake queue had no room for.
     pub maintenance_dropped: AtomicU64,
+    /// `Hop-Maintenance` from a service without `maintenance.in_band`.
+    pub maintenance_in_band_off: AtomicU64,
+    /// `Hop-Maintenance` in the answer to a request that carried one.
+    pub maintenance_request_carried: AtomicU64,
     hops: Mutex<HopStats>,
 }
 

@@ -11,6 +11,8 @@
 //! Must not touch: balancing (the forwarder picks the new node) or the
 //! store's internals.
 
+use std::num::NonZeroU64;
+
 use http::header::{HeaderMap, HeaderValue, COOKIE};
 
 use hopgate_core::config::{DrainMode, SessionsConfig};
@@ -34,8 +36,15 @@ pub struct ClientSession {
     /// token, or a token re-signed with the current key).
     pub issue: bool,
     /// The client came with a valid token: the session existed before this
-    /// request (another replica may hold its binding).
+    /// request (another replica may hold its binding). A session that is
+    /// not known is never stored by this request (lazy binding) unless its
+    /// backend hands it a context.
     pub known: bool,
+    /// The token's node hint ([`session::node_hint`] of the node that
+    /// served the session's first request): where an unbound known session
+    /// goes first. (Kept in 8 bytes: a hint of exactly 0, one chance in
+    /// 2^64, counts as none and the session is balanced.)
+    pub hint: Option<NonZeroU64>,
 }
 
 fn token_from<'h>(cfg: &SessionsConfig, headers: &'h HeaderMap) -> Option<&'h str> {
@@ -64,6 +73,7 @@ fn fresh(keys: &SessionKeys, now: u64) -> ClientSession {
         token: HeaderValue::from_str(&token).expect("tokens are base64url"),
         issue: true,
         known: false,
+        hint: None,
     }
 }
 
@@ -79,13 +89,14 @@ pub fn identify(
     };
     match session::verify(&s.keys, raw, now, cfg.ttl.as_secs()) {
         Ok(t) if t.rotated => {
-            // Signed with a previous key: honoured, and re-signed.
-            let token = session::mint(&s.keys, t.id, t.issued_at);
+            // Signed with a previous key: honoured, and re-signed (hint kept).
+            let token = session::remint(&s.keys, &t);
             ClientSession {
                 id: t.id,
                 token: HeaderValue::from_str(&token).expect("tokens are base64url"),
                 issue: true,
                 known: true,
+                hint: t.hint.and_then(NonZeroU64::new),
             }
         }
         Ok(t) => ClientSession {
@@ -93,6 +104,7 @@ pub fn identify(
             token: HeaderValue::from_str(raw).expect("a verified token is base64url"),
             issue: false,
             known: true,
+            hint: t.hint.and_then(NonZeroU64::new),
         },
         Err(e) => {
             METRICS.token_rejected(match e {
@@ -162,6 +174,46 @@ pub(crate) fn stickiness(
         },
         Some(reason) => Stickiness::Hop { binding: b, reason },
     }
+}
+
+/// A known session without a binding in `svc` whose token names one of
+/// its nodes: the binding it would have had, had its first answer been
+/// stored (that node, no hop, no context; bound now). `None`
+/// when the hint names no node of `svc` (another service's node, or one
+/// that left the config): the session is then balanced like a new one.
+pub(crate) fn hinted_binding(
+    svc: &CompiledService,
+    cs: &ClientSession,
+    now_unix: u64,
+    ttl_secs: u64,
+) -> Option<Binding> {
+    let hint = cs.hint?.get();
+    let node = svc
+        .nodes
+        .iter()
+        .find(|n| session::node_hint(&svc.name, &n.id) == hint)?;
+    Some(Binding::new(
+        std::sync::Arc::clone(&svc.shared_name),
+        std::sync::Arc::clone(&node.shared_id),
+        now_unix,
+        now_unix + ttl_secs,
+    ))
+}
+
+/// The token of a session new with this request (minted at `now_unix`,
+/// the request's clock) once `node` of `service` serves it: a v2 token
+/// naming that node. Deterministic (same session, time, node and key: same
+/// token), so the attempt on `node` sends the backend exactly the token
+/// its answer hands the client.
+pub(crate) fn first_token(
+    keys: &SessionKeys,
+    cs: &ClientSession,
+    now_unix: u64,
+    service: &str,
+    node: &str,
+) -> HeaderValue {
+    let t = session::mint_hinted(keys, cs.id, now_unix, session::node_hint(service, node));
+    HeaderValue::from_str(&t).expect("tokens are base64url")
 }
 
 /// The `Set-Cookie` value carrying `token`.

@@ -311,5 +311,5 @@ pub fn works_as_trait_object<S: SessionStore>(store: S) {
         .join()
         .expect("reader thread panicked");
     assert_eq!(got, Some(binding("api", "a")), "shared across threads");
-    assert_eq!(store.full_rejections(), 0);
+    assert_eq!(store.evictions(), 0);
 }

@@ -106,8 +106,8 @@ pub trait SessionStore: Send + Sync + 'static {
     fn get(&self, id: &SessionId, now: u64) -> Option<Binding>;
 
     /// Binds `id`, replacing any previous binding. A store at its capacity
-    /// may refuse a *new* id (never an existing one); see
-    /// [`full_rejections`](SessionStore::full_rejections).
+    /// makes room for a *new* id by evicting the least recently used
+    /// bindings (approximately); see [`evictions`](SessionStore::evictions).
     fn put(&self, id: SessionId, binding: Binding);
 
     /// Forgets `id`; whether it was there (live or not).
@@ -138,8 +138,8 @@ pub trait SessionStore: Send + Sync + 'static {
         out
     }
 
-    /// New sessions refused because the store was full, since start.
-    fn full_rejections(&self) -> u64 {
+    /// Bindings evicted to make room for new ones, since start.
+    fn evictions(&self) -> u64 {
         0
     }
 

@@ -9,21 +9,39 @@
 //! Expiry: a binding past its `expires_at` is invisible to `get` at once and
 //! freed by the next `sweep` (the control plane runs it periodically).
 //!
-//! Bound: at `max_sessions` a *new* session id is refused (the binding is
-//! not stored; the request still goes through, its session just is not
-//! sticky yet), counted in [`SessionStore::full_rejections`] and logged at
-//! exponentially spaced counts. Existing sessions are never evicted to make
-//! room: a flood of fresh clients must not unbind the sessions already
-//! there. Updates of existing ids always succeed. The bound is checked
-//! without a lock, so concurrent inserts may overshoot it by at most the
-//! number of writing threads.
+//! Bound: at `max_sessions` a *new* session id makes room by evicting the
+//! least recently used bindings, approximately, with the CLOCK
+//! (second-chance) algorithm. Every binding carries a `used` bit that a
+//! `get` sets (a relaxed load, and a relaxed store only when it was clear:
+//! no lock, no write to a shared line on the common path). When a new id
+//! finds the store full, one writer at a time (an atomic flag, never
+//! waited on: the others insert and the store overshoots by those racing
+//! inserts until the next pass) moves a hand over the map: a binding with
+//! its bit set gets a second chance (the bit is cleared), one without it
+//! has not been read for a whole revolution of the hand and is evicted.
+//! Expired bindings met on the way are dropped first (not counted as
+//! evictions). A pass frees a batch (`max_sessions / 256`, 1 to 4096) so
+//! the cost of walking the map to the hand is amortised over that many
+//! inserts; it looks at no more than two revolutions' worth of bindings, so
+//! it always ends. Evictions are counted ([`SessionStore::evictions`]) and
+//! logged at exponentially spaced counts. An exact LRU would need a shared
+//! list reordered on every read, that is a lock (or a contended CAS) on
+//! the hot path; sampling à la Redis needs random access, which the map
+//! does not offer. CLOCK needs one bit per binding and nothing on reads.
+//!
+//! A flood of clients that never come back cannot fill the store in the
+//! first place: the proxy binds a session only when its client returns the
+//! token (see `settle_session`). What the eviction protects against is a
+//! store full of real but idle sessions, or of tokens replayed by a
+//! client that does come back: a new user still gets a binding, and the
+//! ones evicted are those idle for longest.
 //!
 //! Must not touch: clocks (`now` comes from the caller), the network.
 
 use std::collections::hash_map::RandomState;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::{Binding, SessionId, SessionStore};
@@ -35,15 +53,46 @@ pub use persist::{LoadReport, LoadWarning};
 /// `max_sessions` when none is given: about 150 MB of bindings.
 pub const DEFAULT_MAX_SESSIONS: usize = 1_000_000;
 
+/// A stored binding and its CLOCK bit.
+struct Slot {
+    binding: Binding,
+    /// Read since the eviction hand last passed (set on insert too: a new
+    /// binding gets one revolution).
+    used: AtomicBool,
+}
+
+impl Slot {
+    fn new(binding: Binding) -> Self {
+        Slot {
+            binding,
+            used: AtomicBool::new(true),
+        }
+    }
+
+    fn touch(&self) {
+        if !self.used.load(Ordering::Relaxed) {
+            self.used.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 /// The embedded store. Cheap to share: wrap it in an `Arc`.
 pub struct MemoryStore {
-    map: papaya::HashMap<SessionId, Binding, RandomState>,
+    map: papaya::HashMap<SessionId, Slot, RandomState>,
     /// One `Arc<str>` per distinct service or node name, shared by every
     /// binding that names it (held twice here: as key and as value, since
     /// papaya's sets cannot hand back the stored key on insert).
     names: papaya::HashMap<Arc<str>, Arc<str>, RandomState>,
     max_sessions: AtomicUsize,
-    rejected: AtomicU64,
+    /// Bindings evicted to make room, since start.
+    evicted: AtomicU64,
+    /// Where the eviction hand stopped (a position in the map's order).
+    hand: AtomicUsize,
+    /// A writer is moving the hand.
+    evicting: AtomicBool,
+    /// The latest `now` a `get` was asked about: lets a pass tell expired
+    /// bindings from idle ones (`put` takes no clock).
+    last_now: AtomicU64,
 }
 
 impl MemoryStore {
@@ -53,7 +102,10 @@ impl MemoryStore {
             map: papaya::HashMap::with_hasher(RandomState::new()),
             names: papaya::HashMap::with_hasher(RandomState::new()),
             max_sessions: AtomicUsize::new(max_sessions),
-            rejected: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+            hand: AtomicUsize::new(0),
+            evicting: AtomicBool::new(false),
+            last_now: AtomicU64::new(0),
         }
     }
 
@@ -61,8 +113,8 @@ impl MemoryStore {
         self.max_sessions.load(Ordering::Relaxed)
     }
 
-    /// Changes the bound (on reload). Lowering it evicts nothing: new
-    /// sessions are refused until expiry brings the count under it.
+    /// Changes the bound (on reload). Lowering it evicts nothing at once:
+    /// the next new session's pass evicts down to it.
     pub fn set_max_sessions(&self, max_sessions: usize) {
         self.max_sessions.store(max_sessions, Ordering::Relaxed);
     }
@@ -116,7 +168,7 @@ impl MemoryStore {
     /// Stores `binding` for `id` only when `replace(current)` says so, in one
     /// atomic step (a concurrent `put` is either seen by `replace` or comes
     /// after); whether it was stored. `current` includes an expired binding
-    /// not swept yet. A new id past `max_sessions` is refused and counted.
+    /// not swept yet. A new id past `max_sessions` makes room first.
     pub(crate) fn put_if(
         &self,
         id: SessionId,
@@ -127,40 +179,78 @@ impl MemoryStore {
         binding.node = self.intern(&binding.node);
         let map = self.map.pin();
         let max = self.max_sessions();
-        let full = map.len() >= max;
-        let mut refused_full = false;
+        if map.len() >= max && !map.contains_key(&id) {
+            self.make_room(max);
+        }
         let done = map.compute(id, |cur| {
-            let cur = cur.map(|(_, b)| b);
-            if cur.is_none() && full {
-                refused_full = true;
-                return papaya::Operation::Abort(());
-            }
-            if replace(cur) {
-                papaya::Operation::Insert(binding.clone())
+            if replace(cur.map(|(_, s)| &s.binding)) {
+                papaya::Operation::Insert(Slot::new(binding.clone()))
             } else {
                 papaya::Operation::Abort(())
             }
         });
-        let stored = !matches!(done, papaya::Compute::Aborted(()));
-        if refused_full {
-            self.reject_full(max);
-        }
-        stored
+        !matches!(done, papaya::Compute::Aborted(()))
     }
 
     /// Inserts without interning or bound checks (load, which has done both).
     fn insert_raw(&self, id: SessionId, binding: Binding) {
-        self.map.pin().insert(id, binding);
+        self.map.pin().insert(id, Slot::new(binding));
     }
 
-    fn reject_full(&self, max: usize) {
-        let n = self.rejected.fetch_add(1, Ordering::Relaxed) + 1;
-        if n.is_power_of_two() {
-            tracing::warn!(
-                max_sessions = max,
-                rejected_total = n,
-                "session store full: new session not stored (it stays unbound until expiry frees room)"
-            );
+    /// One pass of the CLOCK hand, freeing room for at least one new
+    /// binding (a batch, in fact; see the module docs). Returns at once if
+    /// another writer is already making room.
+    fn make_room(&self, max: usize) {
+        if self.evicting.swap(true, Ordering::Acquire) {
+            return;
+        }
+        let map = self.map.pin();
+        let len = map.len();
+        let batch = (max / 256).clamp(1, 4096);
+        let target = (len + batch).saturating_sub(max);
+        let now = self.last_now.load(Ordering::Relaxed);
+        let start = self.hand.load(Ordering::Relaxed);
+        // From the hand to the end, then round again twice: the first
+        // revolution may only clear bits.
+        let order = map
+            .iter()
+            .enumerate()
+            .skip(start)
+            .chain(map.iter().enumerate())
+            .chain(map.iter().enumerate())
+            .take(2 * len + 1);
+        let (mut freed, mut evicted, mut stop) = (0, 0u64, start);
+        for (i, (id, slot)) in order {
+            stop = i + 1;
+            if !slot.binding.is_live(now) {
+                let gone = map.remove_if(id, |_, s| !s.binding.is_live(now));
+                freed += usize::from(matches!(gone, Ok(Some(_))));
+            } else if slot.used.load(Ordering::Relaxed) {
+                slot.used.store(false, Ordering::Relaxed);
+            } else if matches!(
+                map.remove_if(id, |_, s| !s.used.load(Ordering::Relaxed)),
+                Ok(Some(_))
+            ) {
+                freed += 1;
+                evicted += 1;
+            }
+            if freed >= target {
+                break;
+            }
+        }
+        self.hand.store(stop, Ordering::Relaxed);
+        self.evicting.store(false, Ordering::Release);
+        if evicted > 0 {
+            let before = self.evicted.fetch_add(evicted, Ordering::Relaxed);
+            let after = before + evicted;
+            // Logged when the total crosses a power of two.
+            if before == 0 || after.ilog2() > before.ilog2() {
+                tracing::warn!(
+                    max_sessions = max,
+                    evicted_total = after,
+                    "session store full: least recently used sessions evicted to bind new ones"
+                );
+            }
         }
     }
 }
@@ -176,27 +266,32 @@ impl std::fmt::Debug for MemoryStore {
         f.debug_struct("MemoryStore")
             .field("len", &self.map.len())
             .field("max_sessions", &self.max_sessions())
-            .field("full_rejections", &self.rejected.load(Ordering::Relaxed))
+            .field("evictions", &self.evicted.load(Ordering::Relaxed))
             .finish()
     }
 }
 
 impl SessionStore for MemoryStore {
     fn get(&self, id: &SessionId, now: u64) -> Option<Binding> {
+        // Written about once a second, not once a read.
+        if self.last_now.load(Ordering::Relaxed) < now {
+            self.last_now.store(now, Ordering::Relaxed);
+        }
         let map = self.map.pin();
-        map.get(id).filter(|b| b.is_live(now)).cloned()
+        let slot = map.get(id).filter(|s| s.binding.is_live(now))?;
+        slot.touch();
+        Some(slot.binding.clone())
     }
 
     fn put(&self, id: SessionId, mut binding: Binding) {
+        binding.service = self.intern(&binding.service);
+        binding.node = self.intern(&binding.node);
         let map = self.map.pin();
         let max = self.max_sessions();
         if map.len() >= max && !map.contains_key(&id) {
-            self.reject_full(max);
-            return;
+            self.make_room(max);
         }
-        binding.service = self.intern(&binding.service);
-        binding.node = self.intern(&binding.node);
-        map.insert(id, binding);
+        map.insert(id, Slot::new(binding));
     }
 
     fn remove(&self, id: &SessionId) -> bool {
@@ -206,8 +301,13 @@ impl SessionStore for MemoryStore {
     fn sweep(&self, now: u64) -> usize {
         let map = self.map.pin();
         let mut dropped = 0;
-        for (id, b) in map.iter() {
-            if !b.is_live(now) && matches!(map.remove_if(id, |_, b| !b.is_live(now)), Ok(Some(_))) {
+        for (id, s) in map.iter() {
+            if !s.binding.is_live(now)
+                && matches!(
+                    map.remove_if(id, |_, s| !s.binding.is_live(now)),
+                    Ok(Some(_))
+                )
+            {
                 dropped += 1;
             }
         }
@@ -227,18 +327,18 @@ impl SessionStore for MemoryStore {
     fn bindings_to(&self, service: &str, node: &str) -> usize {
         let map = self.map.pin();
         map.values()
-            .filter(|b| &*b.node == node && &*b.service == service)
+            .filter(|s| &*s.binding.node == node && &*s.binding.service == service)
             .count()
     }
 
     fn for_each(&self, visit: &mut dyn FnMut(&SessionId, &Binding)) {
         let map = self.map.pin();
-        for (id, b) in map.iter() {
-            visit(id, b);
+        for (id, s) in map.iter() {
+            visit(id, &s.binding);
         }
     }
 
-    fn full_rejections(&self) -> u64 {
-        self.rejected.load(Ordering::Relaxed)
+    fn evictions(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
     }
 }

@@ -315,8 +315,8 @@ impl SessionStore for RedisStore {
         self.shared.cache.for_each(visit);
     }
 
-    fn full_rejections(&self) -> u64 {
-        self.shared.cache.full_rejections()
+    fn evictions(&self) -> u64 {
+        self.shared.cache.evictions()
     }
 
     fn fetch(&self, id: &SessionId) -> Option<FetchFuture> {

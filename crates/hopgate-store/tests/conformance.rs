@@ -79,31 +79,77 @@ fn works_as_trait_object() {
 }
 
 #[test]
-fn full_store_rejects_new_ids_but_updates_existing_ones() {
-    let s = MemoryStore::new(3);
-    for i in 0..3 {
+fn a_full_store_evicts_the_least_recently_used() {
+    let s = MemoryStore::new(8);
+    for i in 0..8 {
         s.put(id(i), Binding::new("api", "a", NOW, NOW + 60));
     }
-    s.put(id(3), Binding::new("api", "a", NOW, NOW + 60));
-    assert_eq!(s.get(&id(3), NOW), None, "new id stored past the bound");
-    assert_eq!(s.full_rejections(), 1);
-    assert_eq!(s.len(), 3);
-    // An existing session can still hop.
+    assert_eq!(s.evictions(), 0);
+    // A new user still gets a binding; one old one makes room.
+    s.put(id(8), Binding::new("api", "a", NOW, NOW + 60));
+    assert!(s.get(&id(8), NOW).is_some(), "the new session is bound");
+    assert_eq!((s.len(), s.evictions()), (8, 1));
+    // Sessions that keep being read survive every later eviction; idle
+    // ones go.
+    let hot: Vec<u64> = (0..4).filter(|i| s.get(&id(*i), NOW).is_some()).collect();
+    assert!(hot.len() >= 3, "{hot:?}");
+    for new in 9..13 {
+        for h in &hot {
+            assert!(s.get(&id(*h), NOW).is_some(), "hot session {h} evicted");
+        }
+        s.put(id(new), Binding::new("api", "a", NOW, NOW + 60));
+        assert!(s.get(&id(new), NOW).is_some());
+    }
+    assert_eq!((s.len(), s.evictions()), (8, 5));
+    for h in &hot {
+        assert!(s.get(&id(*h), NOW).is_some(), "hot session {h} evicted");
+    }
+    // Updates of existing ids never evict.
     let mut hopped = Binding::new("api", "b", NOW, NOW + 60);
     hopped.hops = 1;
-    s.put(id(0), hopped.clone());
-    assert_eq!(s.get(&id(0), NOW), Some(hopped));
-    assert_eq!(s.full_rejections(), 1);
-    // Expiry makes room once swept.
-    s.put(id(1), Binding::new("api", "a", NOW, NOW + 1));
-    assert_eq!(s.sweep(NOW + 1), 1);
-    s.put(id(3), Binding::new("api", "a", NOW, NOW + 60));
-    assert!(s.get(&id(3), NOW).is_some());
-    // Raising the bound takes effect at once.
+    s.put(id(hot[0]), hopped.clone());
+    assert_eq!(s.get(&id(hot[0]), NOW), Some(hopped));
+    assert_eq!(s.evictions(), 5);
+    // Expired bindings make room without counting as evictions.
+    let t = NOW + 100;
+    assert!(s.get(&id(hot[0]), t).is_none(), "expired");
+    s.put(id(100), Binding::new("api", "a", t, t + 60));
+    assert_eq!(s.evictions(), 5, "an expired binding is not an eviction");
+    assert!(s.get(&id(100), t).is_some());
+    // Raising the bound takes effect at once; lowering it evicts down to
+    // it on the next new session.
     s.set_max_sessions(10);
-    s.put(id(4), Binding::new("api", "a", NOW, NOW + 60));
-    assert!(s.get(&id(4), NOW).is_some());
+    s.put(id(101), Binding::new("api", "a", t, t + 60));
     assert_eq!(s.max_sessions(), 10);
+    s.set_max_sessions(1);
+    s.put(id(102), Binding::new("api", "a", t, t + 60));
+    assert!(s.len() <= 2, "{}", s.len());
+    assert!(s.get(&id(102), t).is_some());
+}
+
+#[test]
+fn concurrent_inserts_into_a_full_store_stay_near_the_bound() {
+    let s = Arc::new(MemoryStore::new(1000));
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let s = Arc::clone(&s);
+            std::thread::spawn(move || {
+                for i in 0..5_000u64 {
+                    let k = id(t * 1_000_000 + i);
+                    s.put(k, Binding::new("api", "a", NOW, NOW + 60));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // Inserts that raced a pass overshot the bound; the next pass takes
+    // the store back under it (and the newcomer is bound).
+    s.put(id(u64::MAX), Binding::new("api", "a", NOW, NOW + 60));
+    assert!(s.get(&id(u64::MAX), NOW).is_some());
+    assert!(s.len() <= 1000, "{}", s.len());
+    assert_eq!(s.evictions(), 20_001 - s.len() as u64);
 }
 
 #[test]

@@ -381,7 +381,7 @@ impl Gateway {
             loop {
                 tokio::select! {
                     n = maint_rx.recv() => match n {
-                        Some(n) => { let _ = m.intake(n); }
+                        Some(n) => { let _ = m.intake_in_band(n); }
                         None => return,
                     },
                     _ = stop.wait_for(|s| *s) => return,

@@ -140,8 +140,28 @@ pub struct RawService {
     /// What draining a node does to its sessions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<RawDrain>,
+    /// Whether (and within which bounds) the service's nodes may announce
+    /// maintenance in a `Hop-Maintenance` response header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<RawServiceMaintenance>,
     #[serde(default)]
     pub nodes: Vec<RawNode>,
+}
+
+/// `services[].maintenance`: the in-band `Hop-Maintenance` header of one
+/// service's backends. Off unless `in_band: true`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServiceMaintenance {
+    /// Act on `Hop-Maintenance` response headers (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_band: Option<bool>,
+    /// Where a MOVING `to=` may point (default: nowhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_to_cidrs: Option<Vec<String>>,
+    /// Largest step of `seq` above the last one seen for the node (default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_seq_jump: Option<Text>,
 }
 
 /// Key for consistent hashing: exactly one of the fields.

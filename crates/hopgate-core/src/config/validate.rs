@@ -23,6 +23,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use super::{Config, ConfigError, RawConfig};
 
 mod edge;
+mod maintenance_guard;
 mod resilience;
 mod routes;
 mod services;

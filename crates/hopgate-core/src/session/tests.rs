@@ -30,9 +30,80 @@ fn mint_then_verify_round_trips() {
         Token {
             id: sid,
             issued_at: NOW,
-            rotated: false
+            rotated: false,
+            hint: None,
         }
     );
+}
+
+#[test]
+fn hinted_tokens_carry_the_node_and_old_ones_still_verify() {
+    let k = keys();
+    let sid = SessionId::random();
+    let hint = node_hint("api", "api-2");
+    assert_ne!(hint, node_hint("api", "api-1"));
+    assert_ne!(
+        node_hint("ap", "iapi-2"),
+        hint,
+        "the separator keeps service and node apart"
+    );
+    let token = mint_hinted(&k, sid, NOW, hint);
+    assert_eq!(token.len(), HINTED_TOKEN_LEN);
+    let t = verify(&k, &token, NOW, TTL).expect("valid token");
+    assert_eq!(
+        (t.id, t.issued_at, t.hint, t.rotated),
+        (sid, NOW, Some(hint), false)
+    );
+    // Layout: version 2, id, time, hint, MAC over all of them.
+    let raw = raw_of(&token);
+    assert_eq!(raw.len(), 65);
+    assert_eq!(raw[0], HINTED_TOKEN_VERSION);
+    assert_eq!(&raw[25..33], &hint.to_be_bytes());
+    // A v1 token (no hint) still verifies.
+    let old = mint(&k, sid, NOW);
+    assert_eq!(verify(&k, &old, NOW, TTL).unwrap().hint, None);
+    // The hint is signed: changing it breaks the signature.
+    let mut forged = raw.clone();
+    forged[30] ^= 1;
+    assert_eq!(
+        verify(&k, &URL_SAFE_NO_PAD.encode(&forged), NOW, TTL),
+        Err(TokenError::BadSignature)
+    );
+    // A version byte that does not match the length is malformed.
+    let mut wrong = raw.clone();
+    wrong[0] = TOKEN_VERSION;
+    assert_eq!(
+        verify(&k, &URL_SAFE_NO_PAD.encode(&wrong), NOW, TTL),
+        Err(TokenError::Malformed)
+    );
+    let mut wrong = raw_of(&old);
+    wrong[0] = HINTED_TOKEN_VERSION;
+    assert_eq!(
+        verify(&k, &URL_SAFE_NO_PAD.encode(&wrong), NOW, TTL),
+        Err(TokenError::Malformed)
+    );
+}
+
+#[test]
+fn a_rotated_key_keeps_the_hint() {
+    let old = SessionKeys::from_secrets(b"old secret, at least thirty-two bytes", &[]);
+    let new = SessionKeys::from_secrets(
+        b"new secret, at least thirty-two bytes",
+        &[b"old secret, at least thirty-two bytes"],
+    );
+    let sid = SessionId::random();
+    let token = mint_hinted(&old, sid, NOW, 42);
+    let t = verify(&new, &token, NOW, TTL).expect("previous key verifies");
+    assert!(t.rotated);
+    assert_eq!(t.hint, Some(42));
+    let again = remint(&new, &t);
+    let t2 = verify(&new, &again, NOW, TTL).unwrap();
+    assert_eq!(
+        (t2.id, t2.issued_at, t2.hint, t2.rotated),
+        (sid, NOW, Some(42), false)
+    );
+    let plain = Token { hint: None, ..t };
+    assert_eq!(remint(&new, &plain).len(), TOKEN_LEN);
 }
 
 #[test]

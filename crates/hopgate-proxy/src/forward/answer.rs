@@ -69,7 +69,7 @@ pub(super) fn answer(
     let rf = scan_response(resp.headers());
     if rf.maintenance {
         if let Some(v) = resp.headers_mut().remove(&HOP_MAINTENANCE) {
-            fwd.maintenance_header(svc, node, &v);
+            fwd.maintenance_header(svc, node, &v, flight.carried_maintenance);
         }
     }
     let on_upstream = (status == 101 && upgrade.is_some()).then(|| hyper::upgrade::on(&mut resp));
@@ -90,6 +90,7 @@ pub(super) fn answer(
                 key: k,
                 client: cs,
                 prior: flight.prior.as_ref(),
+                hinted: flight.hinted,
                 hop,
                 status,
                 now_unix: flight.now_unix,
@@ -135,10 +136,34 @@ pub(super) fn answer(
 }
 
 impl Forwarder {
-    /// A backend announced maintenance in a response header: parse it and
-    /// hand it to the control plane's intake (never blocks; a malformed or
-    /// undeliverable notification is counted and dropped whole).
-    fn maintenance_header(&self, svc: &CompiledService, node: &CompiledNode, value: &HeaderValue) {
+    /// A backend announced maintenance in a response header: unless the
+    /// service does not take in-band notices (`maintenance.in_band`, off by
+    /// default) or the request itself carried `Hop-Maintenance` (the answer
+    /// may be a reflection of it), parse it and hand it to the control
+    /// plane's intake, which applies the service's `seq` and `to=` bounds.
+    /// Never blocks; an ignored, malformed or undeliverable notification is
+    /// counted and dropped whole.
+    fn maintenance_header(
+        &self,
+        svc: &CompiledService,
+        node: &CompiledNode,
+        value: &HeaderValue,
+        carried: bool,
+    ) {
+        if !svc.maintenance.in_band {
+            METRICS
+                .maintenance_in_band_off
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(service = %svc.name, node = %node.id, "Hop-Maintenance ignored: the service does not take in-band notices (maintenance.in_band)");
+            return;
+        }
+        if carried {
+            METRICS
+                .maintenance_request_carried
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(service = %svc.name, node = %node.id, "Hop-Maintenance ignored: the request carried one too (a reflection is never trusted)");
+            return;
+        }
         let parsed = value
             .to_str()
             .map_err(|_| "not text".to_owned())
@@ -169,6 +194,8 @@ struct SessionOutcome<'a> {
     key: &'a SessionId,
     client: &'a ClientSession,
     prior: Option<&'a Binding>,
+    /// `prior` came from the token's node hint, not from the store.
+    hinted: bool,
     hop: Option<&'a PendingHop>,
     status: u16,
     now_unix: u64,
@@ -195,7 +222,15 @@ fn settle_session(o: SessionOutcome<'_>, headers: &mut HeaderMap) {
     let stale = o
         .prior
         .is_some_and(|b| b.expires_at.saturating_sub(o.now_unix) < ttl / 2);
-    if o.status < 500 && (moved || context.is_some() || stale || o.client.issue) {
+    // Lazy binding: a session new with this request is stored only when
+    // its client comes back with the token (which names this node), or
+    // when the backend gave it a context to keep. A client that never
+    // returns a token costs the store nothing.
+    let lazy = !o.client.known && context.is_none();
+    if o.status < 500
+        && !lazy
+        && (moved || context.is_some() || stale || o.client.issue || o.hinted)
+    {
         let mut b = Binding::new(
             Arc::clone(&o.svc.shared_name),
             Arc::clone(&o.node.shared_id),
@@ -230,9 +265,22 @@ fn settle_session(o: SessionOutcome<'_>, headers: &mut HeaderMap) {
         });
     }
     if o.client.issue {
-        if let Some(c) = session::set_cookie(o.cfg, &o.client.token, o.secure) {
+        // A new session's token names the node that answered (the token
+        // that node was sent), so the client's next request comes back to
+        // it (and binds there, if it is not bound yet).
+        let hinted_token = (!o.client.known).then(|| {
+            session::first_token(
+                &o.sessions.keys,
+                o.client,
+                o.now_unix,
+                &o.svc.name,
+                &o.node.id,
+            )
+        });
+        let token = hinted_token.as_ref().unwrap_or(&o.client.token);
+        if let Some(c) = session::set_cookie(o.cfg, token, o.secure) {
             headers.append(http::header::SET_COOKIE, c);
         }
-        headers.insert(o.cfg.header.clone(), o.client.token.clone());
+        headers.insert(o.cfg.header.clone(), token.clone());
     }
 }

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::header::{HeaderValue, HOST};
+use http::header::{HeaderName, HeaderValue, HOST};
 use http::uri::{PathAndQuery, Scheme};
 use http::{Request, Uri, Version};
 
@@ -28,6 +28,8 @@ use crate::body::ProxyBody;
 use crate::headers::{HOP_SESSION_CONTEXT, X_HOP_FROM, X_UPSTREAM_ADDR};
 use crate::metrics::METRICS;
 use crate::pool::{Pool, PoolSettings};
+use crate::session;
+use hopgate_core::session::SessionKeys;
 
 /// Most nodes one request remembers having tried (`retries.attempts` is at
 /// most 10).
@@ -130,9 +132,12 @@ pub(super) fn spend(svc: &CompiledService, sent: usize, last_resort: bool) -> bo
 
 /// Step 4: the upstream request for one attempt on `node`: re-targeted,
 /// with `X-Upstream-Addr` for a moved node (`moved`: its moved-to address,
-/// read once per attempt, the one the send goes to) and `X-Hop-From` /
-/// `Hop-Session-Context` when the session hops to it. By value in and out,
-/// so the request's future never holds a borrowed copy across the send.
+/// read once per attempt, the one the send goes to), `X-Hop-From` /
+/// `Hop-Session-Context` when the session hops to it, and for a session
+/// new with this request (`sessions`: its keys and header) the token that
+/// names `node`, the one the client gets if `node` answers. By value in
+/// and out, so the request's future never holds a borrowed copy across the
+/// send.
 pub(super) fn for_node(
     mut request: Request<ProxyBody>,
     node: &CompiledNode,
@@ -140,8 +145,17 @@ pub(super) fn for_node(
     flight: &Flight,
     hop: Option<&PendingHop>,
     moved: Option<SocketAddr>,
+    sessions: Option<(&SessionKeys, &HeaderName)>,
 ) -> Request<ProxyBody> {
     retarget(&mut request, node, svc);
+    if let (Some((keys, header)), Some(cs)) = (sessions, &flight.client_session) {
+        if !cs.known {
+            request.headers_mut().insert(
+                header.clone(),
+                session::first_token(keys, cs, flight.now_unix, &svc.name, &node.id),
+            );
+        }
+    }
     if let Some(moved) = moved {
         if let Ok(v) = HeaderValue::from_str(&moved.to_string()) {
             request.headers_mut().insert(X_UPSTREAM_ADDR.clone(), v);

@@ -80,9 +80,15 @@ pub(super) struct Flight {
     pub(super) now_unix: u64,
     /// The session's binding in this service, if it had one.
     pub(super) prior: Option<Binding>,
+    /// `prior` is not stored: it was made from the token's node hint, and
+    /// the answer stores it.
+    pub(super) hinted: bool,
     /// The client's request came over TLS, or a trusted proxy said so
     /// (`X-Forwarded-Proto: https`).
     pub(super) https: bool,
+    /// The client sent `Hop-Maintenance` (stripped): a `Hop-Maintenance`
+    /// in the answer may be its reflection and is never acted on.
+    pub(super) carried_maintenance: bool,
 }
 
 /// What [`Forwarder::plan`] decided.
@@ -226,6 +232,7 @@ impl Forwarder {
             .as_ref()
             .map(|cs| session::binding_key(&cs.id, &svc.name));
         let mut fetch = None;
+        let mut hinted = false;
         let stick = match (sessions, &key) {
             (Some(s), Some(k)) => match s.store.get(k, now_unix) {
                 Some(b) => session::stickiness(snap, route_idx, svc, Some(b), now),
@@ -234,10 +241,21 @@ impl Forwarder {
                     // token: a shared store may hold its binding (minted on
                     // another replica, not propagated yet). Asked before the
                     // first attempt; a fresh session has nothing to find.
-                    if client_session.as_ref().is_some_and(|c| c.known) {
+                    let cs = client_session.as_ref().filter(|c| c.known);
+                    if cs.is_some() {
                         fetch = s.store.fetch(k);
                     }
-                    Stickiness::Unbound
+                    // Not bound yet (bindings are made when a client comes
+                    // back): its token names the node of its first answer.
+                    match cs
+                        .and_then(|c| session::hinted_binding(svc, c, now_unix, scfg.ttl.as_secs()))
+                    {
+                        Some(b) => {
+                            hinted = true;
+                            session::stickiness(snap, route_idx, svc, Some(b), now)
+                        }
+                        None => Stickiness::Unbound,
+                    }
                 }
             },
             _ => Stickiness::Unbound,
@@ -307,7 +325,9 @@ impl Forwarder {
                 key,
                 now_unix,
                 prior,
+                hinted,
                 https,
+                carried_maintenance: facts.carries_maintenance(),
             },
             now,
             sticky,
@@ -356,6 +376,7 @@ pub(super) fn adopt_fetched(
     let (s, prior, h) = stuck(stick);
     *sticky = s;
     flight.prior = prior;
+    flight.hinted = false;
     *hop = h;
 }
 

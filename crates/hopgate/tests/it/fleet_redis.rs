@@ -78,19 +78,28 @@ async fn a_session_and_its_hop_are_shared_by_every_replica() {
     let (_b, svc) = three_nodes().await;
     let a = replica(&redis, &svc).await;
     let b = replica(&redis, &svc).await;
-    // Minted on A.
+    // Minted on A. Not bound anywhere yet (bindings are made when the
+    // client comes back), but its token names the node.
     let r = client().get(a.url("/")).send().await.unwrap();
     let token = r.headers()["hop-session"].to_str().unwrap().to_owned();
     let bound = json(r).await["node"].as_str().unwrap().to_owned();
-    // B learns of it within 1 s, then routes it to the same node.
-    let took = binding_shows(&b, &token, &bound, 0, Duration::from_secs(1)).await;
-    eprintln!("binding on B after {took:?}");
+    // The client comes back through B: B sends it to the same node from
+    // the token alone, and binds it there.
+    assert_eq!(
+        node_via(&b, &token).await,
+        bound,
+        "B routes the new session to the node of its first answer"
+    );
+    // A learns of the binding within 1 s, and both keep the session there.
+    let took = binding_shows(&a, &token, &bound, 0, Duration::from_secs(1)).await;
+    eprintln!("binding on A after {took:?}");
     for _ in 0..5 {
         assert_eq!(
             node_via(&b, &token).await,
             bound,
             "B routes the session to its node"
         );
+        assert_eq!(node_via(&a, &token).await, bound);
     }
     // A drain on A makes it hop there; B shows the hop within 1 s.
     let r = client()
@@ -190,7 +199,9 @@ async fn killing_redis_under_load_fails_no_request() {
 /// picks. `GET /admin/v1/fleet` shows the store connected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_unknown_here_is_looked_up_in_redis_before_binding() {
-    use hopgate_core::session::{binding_key, mint, unix_now, SessionId, SessionKeys};
+    use hopgate_core::session::{
+        binding_key, mint, mint_hinted, node_hint, unix_now, SessionId, SessionKeys,
+    };
 
     let redis = RedisServer::start();
     let (_b, svc) = three_nodes().await;
@@ -200,10 +211,16 @@ async fn a_session_unknown_here_is_looked_up_in_redis_before_binding() {
     assert!(gw.metrics().await.contains("hopgate_fleet_redis_up 1"));
 
     let keys = SessionKeys::from_secrets(SECRET.as_bytes(), &[]);
-    for node in ["n0", "n1", "n2", "n1", "n0"] {
+    for (i, node) in ["n0", "n1", "n2", "n1", "n0"].into_iter().enumerate() {
         let id = SessionId::random();
         let now = unix_now();
-        let token = mint(&keys, id, now);
+        // Half of them with a token naming n2 as their first node: what the
+        // shared store holds (the session moved since) wins over the hint.
+        let token = if i % 2 == 0 {
+            mint_hinted(&keys, id, now, node_hint("s", "n2"))
+        } else {
+            mint(&keys, id, now)
+        };
         let key = format!("hopgate:s:{}", binding_key(&id, "s"));
         let out = std::process::Command::new("redis-cli")
             .args(["-p", &redis.port.to_string(), "HSET", &key])

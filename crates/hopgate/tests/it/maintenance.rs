@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::harness::{client, config, json, service, session_served_by, Backend, Gateway};
 
-async fn notify(gw: &Gateway, body: serde_json::Value) -> (u16, serde_json::Value) {
+pub(crate) async fn notify(gw: &Gateway, body: serde_json::Value) -> (u16, serde_json::Value) {
     let r = client()
         .post(gw.admin_url("/admin/v1/maintenance"))
         .json(&body)
@@ -18,7 +18,7 @@ async fn notify(gw: &Gateway, body: serde_json::Value) -> (u16, serde_json::Valu
     (status, r.json().await.unwrap())
 }
 
-async fn node(gw: &Gateway, id: &str) -> serde_json::Value {
+pub(crate) async fn node(gw: &Gateway, id: &str) -> serde_json::Value {
     let v: serde_json::Value = gw.admin_json("/admin/v1/nodes").await;
     v["nodes"]
         .as_array()
@@ -29,7 +29,17 @@ async fn node(gw: &Gateway, id: &str) -> serde_json::Value {
         .unwrap()
 }
 
-fn cfg(services: &str, extra: &str) -> String {
+/// `svc` (one [`service`] entry) taking in-band `Hop-Maintenance` notices,
+/// with more `services[].maintenance` fields in `fields` (", a: b").
+pub(crate) fn in_band(svc: &str, fields: &str) -> String {
+    svc.replacen(
+        "    nodes:\n",
+        &format!("    maintenance: {{ in_band: true{fields} }}\n    nodes:\n"),
+        1,
+    )
+}
+
+pub(crate) fn cfg(services: &str, extra: &str) -> String {
     config(
         services,
         "  - { id: r, match: { path_prefix: / }, service: s }",
@@ -129,7 +139,8 @@ async fn relaxed_timeouts_dedup_and_malformed_input() {
 #[tokio::test]
 async fn a_backend_header_announces_maintenance_and_is_stripped() {
     let a = Backend::start("a").await;
-    let gw = Gateway::start(&cfg(&service("s", &[("a", a.addr, "")]), "")).await;
+    // In-band notices are opt-in per service.
+    let gw = Gateway::start(&cfg(&in_band(&service("s", &[("a", a.addr, "")]), ""), "")).await;
     let c = client();
     let r = c
         .get(gw.url("/x?maint=FAILING_OVER%20seq%3D4"))

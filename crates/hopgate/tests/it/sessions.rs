@@ -233,6 +233,8 @@ async fn forged_tampered_expired_and_garbage_tokens_are_replaced_and_counted() {
     let gw = gateway(&svc, "", &[]).await;
     let (bound, headers, _) = get(&gw, "/", None).await;
     let token = issued(&headers).unwrap();
+    // Bound when the client comes back with its token.
+    assert_eq!(get(&gw, "/", Some(&token)).await.0, bound);
     let sid: serde_json::Value = gw.admin_json(&format!("/admin/v1/sessions/{token}")).await;
     let id: SessionId = sid["session"].as_str().unwrap().parse().unwrap();
     let forged = mint(&SessionKeys::from_secrets(b"attacker-key", &[]), id, now());
@@ -294,6 +296,8 @@ async fn bindings_survive_a_restart_and_rotated_keys_are_honoured() {
     let mut gw = Gateway::start_with_env(&yaml(""), &[("HG_SECRET", OLD_SECRET)]).await;
     let (bound, headers, _) = get(&gw, "/", None).await;
     let token = issued(&headers).unwrap();
+    // Bound when the client comes back with its token.
+    assert_eq!(get(&gw, "/", Some(&token)).await.0, bound);
     gw.sigterm();
     assert_eq!(gw.wait().await, Some(0));
     drop(gw);

@@ -1685,6 +1685,7 @@ fn nasty_values_never_panic() {
                     mode: Some(s.into()),
                     deadline: t(),
                 }),
+                maintenance: None,
                 nodes: vec![RawNode {
                     id: s.into(),
                     address: s.into(),
@@ -1839,6 +1840,7 @@ fn random_documents_never_panic() {
                 outlier: None,
                 circuit: None,
                 drain: None,
+                maintenance: None,
                 nodes: vec![RawNode {
                     id: v(),
                     address: v(),
