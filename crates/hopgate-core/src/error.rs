@@ -58,6 +58,12 @@ pub enum ErrorKind {
     /// A gRPC request routed to a service that speaks HTTP/1.1 to its
     /// backends (no `protocol: http2`).
     GrpcNeedsHttp2,
+    /// The node has `pool.max_connections` open and `pool.max_pending`
+    /// requests already waiting for one. Not sent; load, not a failure.
+    PoolQueueFull,
+    /// No connection to the node became free within `pool.queue_timeout`.
+    /// Not sent; load, not a failure.
+    PoolQueueTimeout,
     /// hopgate is shutting down.
     ShuttingDown,
 }
@@ -68,7 +74,10 @@ impl ErrorKind {
         match self {
             ErrorKind::NoRoute => 404,
             ErrorKind::Forbidden => 403,
-            ErrorKind::NoLiveNode | ErrorKind::ShuttingDown => 503,
+            ErrorKind::NoLiveNode
+            | ErrorKind::ShuttingDown
+            | ErrorKind::PoolQueueFull
+            | ErrorKind::PoolQueueTimeout => 503,
             ErrorKind::ConnectFailed
             | ErrorKind::ConnectionLost
             | ErrorKind::UpstreamReset
@@ -89,7 +98,9 @@ impl ErrorKind {
             ErrorKind::NoRoute
             | ErrorKind::NoLiveNode
             | ErrorKind::ShuttingDown
-            | ErrorKind::GrpcNeedsHttp2 => Side::Gateway,
+            | ErrorKind::GrpcNeedsHttp2
+            | ErrorKind::PoolQueueFull
+            | ErrorKind::PoolQueueTimeout => Side::Gateway,
             ErrorKind::Forbidden
             | ErrorKind::HeadersTooLarge
             | ErrorKind::UriTooLong
@@ -108,8 +119,18 @@ impl ErrorKind {
     pub fn not_sent(self) -> bool {
         matches!(
             self,
-            ErrorKind::ConnectFailed | ErrorKind::ConnectTimeout | ErrorKind::ConnectionLost
+            ErrorKind::ConnectFailed
+                | ErrorKind::ConnectTimeout
+                | ErrorKind::ConnectionLost
+                | ErrorKind::PoolQueueFull
+                | ErrorKind::PoolQueueTimeout
         )
+    }
+
+    /// True when the node was only busy (its connection limit and queue):
+    /// load, never charged to the node's health, breaker or outliers.
+    pub fn is_busy(self) -> bool {
+        matches!(self, ErrorKind::PoolQueueFull | ErrorKind::PoolQueueTimeout)
     }
 
     /// A short, stable reason phrase (used in bodies, logs and metrics).
@@ -134,6 +155,12 @@ impl ErrorKind {
             ErrorKind::MethodNotAllowed => "method not allowed",
             ErrorKind::GrpcNeedsHttp2 => {
                 "gRPC needs HTTP/2 to the backend: the service must set protocol: http2"
+            }
+            ErrorKind::PoolQueueFull => {
+                "backend busy: the node is at its connection limit and its queue is full"
+            }
+            ErrorKind::PoolQueueTimeout => {
+                "backend busy: no connection to the node became free in time"
             }
             ErrorKind::ShuttingDown => "gateway is shutting down",
         }
@@ -160,6 +187,8 @@ impl ErrorKind {
             ErrorKind::ClientTimeout => "client_timeout",
             ErrorKind::MethodNotAllowed => "method_not_allowed",
             ErrorKind::GrpcNeedsHttp2 => "grpc_needs_http2",
+            ErrorKind::PoolQueueFull => "pool_queue_full",
+            ErrorKind::PoolQueueTimeout => "pool_queue_timeout",
             ErrorKind::ShuttingDown => "shutting_down",
         }
     }

@@ -12,6 +12,15 @@
 //! backend ([`SendFailure::NotSent`] hands the request back untouched, so any
 //! method may be retried elsewhere).
 //!
+//! Admission (`pool.max_connections`, `max_pending`, `queue_timeout`) is
+//! [`crate::admission`]'s: a new connection needs a [`Permit`], which its
+//! driver holds until the connection ends (so a slot is freed whatever
+//! closes it: the backend, the idle timeout, an eviction, a drain's
+//! deadline); a request that finds every slot taken queues, and a
+//! connection given back while someone waits goes to the first waiter
+//! instead of the idle set. A full queue or a wait that timed out is
+//! [`SendFailure::NotSent`] with a busy kind: load, not the node's failure.
+//!
 //! Must not touch: routing, balancing, retry policy (the caller decides).
 //! The idle set is a lock-free queue and the registry of connection drivers
 //! (which a drain's deadline aborts) a lock-free map touched only when a
@@ -25,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use crossbeam_queue::ArrayQueue;
-use hopgate_core::config::UpstreamProtocol;
+use hopgate_core::config::{PoolLimits, UpstreamProtocol};
 use hopgate_core::error::{ErrorKind, ProxyError};
 use hopgate_core::snapshot::{CompiledService, Snapshot};
 use http::{Request, Response};
@@ -33,6 +42,7 @@ use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
+use crate::admission::{Admission, Entered, Grant, Permit, Rejected};
 use crate::body::ProxyBody;
 
 /// How a pool dials and keeps connections; read from the snapshot on every
@@ -45,6 +55,8 @@ pub struct PoolSettings {
     pub connect_timeout: Duration,
     /// Until the response head arrives.
     pub request_timeout: Duration,
+    /// Connections per node and the queue for them.
+    pub limits: PoolLimits,
 }
 
 impl PoolSettings {
@@ -59,6 +71,7 @@ impl PoolSettings {
             idle_timeout: svc.pool.idle_timeout,
             connect_timeout: t.connect,
             request_timeout: t.request,
+            limits: svc.pool.limits,
         }
     }
 
@@ -123,6 +136,14 @@ struct H2Conn {
     sender: http2::SendRequest<ProxyBody>,
 }
 
+/// What a pool hands to a request waiting in its queue, besides a slot.
+enum Handoff {
+    /// An HTTP/1.1 connection given back: reuse it.
+    H1(H1Conn),
+    /// A new shared HTTP/2 connection is up: look again.
+    H2,
+}
+
 /// Why a send failed, and whether the request may still be sent elsewhere.
 #[derive(Debug)]
 pub enum SendFailure {
@@ -147,6 +168,14 @@ pub struct PoolStats {
     pub dialed: u64,
     pub dial_failures: u64,
     pub generation: u64,
+    /// Requests waiting for a connection now.
+    pub queued: usize,
+    /// Requests that had to wait for a connection, ever.
+    pub queue_waits: u64,
+    /// Requests refused because `max_pending` were waiting already.
+    pub queue_full: u64,
+    /// Requests that waited `queue_timeout` in vain.
+    pub queue_timeouts: u64,
 }
 
 /// The connection pool of one node.
@@ -169,6 +198,8 @@ pub struct Pool {
     open: Arc<AtomicUsize>,
     dialed: AtomicU64,
     dial_failures: AtomicU64,
+    /// Connection slots and the queue of requests waiting for one.
+    admission: Admission<Handoff>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -198,11 +229,17 @@ impl Pool {
             open: Arc::new(AtomicUsize::new(0)),
             dialed: AtomicU64::new(0),
             dial_failures: AtomicU64::new(0),
+            admission: Admission::new(&PoolLimits::default()),
         }
     }
 
     pub fn stats(&self) -> PoolStats {
+        let a = self.admission.stats();
         PoolStats {
+            queued: a.queued,
+            queue_waits: a.waits,
+            queue_full: a.rejected_full,
+            queue_timeouts: a.rejected_timeout,
             open: self.open.load(Ordering::Relaxed),
             idle: self.idle.load().len(),
             dialed: self.dialed.load(Ordering::Relaxed),
@@ -266,15 +303,27 @@ impl Pool {
         addr: SocketAddr,
         settings: &PoolSettings,
     ) -> Result<(), ProxyError> {
+        self.admission.configure(&settings.limits);
         let generation = self.generation.load(Ordering::Relaxed);
+        let permit = match self.admit(settings.limits.queue_timeout).await? {
+            Grant::Slot(permit) => permit,
+            // A connection is free already: it stays warm for the next
+            // request (or the next waiter).
+            Grant::Handoff(Handoff::H1(conn)) => {
+                self.park(conn);
+                return Ok(());
+            }
+            Grant::Handoff(Handoff::H2) => return Ok(()),
+        };
         match settings.protocol {
             UpstreamProtocol::Http1 => {
-                let conn = self.dial_h1(addr, settings, generation).await?;
+                let conn = self.dial_h1(addr, settings, generation, permit).await?;
                 self.park(conn);
             }
             UpstreamProtocol::Http2 => {
-                let conn = self.dial_h2(addr, settings, generation).await?;
+                let conn = self.dial_h2(addr, settings, generation, permit).await?;
                 self.h2.store(Some(Arc::new(conn)));
+                self.wake_h2_waiters();
             }
         }
         Ok(())
@@ -295,6 +344,7 @@ impl Pool {
         s: &PoolSettings,
         now: Instant,
     ) -> Result<Response<ProxyBody>, SendFailure> {
+        self.admission.configure(&s.limits);
         if s.protocol == UpstreamProtocol::Http2 {
             return Box::pin(self.send_h2(addr, req, s)).await;
         }
@@ -319,17 +369,104 @@ impl Pool {
         Box::pin(self.dial_and_send_h1(addr, req, s)).await
     }
 
-    /// Puts an HTTP/1.1 connection in the idle set (closing it when the set
-    /// is full).
+    /// Gives an HTTP/1.1 connection to the first request waiting for one,
+    /// or puts it in the idle set (closing it when the set is full).
     fn park(&self, conn: H1Conn) {
-        conn.meta.set(ConnState::Idle);
-        let idle = IdleConn {
-            conn,
-            since: Instant::now(),
-        };
-        if let Err(rejected) = self.idle.load().push(idle) {
-            rejected.conn.meta.set(ConnState::Closed);
+        let mut conn = conn;
+        loop {
+            conn.meta.set(ConnState::Idle);
+            match self.admission.offer(Handoff::H1(conn)) {
+                Ok(()) => return,
+                Err(Handoff::H1(c)) => conn = c,
+                Err(Handoff::H2) => return,
+            }
+            let idle = IdleConn {
+                conn,
+                since: Instant::now(),
+            };
+            let queue = self.idle.load();
+            if let Err(rejected) = queue.push(idle) {
+                rejected.conn.meta.set(ConnState::Closed);
+                return;
+            }
+            // A request may have queued between the offer and the push;
+            // it looked at the idle set before this push or it is seen here.
+            if !self.admission.has_waiters() {
+                return;
+            }
+            match queue.pop() {
+                Some(idle) => conn = idle.conn,
+                None => return,
+            }
         }
+    }
+
+    /// A connection slot, or what the queue hands over instead; waits at
+    /// most `queue_timeout`. Counts and times the wait.
+    async fn admit(&self, queue_timeout: Duration) -> Result<Grant<Handoff>, ProxyError> {
+        match self.admission.enter() {
+            Ok(Entered::Now(permit)) => Ok(Grant::Slot(permit)),
+            Ok(Entered::Queued(ticket)) => {
+                let started = Instant::now();
+                let got = ticket.wait(queue_timeout).await;
+                crate::metrics::METRICS.queue_wait(started.elapsed());
+                got.map_err(busy)
+            }
+            Err(r) => Err(busy(r)),
+        }
+    }
+
+    /// An HTTP/1.1 connection to `addr` for a request that found no idle
+    /// one: a new one if a slot is free, else the first connection given
+    /// back or slot freed while it waits in the queue.
+    /// Says whether the connection was handed over (reused) or dialled.
+    async fn obtain_h1(
+        &self,
+        addr: SocketAddr,
+        s: &PoolSettings,
+    ) -> Result<(H1Conn, bool), ProxyError> {
+        let deadline = Instant::now() + s.limits.queue_timeout;
+        loop {
+            let generation = self.generation.load(Ordering::Relaxed);
+            let grant = match self.admission.enter().map_err(busy)? {
+                Entered::Now(permit) => Grant::Slot(permit),
+                Entered::Queued(ticket) => {
+                    // One may have been parked just before we queued.
+                    if let Some(conn) = self.checkout_h1(addr, s, Instant::now()) {
+                        drop(ticket);
+                        return Ok((conn, true));
+                    }
+                    let started = Instant::now();
+                    let left = deadline.saturating_duration_since(started);
+                    let got = ticket.wait(left).await;
+                    crate::metrics::METRICS.queue_wait(started.elapsed());
+                    got.map_err(busy)?
+                }
+            };
+            match grant {
+                Grant::Slot(permit) => {
+                    let conn = self.dial_h1(addr, s, generation, permit).await?;
+                    return Ok((conn, false));
+                }
+                Grant::Handoff(Handoff::H1(conn))
+                    if conn.meta.addr == addr
+                        && conn.meta.generation >= generation
+                        && !conn.sender.is_closed() =>
+                {
+                    conn.meta.set(ConnState::InUse);
+                    return Ok((conn, true));
+                }
+                // Stale (a handoff moved the node), or the service changed
+                // protocol: its slot frees as it closes; queue again.
+                Grant::Handoff(Handoff::H1(conn)) => conn.meta.set(ConnState::Closed),
+                Grant::Handoff(Handoff::H2) => {}
+            }
+        }
+    }
+
+    /// Tells every queued request that a new HTTP/2 connection is up.
+    fn wake_h2_waiters(&self) {
+        while self.admission.offer(Handoff::H2).is_ok() {}
     }
 
     /// Takes an idle HTTP/1.1 connection to `addr` that may be reused,
@@ -365,19 +502,33 @@ impl Pool {
         req: Request<ProxyBody>,
         s: &PoolSettings,
     ) -> Result<Response<ProxyBody>, SendFailure> {
-        let generation = self.generation.load(Ordering::Relaxed);
-        let mut conn = match self.dial_h1(addr, s, generation).await {
-            Ok(c) => c,
-            Err(error) => {
-                return Err(SendFailure::NotSent {
-                    request: Box::new(req),
-                    error,
-                })
+        let mut req = req;
+        loop {
+            let (mut conn, reused) = match self.obtain_h1(addr, s).await {
+                Ok(c) => c,
+                Err(error) => {
+                    return Err(SendFailure::NotSent {
+                        request: Box::new(req),
+                        error,
+                    })
+                }
+            };
+            if reused && !conn.sender.is_ready() {
+                // Like a checkout: a handed-over connection that turns out
+                // dead was never written to.
+                let ready = tokio::time::timeout(s.connect_timeout, conn.sender.ready()).await;
+                if !matches!(ready, Ok(Ok(()))) {
+                    conn.meta.set(ConnState::Closed);
+                    continue;
+                }
             }
-        };
-        let fut = conn.sender.try_send_request(req);
-        let result = tokio::time::timeout(s.request_timeout, fut).await;
-        self.finish_h1(conn, result)
+            let fut = conn.sender.try_send_request(req);
+            let result = tokio::time::timeout(s.request_timeout, fut).await;
+            match self.finish_h1(conn, result) {
+                Err(SendFailure::NotSent { request, .. }) if reused => req = *request,
+                other => return other,
+            }
+        }
     }
 
     /// Classifies the outcome of one HTTP/1.1 exchange; the connection goes
@@ -469,6 +620,7 @@ impl Pool {
         addr: SocketAddr,
         s: &PoolSettings,
         generation: u64,
+        permit: Permit<Handoff>,
     ) -> Result<H1Conn, ProxyError> {
         let stream = self.dial(addr, s).await?;
         let (sender, conn) = http1::Builder::new()
@@ -476,16 +628,19 @@ impl Pool {
             .await
             .map_err(|e| ProxyError::with_detail(ErrorKind::ConnectFailed, e))?;
         let meta = self.new_meta(addr, generation);
-        self.spawn_driver(meta.clone(), async move {
+        self.spawn_driver(meta.clone(), permit, async move {
             let _ = conn.with_upgrades().await;
         });
         Ok(H1Conn { meta, sender })
     }
 
-    /// Runs a connection until it ends or [`Pool::drain`] aborts it.
+    /// Runs a connection until it ends or [`Pool::drain`] aborts it; its
+    /// slot is freed then (an upgraded connection leaves the pool, and its
+    /// slot, when its driver hands it over).
     fn spawn_driver(
         &self,
         meta: Arc<ConnMeta>,
+        permit: Permit<Handoff>,
         conn: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
         self.open.fetch_add(1, Ordering::Relaxed);
@@ -495,6 +650,7 @@ impl Pool {
             meta,
             open: Arc::clone(&self.open),
             drivers: Arc::clone(&self.drivers),
+            _permit: permit,
         };
         let task = tokio::spawn(async move {
             let _guard = guard;
@@ -524,28 +680,15 @@ impl Pool {
         });
         let conn = match current {
             Some(c) => c,
-            None => {
-                let _guard = self.h2_dial.lock().await;
-                // Someone may have dialled while we waited.
-                match self.h2.load_full().filter(|c| {
-                    !c.sender.is_closed() && c.meta.addr == addr && c.meta.generation >= generation
-                }) {
-                    Some(c) => c,
-                    None => match Box::pin(self.dial_h2(addr, s, generation)).await {
-                        Ok(c) => {
-                            let c = Arc::new(c);
-                            self.h2.store(Some(Arc::clone(&c)));
-                            c
-                        }
-                        Err(error) => {
-                            return Err(SendFailure::NotSent {
-                                request: Box::new(req),
-                                error,
-                            })
-                        }
-                    },
+            None => match self.obtain_h2(addr, s, generation).await {
+                Ok(c) => c,
+                Err(error) => {
+                    return Err(SendFailure::NotSent {
+                        request: Box::new(req),
+                        error,
+                    })
                 }
-            }
+            },
         };
         let mut sender = conn.sender.clone();
         let fut = sender.try_send_request(req);
@@ -581,11 +724,62 @@ impl Pool {
         }
     }
 
+    /// The shared HTTP/2 connection to `addr` when there is none usable:
+    /// a slot first (queueing if every slot is taken, until a slot frees or
+    /// another request's new connection is up), then the dial lock.
+    async fn obtain_h2(
+        &self,
+        addr: SocketAddr,
+        s: &PoolSettings,
+        generation: u64,
+    ) -> Result<Arc<H2Conn>, ProxyError> {
+        let usable = |pool: &Pool| {
+            pool.h2.load_full().filter(|c| {
+                !c.sender.is_closed() && c.meta.addr == addr && c.meta.generation >= generation
+            })
+        };
+        let deadline = Instant::now() + s.limits.queue_timeout;
+        let permit = loop {
+            let grant = match self.admission.enter().map_err(busy)? {
+                Entered::Now(permit) => Grant::Slot(permit),
+                Entered::Queued(ticket) => {
+                    if let Some(c) = usable(self) {
+                        return Ok(c);
+                    }
+                    let started = Instant::now();
+                    let left = deadline.saturating_duration_since(started);
+                    let got = ticket.wait(left).await;
+                    crate::metrics::METRICS.queue_wait(started.elapsed());
+                    got.map_err(busy)?
+                }
+            };
+            match grant {
+                Grant::Slot(permit) => break permit,
+                Grant::Handoff(Handoff::H2) => {}
+                // The service changed protocol under a reload.
+                Grant::Handoff(Handoff::H1(conn)) => conn.meta.set(ConnState::Closed),
+            }
+            if let Some(c) = usable(self) {
+                return Ok(c);
+            }
+        };
+        let _guard = self.h2_dial.lock().await;
+        // Someone may have dialled while we waited (our slot frees here).
+        if let Some(c) = usable(self) {
+            return Ok(c);
+        }
+        let c = Arc::new(Box::pin(self.dial_h2(addr, s, generation, permit)).await?);
+        self.h2.store(Some(Arc::clone(&c)));
+        self.wake_h2_waiters();
+        Ok(c)
+    }
+
     async fn dial_h2(
         &self,
         addr: SocketAddr,
         s: &PoolSettings,
         generation: u64,
+        permit: Permit<Handoff>,
     ) -> Result<H2Conn, ProxyError> {
         let stream = self.dial(addr, s).await?;
         let (sender, conn) = http2::Builder::new(TokioExecutor::new())
@@ -596,7 +790,7 @@ impl Pool {
             .map_err(|e| ProxyError::with_detail(ErrorKind::ConnectFailed, e))?;
         let meta = self.new_meta(addr, generation);
         meta.set(ConnState::Idle);
-        self.spawn_driver(meta.clone(), async move {
+        self.spawn_driver(meta.clone(), permit, async move {
             let _ = conn.await;
         });
         Ok(H2Conn { meta, sender })
@@ -609,6 +803,8 @@ struct DriverGuard {
     meta: Arc<ConnMeta>,
     open: Arc<AtomicUsize>,
     drivers: Arc<papaya::HashMap<u64, (u64, tokio::task::AbortHandle)>>,
+    /// The connection's slot, freed when the driver ends.
+    _permit: Permit<Handoff>,
 }
 
 impl Drop for DriverGuard {
@@ -616,6 +812,14 @@ impl Drop for DriverGuard {
         self.meta.set(ConnState::Closed);
         self.open.fetch_sub(1, Ordering::Relaxed);
         self.drivers.pin().remove(&self.meta.id);
+    }
+}
+
+/// The error for a request the node's queue turned away.
+fn busy(r: Rejected) -> ProxyError {
+    match r {
+        Rejected::Full => ProxyError::new(ErrorKind::PoolQueueFull),
+        Rejected::Timeout => ProxyError::new(ErrorKind::PoolQueueTimeout),
     }
 }
 
@@ -744,6 +948,7 @@ mod tests {
             idle_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
             request_timeout: Duration::from_secs(1),
+            limits: PoolLimits::default(),
         };
         let req = Request::new(ProxyBody::Empty);
         let fut = pool.send(
@@ -778,6 +983,7 @@ mod tests {
             idle_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(60),
+            limits: PoolLimits::default(),
         };
         let sending = {
             let pool = Arc::clone(&pool);

@@ -101,6 +101,14 @@ pub(super) fn decide(f: Facts) -> Decision {
         }
     };
     match f.class {
+        // The node's connection limit and queue turned it away: load, not
+        // a failure. Another node may take it; this one's health, breaker,
+        // outlier count and session bindings are untouched.
+        Class::NotSent if f.kind.is_busy() => Decision {
+            next: Next::Resend,
+            observe: false,
+            hop: false,
+        },
         // Whatever the method: it never reached a backend.
         Class::NotSent => Decision {
             next: Next::Resend,
@@ -231,6 +239,10 @@ pub(super) fn on_failure(
         Some(_) if class == Class::Client => {
             tracing::debug!(service = %at.svc.name, node = %at.node.id, error = kind.label(), "request ended by the client's fault; not charged to the node");
         }
+        Some(_) if kind.is_busy() => {
+            // Load, not a failure; counted in the pool's queue metrics.
+            tracing::debug!(service = %at.svc.name, node = %at.node.id, error = kind.label(), "node busy; not charged to the node");
+        }
         Some(error) => log_upstream_failure(at, error, class != Class::Sent),
         None if decision.next == Next::Replay => {
             tracing::warn!(service = %at.svc.name, node = %at.node.id, "gRPC UNAVAILABLE before any response byte; retrying elsewhere");
@@ -283,7 +295,7 @@ mod tests {
     use crate::respond::grpc_status;
     use ErrorKind::{
         BodyTooLarge, ClientAborted, ClientTimeout, ConnectFailed, ConnectionLost, MalformedBody,
-        UpstreamReset, UpstreamTimeout,
+        PoolQueueFull, PoolQueueTimeout, UpstreamReset, UpstreamTimeout,
     };
 
     /// What a client or the next attempt sees, written like the spec
@@ -319,6 +331,8 @@ mod tests {
             (NotSent, ConnectFailed, false, "streamed", true, true, false, "resend", true, true),
             (NotSent, ConnectFailed, true, "empty", false, false, false, "resend", true, true),
             (NotSent, ConnectionLost, false, "arrived", true, false, true, "resend", true, true),
+            (NotSent, PoolQueueFull, false, "streamed", true, true, false, "resend", false, false),
+            (NotSent, PoolQueueTimeout, false, "arrived", true, true, true, "resend", false, false),
             (Refused, ConnectionLost, false, "arrived", true, true, false, "replay", true, true),
             (Refused, ConnectionLost, true, "buffered", true, true, false, "replay", true, true),
             (Refused, ConnectionLost, false, "streamed", true, true, false, "502", true, true),
