@@ -53,6 +53,10 @@ pub enum ErrorKind {
     ClientAborted,
     /// The client's request body did not arrive within `timeouts.request`.
     ClientTimeout,
+    /// The client accepted none of the response for the stall limit
+    /// (`timeouts.idle`): an HTTP/2 stream whose flow-control window stayed
+    /// shut. Its upstream is released and its connection closed.
+    ClientStalled,
     /// A method the gateway never forwards (TRACE).
     MethodNotAllowed,
     /// A gRPC request routed to a service that speaks HTTP/1.1 to its
@@ -87,7 +91,7 @@ impl ErrorKind {
             ErrorKind::UriTooLong => 414,
             ErrorKind::BodyTooLarge => 413,
             ErrorKind::BadRequest | ErrorKind::MalformedBody | ErrorKind::ClientAborted => 400,
-            ErrorKind::ClientTimeout => 408,
+            ErrorKind::ClientTimeout | ErrorKind::ClientStalled => 408,
             ErrorKind::MethodNotAllowed => 405,
             ErrorKind::GrpcNeedsHttp2 => 502,
         }
@@ -109,6 +113,7 @@ impl ErrorKind {
             | ErrorKind::MalformedBody
             | ErrorKind::ClientAborted
             | ErrorKind::ClientTimeout
+            | ErrorKind::ClientStalled
             | ErrorKind::MethodNotAllowed => Side::Downstream,
             _ => Side::Upstream,
         }
@@ -152,6 +157,7 @@ impl ErrorKind {
             ErrorKind::MalformedBody => "malformed request body",
             ErrorKind::ClientAborted => "client closed the connection before its body ended",
             ErrorKind::ClientTimeout => "request body not received in time",
+            ErrorKind::ClientStalled => "client accepted no response data in time",
             ErrorKind::MethodNotAllowed => "method not allowed",
             ErrorKind::GrpcNeedsHttp2 => {
                 "gRPC needs HTTP/2 to the backend: the service must set protocol: http2"
@@ -185,6 +191,7 @@ impl ErrorKind {
             ErrorKind::MalformedBody => "malformed_body",
             ErrorKind::ClientAborted => "client_aborted",
             ErrorKind::ClientTimeout => "client_timeout",
+            ErrorKind::ClientStalled => "client_stalled",
             ErrorKind::MethodNotAllowed => "method_not_allowed",
             ErrorKind::GrpcNeedsHttp2 => "grpc_needs_http2",
             ErrorKind::PoolQueueFull => "pool_queue_full",

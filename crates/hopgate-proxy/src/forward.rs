@@ -331,6 +331,11 @@ pub(crate) struct ClientConn {
     /// `X-Forwarded-For` for a client that sent none: the peer's address.
     pub forwarded_for: HeaderValue,
     pub ctx: Arc<RequestCtx>,
+    /// The connection speaks HTTP/2 (seen on its requests).
+    pub(crate) http2: std::sync::atomic::AtomicBool,
+    /// Closes the connection: an HTTP/2 stream stalled past the send limit
+    /// ([`crate::send_watch`]). The listener's connection task waits on it.
+    pub(crate) close: Arc<tokio::sync::Notify>,
 }
 
 /// The future of one request (what hyper's service call returns).
@@ -344,6 +349,8 @@ impl ClientConn {
             peer,
             forwarded_for: crate::headers::peer_header(peer.ip()),
             ctx,
+            http2: std::sync::atomic::AtomicBool::new(false),
+            close: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
@@ -357,6 +364,9 @@ impl ClientConn {
         let fwd = &self.forwarder;
         let snap = fwd.snapshot.load_full();
         let method = req.method().clone();
+        if req.version() == http::Version::HTTP_2 {
+            self.http2.store(true, Ordering::Relaxed);
+        }
         let mut req = req;
         // Counted before the gateway adds anything.
         let facts = scan_request(req.headers());

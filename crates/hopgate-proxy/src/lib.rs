@@ -20,6 +20,7 @@ mod listener;
 pub mod metrics;
 mod pool;
 mod respond;
+mod send_watch;
 mod session;
 mod tunnel;
 mod upstream;

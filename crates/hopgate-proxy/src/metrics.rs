@@ -108,7 +108,7 @@ pub struct Metrics {
 }
 
 /// Number of [`ErrorKind`]s tracked (index = `error_index`).
-pub const ERROR_KINDS: usize = 21;
+pub const ERROR_KINDS: usize = 22;
 
 /// Every error kind, in the index order of `upstream_errors`.
 pub const ERROR_KIND_LIST: [ErrorKind; ERROR_KINDS] = [
@@ -133,6 +133,7 @@ pub const ERROR_KIND_LIST: [ErrorKind; ERROR_KINDS] = [
     ErrorKind::GrpcNeedsHttp2,
     ErrorKind::PoolQueueFull,
     ErrorKind::PoolQueueTimeout,
+    ErrorKind::ClientStalled,
 ];
 
 fn error_index(kind: ErrorKind) -> usize {
