@@ -147,10 +147,10 @@ async fn sixty_four_streams_never_open_more_than_max_connections() {
 
 /// 64 concurrent HTTP/1.1 clients against `max_connections: 4`: the same
 /// bound, every request served; after a reload to `max_connections: 8`
-/// the bound follows the new limit.
+/// the pool grows to the new limit and no further.
 #[tokio::test]
 async fn concurrent_http1_clients_share_max_connections_and_reload_applies() {
-    let backend = CountingBackend::start(Duration::from_millis(50)).await;
+    let backend = CountingBackend::start(Duration::from_millis(200)).await;
     let gw = Gateway::start(&yaml(backend.addr, "{ max_connections: 4 }")).await;
     let burst = |gw_url: String| async move {
         let mut tasks = Vec::new();
@@ -182,9 +182,15 @@ async fn concurrent_http1_clients_share_max_connections_and_reload_applies() {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     assert!(applied, "reload not applied:\n{}", gw.logs());
+    backend
+        .peak
+        .store(backend.open.load(Ordering::SeqCst), Ordering::SeqCst);
     burst(gw.url("/")).await;
     let peak = backend.peak.load(Ordering::SeqCst);
-    assert!(peak <= 8, "peak {peak} above the reloaded max_connections: 8");
+    assert!(
+        (5..=8).contains(&peak),
+        "peak {peak} after a reload to max_connections: 8"
+    );
 }
 
 /// `max_connections: 1`, `max_pending: 2`, a short `queue_timeout`, and a
