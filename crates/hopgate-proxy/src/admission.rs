@@ -303,7 +303,9 @@ pub(crate) struct Ticket<T> {
 
 impl<T> std::fmt::Debug for Ticket<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ticket").field("ticket", &self.ticket).finish()
+        f.debug_struct("Ticket")
+            .field("ticket", &self.ticket)
+            .finish()
     }
 }
 
@@ -404,7 +406,10 @@ mod tests {
         let t = queued(&a);
         assert_eq!(a.enter().err(), Some(Rejected::Full));
         let st = a.stats();
-        assert_eq!((st.slots, st.queued, st.waits, st.rejected_full), (2, 1, 1, 1));
+        assert_eq!(
+            (st.slots, st.queued, st.waits, st.rejected_full),
+            (2, 1, 1, 1)
+        );
         drop(p1);
         // The freed slot went to the waiter, not back to the pool of slots.
         assert_eq!(a.stats().slots, 2);

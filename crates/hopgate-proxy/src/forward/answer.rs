@@ -33,8 +33,8 @@ use crate::headers::{
     X_UPSTREAM_ADDR,
 };
 use crate::metrics::{HopRecord, METRICS};
-use crate::session::{self, ClientSession, Sessions};
 use crate::send_watch::SendWatch;
+use crate::session::{self, ClientSession, Sessions};
 use crate::tunnel;
 
 /// The backend's answer, readied for the client (5xx answers too: they

@@ -142,7 +142,10 @@ async fn sixty_four_streams_never_open_more_than_max_connections() {
         m.contains("hopgate_pool_queue_depth{service=\"app\",node=\"n1\"} 0"),
         "{m}"
     );
-    assert!(!m.contains("hopgate_pool_queue_wait_seconds_count 0\n"), "{m}");
+    assert!(
+        !m.contains("hopgate_pool_queue_wait_seconds_count 0\n"),
+        "{m}"
+    );
 }
 
 /// 64 concurrent HTTP/1.1 clients against `max_connections: 4`: the same
@@ -260,7 +263,9 @@ async fn a_full_queue_answers_503_and_never_charges_the_node() {
         "{m}"
     );
     assert!(
-        m.contains("hopgate_pool_queue_rejected_total{service=\"app\",node=\"n1\",reason=\"timeout\"}"),
+        m.contains(
+            "hopgate_pool_queue_rejected_total{service=\"app\",node=\"n1\",reason=\"timeout\"}"
+        ),
         "{m}"
     );
     // And the node serves normally once the load is gone.

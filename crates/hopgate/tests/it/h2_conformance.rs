@@ -167,8 +167,14 @@ async fn a_zero_window_stream_releases_its_upstream_within_the_stall_limit() {
     assert_eq!(in_flight, 0, "the backend still serves the stalled request");
     let nodes = gw.admin_json("/admin/v1/nodes").await;
     let pool = &nodes["nodes"][0]["pool"];
-    assert_eq!(pool["open"], pool["idle"], "a pooled connection is still busy: {pool}");
-    assert_eq!(nodes["nodes"][0]["failures"], 0, "charged to the node: {nodes}");
+    assert_eq!(
+        pool["open"], pool["idle"],
+        "a pooled connection is still busy: {pool}"
+    );
+    assert_eq!(
+        nodes["nodes"][0]["failures"], 0,
+        "charged to the node: {nodes}"
+    );
     let m = gw.metrics().await;
     assert!(
         m.contains("hopgate_client_errors_total{kind=\"client_stalled\"} 1"),
