@@ -273,3 +273,81 @@ async fn a_full_queue_answers_503_and_never_charges_the_node() {
     assert_eq!(r.status(), 200);
     assert!(backend.open.load(Ordering::SeqCst) <= 1);
 }
+
+/// A session bound to a busy node stays with it: with `max_pending: 0` the
+/// node's one connection busy, a request of that session gets the 503
+/// (it is not served by the other node, which would move the session);
+/// once the node is free again the session is still served there. A
+/// request without a session may go to the other node.
+#[tokio::test]
+async fn a_busy_node_keeps_its_sessions() {
+    use crate::harness::{json, service, session_served_by, Backend};
+    let a = Backend::start("a").await;
+    let b = Backend::start("b").await;
+    let services = service("s", &[("a", a.addr, ""), ("b", b.addr, "")]).replace(
+        "    nodes:\n",
+        "    pool: { max_connections: 1, max_pending: 0 }\n    nodes:\n",
+    );
+    let yaml = config(
+        &services,
+        "  - { id: r, match: { path_prefix: / }, service: s }",
+    ) + "sessions: { secret_env: HG_SECRET, ttl: 1h }\n";
+    let gw =
+        Gateway::start_with_env(&yaml, &[("HG_SECRET", "test-secret-0123456789-0123456789")]).await;
+    let token = session_served_by(&gw, "a").await;
+    let with_token = |path: &str| {
+        client()
+            .get(gw.url(path))
+            .header("hop-session", token.clone())
+            .send()
+    };
+    assert_eq!(json(with_token("/").await.unwrap()).await["node"], "a");
+
+    // Hold a's one connection.
+    let held = {
+        let url = gw.url("/?sleep_ms=3000");
+        let token = token.clone();
+        tokio::spawn(async move {
+            let r = client()
+                .get(url)
+                .header("hop-session", token)
+                .send()
+                .await
+                .unwrap();
+            json(r).await["node"].as_str().unwrap().to_owned()
+        })
+    };
+    let mut busy = false;
+    for _ in 0..400 {
+        let stats = json(client().get(a.url("/control/stats")).send().await.unwrap()).await;
+        if stats["in_flight"] == 1 {
+            busy = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(busy, "the held request never reached a");
+
+    let r = with_token("/").await.unwrap();
+    assert_eq!(r.status(), 503);
+    let body = r.text().await.unwrap();
+    assert!(body.contains("queue is full"), "{body}");
+    // Without a session, b takes it.
+    for _ in 0..4 {
+        let r = client().get(gw.url("/")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(json(r).await["node"], "b");
+    }
+
+    assert_eq!(held.await.unwrap(), "a");
+    assert_eq!(json(with_token("/").await.unwrap()).await["node"], "a");
+    let nodes = gw.admin_json("/admin/v1/nodes").await;
+    for n in nodes["nodes"].as_array().unwrap() {
+        assert_eq!(n["failures"], 0, "{n}");
+        assert_eq!(n["circuit"], "closed", "{n}");
+    }
+    assert!(
+        !gw.metrics().await.contains("hopgate_hops_total{"),
+        "a session hopped"
+    );
+}
