@@ -108,7 +108,9 @@ async fn node(gw: &Gateway) -> serde_json::Value {
 /// wait their turn in the queue).
 #[tokio::test]
 async fn sixty_four_streams_never_open_more_than_max_connections() {
-    let backend = CountingBackend::start(Duration::from_millis(50)).await;
+    // 64 requests of 200 ms on 4 connections: 3.2 s of work, so requests
+    // queue unless they arrive further apart than that.
+    let backend = CountingBackend::start(Duration::from_millis(200)).await;
     let gw = Gateway::start(&yaml(backend.addr, "{ max_connections: 4 }")).await;
     let c = h2_client();
     let mut tasks = Vec::new();
@@ -203,7 +205,9 @@ async fn concurrent_http1_clients_share_max_connections_and_reload_applies() {
 /// (no failure counted, not ejected, breaker closed).
 #[tokio::test]
 async fn a_full_queue_answers_503_and_never_charges_the_node() {
-    let backend = CountingBackend::start(Duration::from_secs(3)).await;
+    // Held far longer than the five requests' attempts can take (at most
+    // 3 attempts × 300 ms each).
+    let backend = CountingBackend::start(Duration::from_secs(5)).await;
     let gw = Gateway::start(&yaml(
         backend.addr,
         "{ max_connections: 1, max_pending: 2, queue_timeout: 300ms }",
