@@ -15,7 +15,9 @@ use http_body_util::Full;
 
 use hopgate_core::error::Side;
 use hopgate_core::node::{now_ms, CircuitState, Health};
-use hopgate_proxy::metrics::{get, TokenRejection, ERROR_KIND_LIST, HOP_BUCKETS, METRICS};
+use hopgate_proxy::metrics::{
+    get, TokenRejection, ERROR_KIND_LIST, HOP_BUCKETS, METRICS, QUEUE_WAIT_BUCKETS,
+};
 use hopgate_store::Sessions;
 
 use crate::control::Control;
@@ -228,6 +230,9 @@ pub(crate) fn render(
     let mut draining = String::new();
     let mut inflight = String::new();
     let mut pool = String::new();
+    let mut queue = String::new();
+    let mut queue_waits = String::new();
+    let mut queue_rejected = String::new();
     for svc in &snap.services {
         for n in &svc.nodes {
             let l = format!("service=\"{}\",node=\"{}\"", esc(&svc.name), esc(&n.id));
@@ -267,6 +272,22 @@ pub(crate) fn render(
                     "hopgate_pool_connections{{{l},state=\"idle\"}} {}",
                     st.idle
                 );
+                let _ = writeln!(queue, "hopgate_pool_queue_depth{{{l}}} {}", st.queued);
+                let _ = writeln!(
+                    queue_waits,
+                    "hopgate_pool_queue_waits_total{{{l}}} {}",
+                    st.queue_waits
+                );
+                let _ = writeln!(
+                    queue_rejected,
+                    "hopgate_pool_queue_rejected_total{{{l},reason=\"full\"}} {}",
+                    st.queue_full
+                );
+                let _ = writeln!(
+                    queue_rejected,
+                    "hopgate_pool_queue_rejected_total{{{l},reason=\"timeout\"}} {}",
+                    st.queue_timeouts
+                );
             }
         }
     }
@@ -305,6 +326,51 @@ pub(crate) fn render(
         "Upstream connections of the node's pool.",
     );
     o.push_str(&pool);
+    head(
+        &mut o,
+        "hopgate_pool_queue_depth",
+        "gauge",
+        "Requests waiting for an upstream connection to the node (pool.max_connections reached).",
+    );
+    o.push_str(&queue);
+    head(
+        &mut o,
+        "hopgate_pool_queue_waits_total",
+        "counter",
+        "Requests that had to wait for an upstream connection to the node.",
+    );
+    o.push_str(&queue_waits);
+    head(
+        &mut o,
+        "hopgate_pool_queue_rejected_total",
+        "counter",
+        "Requests the node's queue turned away (503, tried on another node): full (pool.max_pending) or timeout (pool.queue_timeout).",
+    );
+    o.push_str(&queue_rejected);
+    head(
+        &mut o,
+        "hopgate_pool_queue_wait_seconds",
+        "histogram",
+        "Time requests spent waiting for an upstream connection, admitted or not.",
+    );
+    for (i, le) in QUEUE_WAIT_BUCKETS.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            "hopgate_pool_queue_wait_seconds_bucket{{le=\"{le}\"}} {}",
+            get(&m.queue_wait_buckets[i])
+        );
+    }
+    let waits = get(&m.queue_wait_count);
+    let _ = writeln!(
+        o,
+        "hopgate_pool_queue_wait_seconds_bucket{{le=\"+Inf\"}} {waits}"
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_pool_queue_wait_seconds_sum {}",
+        get(&m.queue_wait_sum_us) as f64 / 1e6
+    );
+    let _ = writeln!(o, "hopgate_pool_queue_wait_seconds_count {waits}");
 
     head(
         &mut o,

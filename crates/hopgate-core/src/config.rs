@@ -563,6 +563,34 @@ impl Default for RetryConfig {
 pub struct PoolConfig {
     pub max_idle: usize,
     pub idle_timeout: Duration,
+    /// Admission limits: connections per node and the queue in front of
+    /// them.
+    pub limits: PoolLimits,
+}
+
+/// How many upstream connections one node may have open, and how many
+/// requests may wait for one (`services[].pool.max_connections`,
+/// `max_pending`, `queue_timeout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolLimits {
+    /// Open upstream connections per node (HTTP/2: connections, not
+    /// streams), counting those being dialled. At least 1.
+    pub max_connections: usize,
+    /// Requests that may wait for a connection when all are busy; 0 = none
+    /// (refused at once).
+    pub max_pending: usize,
+    /// How long a request waits in that queue.
+    pub queue_timeout: Duration,
+}
+
+impl Default for PoolLimits {
+    fn default() -> Self {
+        PoolLimits {
+            max_connections: DEFAULT_POOL_MAX_CONNECTIONS,
+            max_pending: DEFAULT_POOL_MAX_PENDING,
+            queue_timeout: DEFAULT_POOL_QUEUE_TIMEOUT,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -659,5 +687,14 @@ impl Default for Limits {
 
 /// Default idle connections kept per node.
 pub const DEFAULT_POOL_MAX_IDLE: usize = 64;
+/// Default open upstream connections per node (Envoy's default
+/// `max_connections` circuit-breaker threshold).
+pub const DEFAULT_POOL_MAX_CONNECTIONS: usize = 1024;
+/// Default requests waiting for a connection per node (Envoy's default
+/// `max_pending_requests`).
+pub const DEFAULT_POOL_MAX_PENDING: usize = 1024;
+/// Default wait in that queue (HAProxy's `timeout queue` is unset by
+/// default and falls back to `timeout connect`, commonly 5 s).
+pub const DEFAULT_POOL_QUEUE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default node weight.
 pub const DEFAULT_WEIGHT: u32 = 100;

@@ -53,11 +53,21 @@ pub enum ErrorKind {
     ClientAborted,
     /// The client's request body did not arrive within `timeouts.request`.
     ClientTimeout,
+    /// The client accepted none of the response for the stall limit
+    /// (`timeouts.idle`): an HTTP/2 stream whose flow-control window stayed
+    /// shut. Its upstream is released and its connection closed.
+    ClientStalled,
     /// A method the gateway never forwards (TRACE).
     MethodNotAllowed,
     /// A gRPC request routed to a service that speaks HTTP/1.1 to its
     /// backends (no `protocol: http2`).
     GrpcNeedsHttp2,
+    /// The node has `pool.max_connections` open and `pool.max_pending`
+    /// requests already waiting for one. Not sent; load, not a failure.
+    PoolQueueFull,
+    /// No connection to the node became free within `pool.queue_timeout`.
+    /// Not sent; load, not a failure.
+    PoolQueueTimeout,
     /// hopgate is shutting down.
     ShuttingDown,
 }
@@ -68,7 +78,10 @@ impl ErrorKind {
         match self {
             ErrorKind::NoRoute => 404,
             ErrorKind::Forbidden => 403,
-            ErrorKind::NoLiveNode | ErrorKind::ShuttingDown => 503,
+            ErrorKind::NoLiveNode
+            | ErrorKind::ShuttingDown
+            | ErrorKind::PoolQueueFull
+            | ErrorKind::PoolQueueTimeout => 503,
             ErrorKind::ConnectFailed
             | ErrorKind::ConnectionLost
             | ErrorKind::UpstreamReset
@@ -78,7 +91,7 @@ impl ErrorKind {
             ErrorKind::UriTooLong => 414,
             ErrorKind::BodyTooLarge => 413,
             ErrorKind::BadRequest | ErrorKind::MalformedBody | ErrorKind::ClientAborted => 400,
-            ErrorKind::ClientTimeout => 408,
+            ErrorKind::ClientTimeout | ErrorKind::ClientStalled => 408,
             ErrorKind::MethodNotAllowed => 405,
             ErrorKind::GrpcNeedsHttp2 => 502,
         }
@@ -89,7 +102,9 @@ impl ErrorKind {
             ErrorKind::NoRoute
             | ErrorKind::NoLiveNode
             | ErrorKind::ShuttingDown
-            | ErrorKind::GrpcNeedsHttp2 => Side::Gateway,
+            | ErrorKind::GrpcNeedsHttp2
+            | ErrorKind::PoolQueueFull
+            | ErrorKind::PoolQueueTimeout => Side::Gateway,
             ErrorKind::Forbidden
             | ErrorKind::HeadersTooLarge
             | ErrorKind::UriTooLong
@@ -98,6 +113,7 @@ impl ErrorKind {
             | ErrorKind::MalformedBody
             | ErrorKind::ClientAborted
             | ErrorKind::ClientTimeout
+            | ErrorKind::ClientStalled
             | ErrorKind::MethodNotAllowed => Side::Downstream,
             _ => Side::Upstream,
         }
@@ -108,8 +124,18 @@ impl ErrorKind {
     pub fn not_sent(self) -> bool {
         matches!(
             self,
-            ErrorKind::ConnectFailed | ErrorKind::ConnectTimeout | ErrorKind::ConnectionLost
+            ErrorKind::ConnectFailed
+                | ErrorKind::ConnectTimeout
+                | ErrorKind::ConnectionLost
+                | ErrorKind::PoolQueueFull
+                | ErrorKind::PoolQueueTimeout
         )
+    }
+
+    /// True when the node was only busy (its connection limit and queue):
+    /// load, never charged to the node's health, breaker or outliers.
+    pub fn is_busy(self) -> bool {
+        matches!(self, ErrorKind::PoolQueueFull | ErrorKind::PoolQueueTimeout)
     }
 
     /// A short, stable reason phrase (used in bodies, logs and metrics).
@@ -131,9 +157,16 @@ impl ErrorKind {
             ErrorKind::MalformedBody => "malformed request body",
             ErrorKind::ClientAborted => "client closed the connection before its body ended",
             ErrorKind::ClientTimeout => "request body not received in time",
+            ErrorKind::ClientStalled => "client accepted no response data in time",
             ErrorKind::MethodNotAllowed => "method not allowed",
             ErrorKind::GrpcNeedsHttp2 => {
                 "gRPC needs HTTP/2 to the backend: the service must set protocol: http2"
+            }
+            ErrorKind::PoolQueueFull => {
+                "backend busy: the node is at its connection limit and its queue is full"
+            }
+            ErrorKind::PoolQueueTimeout => {
+                "backend busy: no connection to the node became free in time"
             }
             ErrorKind::ShuttingDown => "gateway is shutting down",
         }
@@ -158,8 +191,11 @@ impl ErrorKind {
             ErrorKind::MalformedBody => "malformed_body",
             ErrorKind::ClientAborted => "client_aborted",
             ErrorKind::ClientTimeout => "client_timeout",
+            ErrorKind::ClientStalled => "client_stalled",
             ErrorKind::MethodNotAllowed => "method_not_allowed",
             ErrorKind::GrpcNeedsHttp2 => "grpc_needs_http2",
+            ErrorKind::PoolQueueFull => "pool_queue_full",
+            ErrorKind::PoolQueueTimeout => "pool_queue_timeout",
             ErrorKind::ShuttingDown => "shutting_down",
         }
     }

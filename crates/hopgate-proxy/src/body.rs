@@ -23,6 +23,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use crate::pool::Returner;
+use crate::send_watch::SendWatch;
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -153,6 +154,8 @@ pub enum ProxyBody {
     /// A gRPC response stream from a node that may drain: at the service's
     /// drain deadline it ends with `grpc-status: 14` (UNAVAILABLE).
     Guarded(Box<Guarded>),
+    /// An HTTP/2 client's response under the send stall limit.
+    SendWatched(Box<SendWatch>),
 }
 
 /// See [`ProxyBody::Guarded`].
@@ -336,6 +339,7 @@ impl Body for ProxyBody {
                 }
                 Pin::new(rest.as_mut()).poll_frame(cx)
             }
+            ProxyBody::SendWatched(w) => Pin::new(w.as_mut()).poll_frame(cx),
             ProxyBody::Guarded(g) => {
                 if g.ended {
                     return Poll::Ready(None);
@@ -388,6 +392,7 @@ impl Body for ProxyBody {
             // peers) report as UNKNOWN "Stream removed" instead of the
             // status the server sent.
             ProxyBody::Guarded(g) => g.ended || g.inner.is_end_stream(),
+            ProxyBody::SendWatched(w) => w.is_end_stream(),
             ProxyBody::Prefixed {
                 head,
                 trailers,
@@ -403,6 +408,7 @@ impl Body for ProxyBody {
             ProxyBody::Limited { inner, .. } | ProxyBody::Upstream { inner, .. } => {
                 inner.size_hint()
             }
+            ProxyBody::SendWatched(w) => w.size_hint(),
             ProxyBody::Guarded(_) | ProxyBody::Prefixed { .. } => SizeHint::default(),
         }
     }

@@ -21,7 +21,8 @@
 //!
 //! Must not touch: parsing (it compares bytes with the preface only),
 //! HTTP semantics. A per-stream HTTP/2 stall (a zero flow-control window on
-//! one stream while the socket is read) is not visible here.
+//! one stream while the socket is read) is not visible here: that is
+//! [`crate::send_watch`]'s.
 
 use std::future::Future;
 use std::io;

@@ -342,6 +342,11 @@ pub(crate) struct ClientConn {
     /// `X-Forwarded-For` for a client that sent none: the peer's address.
     pub forwarded_for: HeaderValue,
     pub ctx: Arc<RequestCtx>,
+    /// The connection speaks HTTP/2 (seen on its requests).
+    pub(crate) http2: std::sync::atomic::AtomicBool,
+    /// Closes the connection: an HTTP/2 stream stalled past the send limit
+    /// ([`crate::send_watch`]). The listener's connection task waits on it.
+    pub(crate) close: Arc<tokio::sync::Notify>,
 }
 
 /// The future of one request (what hyper's service call returns).
@@ -355,6 +360,8 @@ impl ClientConn {
             peer,
             forwarded_for: crate::headers::peer_header(peer.ip()),
             ctx,
+            http2: std::sync::atomic::AtomicBool::new(false),
+            close: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
@@ -368,6 +375,9 @@ impl ClientConn {
         let fwd = &self.forwarder;
         let snap = fwd.snapshot.load_full();
         let method = req.method().clone();
+        if req.version() == http::Version::HTTP_2 {
+            self.http2.store(true, Ordering::Relaxed);
+        }
         let mut req = req;
         // Counted before the gateway adds anything.
         let facts = scan_request(req.headers());
@@ -430,10 +440,11 @@ mod tests {
     /// functions in `forward/`; 2,840 after; 2,848 with the shared store's
     /// miss lookup, whose boxed future the request holds while it waits;
     /// 2,856 with the client-body fault flag; 2,864 with the node hint of
-    /// a session's token, 8 bytes in `ClientSession`).
+    /// a session's token, 8 bytes in `ClientSession`; 2,896 with the
+    /// pool's admission limits in `PoolSettings`).
     #[test]
     fn request_future_stays_small() {
         let size = output_size(&Forwarder::forward);
-        assert!(size <= 2864, "the request future is {size} bytes");
+        assert!(size <= 2896, "the request future is {size} bytes");
     }
 }

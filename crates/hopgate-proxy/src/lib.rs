@@ -4,12 +4,14 @@
 //! per-request path ([`forward`]): snapshot load → access check → route →
 //! node pick → forward through the node's [`pool`] → respond, the header
 //! rewriting ([`headers`]) and the single error-to-response mapping
-//! ([`respond`]). Each node's pool hangs off its typed [`upstream`] handle.
+//! ([`respond`]). Each node's pool hangs off its typed [`upstream`] handle;
+//! its connection limit and queue are [`admission`].
 //!
 //! Must not touch: the control plane. The snapshot arrives through an
 //! `ArcSwap` that the control plane writes and this crate only loads, once
 //! per request; node live state is read through `hopgate_core::node`.
 
+mod admission;
 mod body;
 mod client_io;
 mod forward;
@@ -18,6 +20,7 @@ mod listener;
 pub mod metrics;
 mod pool;
 mod respond;
+mod send_watch;
 mod session;
 mod tunnel;
 mod upstream;

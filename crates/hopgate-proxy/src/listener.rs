@@ -198,6 +198,7 @@ pub async fn serve_listener(
             peer,
             Arc::clone(&req_ctx),
         )));
+        let close = Arc::clone(&svc.0.close);
         let conn = builder
             .serve_connection_with_upgrades(
                 TokioIo::new(ClientIo::new(
@@ -212,8 +213,17 @@ pub async fn serve_listener(
         let guard = OpenGuard::new(&open);
         tokio::spawn(async move {
             let _guard = guard;
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "client connection ended with an error");
+            tokio::select! {
+                r = conn => {
+                    if let Err(e) = r {
+                        tracing::debug!(%peer, error = %e, "client connection ended with an error");
+                    }
+                }
+                // An HTTP/2 stream stalled past the send limit: the
+                // connection is dropped, which closes it.
+                () = close.notified() => {
+                    tracing::info!(%peer, "client connection closed: an HTTP/2 stream accepted no response data for the stall limit");
+                }
             }
         });
     }

@@ -23,6 +23,11 @@ pub const HOP_BUCKETS: [f64; 10] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
 
+/// Upper bounds (seconds) of the pool queue-wait histogram buckets.
+pub const QUEUE_WAIT_BUCKETS: [f64; 12] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
 /// How many recent hops the admin API can show.
 pub const RECENT_HOPS: usize = 1000;
 
@@ -98,11 +103,16 @@ pub struct Metrics {
     pub maintenance_in_band_off: AtomicU64,
     /// `Hop-Maintenance` in the answer to a request that carried one.
     pub maintenance_request_carried: AtomicU64,
+    /// Waits for an upstream connection in a node's queue (admitted or
+    /// not): cumulative bucket counts, count and sum in microseconds.
+    pub queue_wait_buckets: [AtomicU64; QUEUE_WAIT_BUCKETS.len()],
+    pub queue_wait_count: AtomicU64,
+    pub queue_wait_sum_us: AtomicU64,
     hops: Mutex<HopStats>,
 }
 
 /// Number of [`ErrorKind`]s tracked (index = `error_index`).
-pub const ERROR_KINDS: usize = 19;
+pub const ERROR_KINDS: usize = 22;
 
 /// Every error kind, in the index order of `upstream_errors`.
 pub const ERROR_KIND_LIST: [ErrorKind; ERROR_KINDS] = [
@@ -125,6 +135,9 @@ pub const ERROR_KIND_LIST: [ErrorKind; ERROR_KINDS] = [
     ErrorKind::ClientTimeout,
     ErrorKind::MethodNotAllowed,
     ErrorKind::GrpcNeedsHttp2,
+    ErrorKind::PoolQueueFull,
+    ErrorKind::PoolQueueTimeout,
+    ErrorKind::ClientStalled,
 ];
 
 fn error_index(kind: ErrorKind) -> usize {
@@ -142,6 +155,19 @@ impl Metrics {
 
     pub fn error(&self, kind: ErrorKind) {
         self.upstream_errors[error_index(kind)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Times one wait in a node's connection queue.
+    pub fn queue_wait(&self, waited: std::time::Duration) {
+        let secs = waited.as_secs_f64();
+        for (i, le) in QUEUE_WAIT_BUCKETS.iter().enumerate() {
+            if secs <= *le {
+                self.queue_wait_buckets[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.queue_wait_count.fetch_add(1, Ordering::Relaxed);
+        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        self.queue_wait_sum_us.fetch_add(us, Ordering::Relaxed);
     }
 
     pub fn token_rejected(&self, why: TokenRejection) {

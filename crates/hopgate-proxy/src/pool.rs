@@ -12,6 +12,15 @@
 //! backend ([`SendFailure::NotSent`] hands the request back untouched, so any
 //! method may be retried elsewhere).
 //!
+//! Admission (`pool.max_connections`, `max_pending`, `queue_timeout`) is
+//! [`crate::admission`]'s: a new connection needs a [`Permit`], which its
+//! driver holds until the connection ends (so a slot is freed whatever
+//! closes it: the backend, the idle timeout, an eviction, a drain's
+//! deadline); a request that finds every slot taken queues, and a
+//! connection given back while someone waits goes to the first waiter
+//! instead of the idle set. A full queue or a wait that timed out is
+//! [`SendFailure::NotSent`] with a busy kind: load, not the node's failure.
+//!
 //! Must not touch: routing, balancing, retry policy (the caller decides).
 //! The idle set is a lock-free queue and the registry of connection drivers
 //! (which a drain's deadline aborts) a lock-free map touched only when a
@@ -25,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use crossbeam_queue::ArrayQueue;
-use hopgate_core::config::UpstreamProtocol;
+use hopgate_core::config::{PoolLimits, UpstreamProtocol};
 use hopgate_core::error::{ErrorKind, ProxyError};
 use hopgate_core::snapshot::{CompiledService, Snapshot};
 use http::{Request, Response};
@@ -33,7 +42,11 @@ use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
+use crate::admission::{Admission, Grant, Permit};
 use crate::body::ProxyBody;
+
+mod admit;
+use admit::Handoff;
 
 /// How a pool dials and keeps connections; read from the snapshot on every
 /// request so reloads apply at once.
@@ -45,6 +58,8 @@ pub struct PoolSettings {
     pub connect_timeout: Duration,
     /// Until the response head arrives.
     pub request_timeout: Duration,
+    /// Connections per node and the queue for them.
+    pub limits: PoolLimits,
 }
 
 impl PoolSettings {
@@ -59,6 +74,7 @@ impl PoolSettings {
             idle_timeout: svc.pool.idle_timeout,
             connect_timeout: t.connect,
             request_timeout: t.request,
+            limits: svc.pool.limits,
         }
     }
 
@@ -147,6 +163,14 @@ pub struct PoolStats {
     pub dialed: u64,
     pub dial_failures: u64,
     pub generation: u64,
+    /// Requests waiting for a connection now.
+    pub queued: usize,
+    /// Requests that had to wait for a connection, ever.
+    pub queue_waits: u64,
+    /// Requests refused because `max_pending` were waiting already.
+    pub queue_full: u64,
+    /// Requests that waited `queue_timeout` in vain.
+    pub queue_timeouts: u64,
 }
 
 /// The connection pool of one node.
@@ -169,6 +193,8 @@ pub struct Pool {
     open: Arc<AtomicUsize>,
     dialed: AtomicU64,
     dial_failures: AtomicU64,
+    /// Connection slots and the queue of requests waiting for one.
+    admission: Admission<Handoff>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -198,11 +224,17 @@ impl Pool {
             open: Arc::new(AtomicUsize::new(0)),
             dialed: AtomicU64::new(0),
             dial_failures: AtomicU64::new(0),
+            admission: Admission::new(&PoolLimits::default()),
         }
     }
 
     pub fn stats(&self) -> PoolStats {
+        let a = self.admission.stats();
         PoolStats {
+            queued: a.queued,
+            queue_waits: a.waits,
+            queue_full: a.rejected_full,
+            queue_timeouts: a.rejected_timeout,
             open: self.open.load(Ordering::Relaxed),
             idle: self.idle.load().len(),
             dialed: self.dialed.load(Ordering::Relaxed),
@@ -266,15 +298,27 @@ impl Pool {
         addr: SocketAddr,
         settings: &PoolSettings,
     ) -> Result<(), ProxyError> {
+        self.admission.configure(&settings.limits);
         let generation = self.generation.load(Ordering::Relaxed);
+        let permit = match self.admit(settings.limits.queue_timeout).await? {
+            Grant::Slot(permit) => permit,
+            // A connection is free already: it stays warm for the next
+            // request (or the next waiter).
+            Grant::Handoff(Handoff::H1(conn)) => {
+                self.park(conn);
+                return Ok(());
+            }
+            Grant::Handoff(Handoff::H2) => return Ok(()),
+        };
         match settings.protocol {
             UpstreamProtocol::Http1 => {
-                let conn = self.dial_h1(addr, settings, generation).await?;
+                let conn = self.dial_h1(addr, settings, generation, permit).await?;
                 self.park(conn);
             }
             UpstreamProtocol::Http2 => {
-                let conn = self.dial_h2(addr, settings, generation).await?;
+                let conn = self.dial_h2(addr, settings, generation, permit).await?;
                 self.h2.store(Some(Arc::new(conn)));
+                self.wake_h2_waiters();
             }
         }
         Ok(())
@@ -295,6 +339,7 @@ impl Pool {
         s: &PoolSettings,
         now: Instant,
     ) -> Result<Response<ProxyBody>, SendFailure> {
+        self.admission.configure(&s.limits);
         if s.protocol == UpstreamProtocol::Http2 {
             return Box::pin(self.send_h2(addr, req, s)).await;
         }
@@ -319,16 +364,35 @@ impl Pool {
         Box::pin(self.dial_and_send_h1(addr, req, s)).await
     }
 
-    /// Puts an HTTP/1.1 connection in the idle set (closing it when the set
-    /// is full).
+    /// Gives an HTTP/1.1 connection to the first request waiting for one,
+    /// or puts it in the idle set (closing it when the set is full).
     fn park(&self, conn: H1Conn) {
-        conn.meta.set(ConnState::Idle);
-        let idle = IdleConn {
-            conn,
-            since: Instant::now(),
-        };
-        if let Err(rejected) = self.idle.load().push(idle) {
-            rejected.conn.meta.set(ConnState::Closed);
+        let mut conn = conn;
+        loop {
+            conn.meta.set(ConnState::Idle);
+            match self.admission.offer(Handoff::H1(conn)) {
+                Ok(()) => return,
+                Err(Handoff::H1(c)) => conn = c,
+                Err(Handoff::H2) => return,
+            }
+            let idle = IdleConn {
+                conn,
+                since: Instant::now(),
+            };
+            let queue = self.idle.load();
+            if let Err(rejected) = queue.push(idle) {
+                rejected.conn.meta.set(ConnState::Closed);
+                return;
+            }
+            // A request may have queued between the offer and the push;
+            // it looked at the idle set before this push or it is seen here.
+            if !self.admission.has_waiters() {
+                return;
+            }
+            match queue.pop() {
+                Some(idle) => conn = idle.conn,
+                None => return,
+            }
         }
     }
 
@@ -365,19 +429,33 @@ impl Pool {
         req: Request<ProxyBody>,
         s: &PoolSettings,
     ) -> Result<Response<ProxyBody>, SendFailure> {
-        let generation = self.generation.load(Ordering::Relaxed);
-        let mut conn = match self.dial_h1(addr, s, generation).await {
-            Ok(c) => c,
-            Err(error) => {
-                return Err(SendFailure::NotSent {
-                    request: Box::new(req),
-                    error,
-                })
+        let mut req = req;
+        loop {
+            let (mut conn, reused) = match self.obtain_h1(addr, s).await {
+                Ok(c) => c,
+                Err(error) => {
+                    return Err(SendFailure::NotSent {
+                        request: Box::new(req),
+                        error,
+                    })
+                }
+            };
+            if reused && !conn.sender.is_ready() {
+                // Like a checkout: a handed-over connection that turns out
+                // dead was never written to.
+                let ready = tokio::time::timeout(s.connect_timeout, conn.sender.ready()).await;
+                if !matches!(ready, Ok(Ok(()))) {
+                    conn.meta.set(ConnState::Closed);
+                    continue;
+                }
             }
-        };
-        let fut = conn.sender.try_send_request(req);
-        let result = tokio::time::timeout(s.request_timeout, fut).await;
-        self.finish_h1(conn, result)
+            let fut = conn.sender.try_send_request(req);
+            let result = tokio::time::timeout(s.request_timeout, fut).await;
+            match self.finish_h1(conn, result) {
+                Err(SendFailure::NotSent { request, .. }) if reused => req = *request,
+                other => return other,
+            }
+        }
     }
 
     /// Classifies the outcome of one HTTP/1.1 exchange; the connection goes
@@ -469,6 +547,7 @@ impl Pool {
         addr: SocketAddr,
         s: &PoolSettings,
         generation: u64,
+        permit: Permit<Handoff>,
     ) -> Result<H1Conn, ProxyError> {
         let stream = self.dial(addr, s).await?;
         let (sender, conn) = http1::Builder::new()
@@ -476,16 +555,19 @@ impl Pool {
             .await
             .map_err(|e| ProxyError::with_detail(ErrorKind::ConnectFailed, e))?;
         let meta = self.new_meta(addr, generation);
-        self.spawn_driver(meta.clone(), async move {
+        self.spawn_driver(meta.clone(), permit, async move {
             let _ = conn.with_upgrades().await;
         });
         Ok(H1Conn { meta, sender })
     }
 
-    /// Runs a connection until it ends or [`Pool::drain`] aborts it.
+    /// Runs a connection until it ends or [`Pool::drain`] aborts it; its
+    /// slot is freed then (an upgraded connection leaves the pool, and its
+    /// slot, when its driver hands it over).
     fn spawn_driver(
         &self,
         meta: Arc<ConnMeta>,
+        permit: Permit<Handoff>,
         conn: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
         self.open.fetch_add(1, Ordering::Relaxed);
@@ -495,6 +577,7 @@ impl Pool {
             meta,
             open: Arc::clone(&self.open),
             drivers: Arc::clone(&self.drivers),
+            _permit: permit,
         };
         let task = tokio::spawn(async move {
             let _guard = guard;
@@ -524,28 +607,15 @@ impl Pool {
         });
         let conn = match current {
             Some(c) => c,
-            None => {
-                let _guard = self.h2_dial.lock().await;
-                // Someone may have dialled while we waited.
-                match self.h2.load_full().filter(|c| {
-                    !c.sender.is_closed() && c.meta.addr == addr && c.meta.generation >= generation
-                }) {
-                    Some(c) => c,
-                    None => match Box::pin(self.dial_h2(addr, s, generation)).await {
-                        Ok(c) => {
-                            let c = Arc::new(c);
-                            self.h2.store(Some(Arc::clone(&c)));
-                            c
-                        }
-                        Err(error) => {
-                            return Err(SendFailure::NotSent {
-                                request: Box::new(req),
-                                error,
-                            })
-                        }
-                    },
+            None => match self.obtain_h2(addr, s, generation).await {
+                Ok(c) => c,
+                Err(error) => {
+                    return Err(SendFailure::NotSent {
+                        request: Box::new(req),
+                        error,
+                    })
                 }
-            }
+            },
         };
         let mut sender = conn.sender.clone();
         let fut = sender.try_send_request(req);
@@ -586,6 +656,7 @@ impl Pool {
         addr: SocketAddr,
         s: &PoolSettings,
         generation: u64,
+        permit: Permit<Handoff>,
     ) -> Result<H2Conn, ProxyError> {
         let stream = self.dial(addr, s).await?;
         let (sender, conn) = http2::Builder::new(TokioExecutor::new())
@@ -596,7 +667,7 @@ impl Pool {
             .map_err(|e| ProxyError::with_detail(ErrorKind::ConnectFailed, e))?;
         let meta = self.new_meta(addr, generation);
         meta.set(ConnState::Idle);
-        self.spawn_driver(meta.clone(), async move {
+        self.spawn_driver(meta.clone(), permit, async move {
             let _ = conn.await;
         });
         Ok(H2Conn { meta, sender })
@@ -609,6 +680,8 @@ struct DriverGuard {
     meta: Arc<ConnMeta>,
     open: Arc<AtomicUsize>,
     drivers: Arc<papaya::HashMap<u64, (u64, tokio::task::AbortHandle)>>,
+    /// The connection's slot, freed when the driver ends.
+    _permit: Permit<Handoff>,
 }
 
 impl Drop for DriverGuard {
@@ -744,6 +817,7 @@ mod tests {
             idle_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
             request_timeout: Duration::from_secs(1),
+            limits: PoolLimits::default(),
         };
         let req = Request::new(ProxyBody::Empty);
         let fut = pool.send(
@@ -778,6 +852,7 @@ mod tests {
             idle_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(60),
+            limits: PoolLimits::default(),
         };
         let sending = {
             let pool = Arc::clone(&pool);

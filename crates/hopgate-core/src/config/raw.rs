@@ -186,6 +186,15 @@ pub struct RawPool {
     /// How long an idle pooled connection is kept (default: `timeouts.idle`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<Text>,
+    /// Open upstream connections per node (default 1024).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<Text>,
+    /// Requests that may wait for a connection per node (default 1024).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pending: Option<Text>,
+    /// How long a request may wait for a connection (default 5s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_timeout: Option<Text>,
 }
 
 /// One backend instance.

@@ -24,6 +24,7 @@ use super::{Config, ConfigError, RawConfig};
 
 mod edge;
 mod maintenance_guard;
+mod pool_limits;
 mod resilience;
 mod routes;
 mod services;

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use http::header::{HeaderMap, HeaderValue};
 use http::Response;
+use http_body::Body as _;
 
 use crate::upstream::{CompiledNode, CompiledService};
 use hopgate_core::config::{CookieSecure, SessionsConfig};
@@ -32,6 +33,7 @@ use crate::headers::{
     X_UPSTREAM_ADDR,
 };
 use crate::metrics::{HopRecord, METRICS};
+use crate::send_watch::SendWatch;
 use crate::session::{self, ClientSession, Sessions};
 use crate::tunnel;
 
@@ -123,6 +125,13 @@ pub(super) fn answer(
     }
     if rf.grpc {
         resp = grpc::guard(resp, svc, node, flight.grpc_deadline);
+    }
+    if conn.http2.load(Ordering::Relaxed) && !resp.body().is_end_stream() {
+        // A stream the client never grants window must not pin its
+        // upstream: cut it at the send stall limit.
+        let stall = snap.config.timeouts.idle;
+        let close = Arc::clone(&conn.close);
+        resp = resp.map(|b| ProxyBody::SendWatched(Box::new(SendWatch::new(b, stall, close))));
     }
     if ctx.debug_headers {
         let h = resp.headers_mut();

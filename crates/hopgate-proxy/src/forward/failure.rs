@@ -57,6 +57,8 @@ pub(super) struct Facts {
     pub(super) attempts_left: bool,
     /// The service's retry budget has a token.
     pub(super) budget_left: bool,
+    /// The request's session is bound to the node that failed.
+    pub(super) bound_here: bool,
 }
 
 /// Where a failed attempt leads.
@@ -101,6 +103,21 @@ pub(super) fn decide(f: Facts) -> Decision {
         }
     };
     match f.class {
+        // The node's connection limit and queue turned it away: load, not
+        // a failure. Another node may take it, unless the request's
+        // session is bound to this one: a live node keeps its sessions
+        // (served elsewhere, the session would silently move), so that
+        // request gets the 503. Health, breaker and outlier count are
+        // untouched.
+        Class::NotSent if f.kind.is_busy() => Decision {
+            next: if f.bound_here {
+                Next::Answer(f.kind)
+            } else {
+                Next::Resend
+            },
+            observe: false,
+            hop: false,
+        },
         // Whatever the method: it never reached a backend.
         Class::NotSent => Decision {
             next: Next::Resend,
@@ -221,6 +238,11 @@ pub(super) fn on_failure(
         attempts_left: at.attempts_left,
         // Read only for the one class that asks.
         budget_left: class == Class::GrpcUnavailable && at.svc.retry_budget.available() > 0,
+        bound_here: req
+            .flight
+            .prior
+            .as_ref()
+            .is_some_and(|b| *b.node == *at.node.shared_id),
     });
     if decision.next == Next::Deliver {
         if let Some(resp) = answer {
@@ -230,6 +252,10 @@ pub(super) fn on_failure(
     match &error {
         Some(_) if class == Class::Client => {
             tracing::debug!(service = %at.svc.name, node = %at.node.id, error = kind.label(), "request ended by the client's fault; not charged to the node");
+        }
+        Some(_) if kind.is_busy() => {
+            // Load, not a failure; counted in the pool's queue metrics.
+            tracing::debug!(service = %at.svc.name, node = %at.node.id, error = kind.label(), "node busy; not charged to the node");
         }
         Some(error) => log_upstream_failure(at, error, class != Class::Sent),
         None if decision.next == Next::Replay => {
@@ -283,7 +309,7 @@ mod tests {
     use crate::respond::grpc_status;
     use ErrorKind::{
         BodyTooLarge, ClientAborted, ClientTimeout, ConnectFailed, ConnectionLost, MalformedBody,
-        UpstreamReset, UpstreamTimeout,
+        PoolQueueFull, PoolQueueTimeout, UpstreamReset, UpstreamTimeout,
     };
 
     /// What a client or the next attempt sees, written like the spec
@@ -319,6 +345,8 @@ mod tests {
             (NotSent, ConnectFailed, false, "streamed", true, true, false, "resend", true, true),
             (NotSent, ConnectFailed, true, "empty", false, false, false, "resend", true, true),
             (NotSent, ConnectionLost, false, "arrived", true, false, true, "resend", true, true),
+            (NotSent, PoolQueueFull, false, "streamed", true, true, false, "resend", false, false),
+            (NotSent, PoolQueueTimeout, false, "arrived", true, true, true, "resend", false, false),
             (Refused, ConnectionLost, false, "arrived", true, true, false, "replay", true, true),
             (Refused, ConnectionLost, true, "buffered", true, true, false, "replay", true, true),
             (Refused, ConnectionLost, false, "streamed", true, true, false, "502", true, true),
@@ -351,11 +379,43 @@ mod tests {
                 copy: copy(safe, body),
                 attempts_left,
                 budget_left,
+                bound_here: false,
             });
             assert_eq!(
                 (shown(d.next, grpc).as_str(), d.observe, d.hop),
                 (next, observe, hop),
                 "row {i}: {row:?}"
+            );
+        }
+    }
+
+    /// A busy node (its queue full or timed out) is never charged; the
+    /// request goes elsewhere, unless its session is bound to that node:
+    /// then it is answered 503 and the session stays.
+    #[test]
+    fn a_busy_node_keeps_its_sessions() {
+        for kind in [PoolQueueFull, PoolQueueTimeout] {
+            let facts = |bound_here| Facts {
+                class: Class::NotSent,
+                kind,
+                copy: CopyKind::Absent,
+                attempts_left: true,
+                budget_left: true,
+                bound_here,
+            };
+            let elsewhere = decide(facts(false));
+            assert_eq!(
+                (
+                    shown(elsewhere.next, false).as_str(),
+                    elsewhere.observe,
+                    elsewhere.hop
+                ),
+                ("resend", false, false)
+            );
+            let bound = decide(facts(true));
+            assert_eq!(
+                (shown(bound.next, false).as_str(), bound.observe, bound.hop),
+                ("503", false, false)
             );
         }
     }

@@ -113,3 +113,71 @@ async fn hostile_http2_clients_are_bounded_and_others_keep_being_served() {
         "the gateway grew by {grown} KiB under HTTP/2 abuse"
     );
 }
+
+/// A client that opens a stream with a zero flow-control window and never
+/// opens it, on a large response: within the send stall limit
+/// (`timeouts.idle`, 1 s here) the gateway releases the upstream (the
+/// backend's request ends, the pool keeps no busy connection), counts a
+/// client error and closes that client's connection; other clients are
+/// served meanwhile and afterwards.
+#[tokio::test]
+async fn a_zero_window_stream_releases_its_upstream_within_the_stall_limit() {
+    let b = Backend::start("n1").await;
+    let yaml = format!(
+        "listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\ntimeouts: {{ idle: 1s }}\nservices:\n{}\nroutes:\n  - {{ id: all, match: {{ path_prefix: / }}, service: app }}\n",
+        service("app", &[("n1", b.addr, "")])
+    );
+    let gw = Gateway::start(&yaml).await;
+    let addr = gw.addr.to_string();
+    // 50 MiB: far more than any socket buffer between the three of them.
+    let stalled = {
+        let addr = addr.clone();
+        tokio::spawn(async move { run("zero_window", &addr, &["/big?bytes=52428800"]).await })
+    };
+    // While it stalls, another client is served.
+    let c = crate::harness::client();
+    for _ in 0..3 {
+        let r = c.get(gw.url("/other")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let seen = stalled.await.unwrap();
+    assert_eq!(seen["closed"], true, "the stalled stream was kept: {seen}");
+    let elapsed = seen["elapsed"].as_f64().unwrap();
+    assert!(
+        elapsed < 15.0,
+        "the stalled stream was kept {elapsed} s (limit 1 s): {seen}"
+    );
+    // The backend's request ended: the gateway let go of its connection.
+    let mut in_flight = serde_json::Value::Null;
+    for _ in 0..200 {
+        let stats: Value = c
+            .get(b.url("/control/stats"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        in_flight = stats["in_flight"].clone();
+        if in_flight == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(in_flight, 0, "the backend still serves the stalled request");
+    let nodes = gw.admin_json("/admin/v1/nodes").await;
+    let pool = &nodes["nodes"][0]["pool"];
+    assert_eq!(
+        pool["open"], pool["idle"],
+        "a pooled connection is still busy: {pool}"
+    );
+    assert_eq!(
+        nodes["nodes"][0]["failures"], 0,
+        "charged to the node: {nodes}"
+    );
+    let m = gw.metrics().await;
+    assert!(
+        m.contains("hopgate_client_errors_total{kind=\"client_stalled\"} 1"),
+        "{m}"
+    );
+}

@@ -200,8 +200,10 @@ impl Validator {
         let mut pool = PoolConfig {
             max_idle: DEFAULT_POOL_MAX_IDLE,
             idle_timeout: default_idle,
+            limits: Default::default(),
         };
         let Some(raw) = raw else { return pool };
+        pool.limits = self.pool_limits(p, raw);
         if let Some(t) = &raw.max_idle {
             if let Some(n) = self.check(format!("{p}.max_idle"), int_in(t, 0, 10_000)) {
                 pool.max_idle = to_usize(n);

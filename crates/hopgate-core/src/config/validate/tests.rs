@@ -145,7 +145,8 @@ fn absent_values_take_their_defaults() {
         s.pool,
         PoolConfig {
             max_idle: DEFAULT_POOL_MAX_IDLE,
-            idle_timeout: Timeouts::default().idle
+            idle_timeout: Timeouts::default().idle,
+            limits: Default::default(),
         }
     );
     let n = &s.nodes[0];
@@ -655,7 +656,8 @@ fn pool_settings() {
         c.services[0].pool,
         PoolConfig {
             max_idle: 0,
-            idle_timeout: Duration::from_secs(5)
+            idle_timeout: Duration::from_secs(5),
+            limits: Default::default(),
         }
     );
     assert_eq!(
@@ -1658,6 +1660,9 @@ fn nasty_values_never_panic() {
                 pool: Some(RawPool {
                     max_idle: t(),
                     idle_timeout: t(),
+                    max_connections: t(),
+                    max_pending: t(),
+                    queue_timeout: t(),
                 }),
                 health: Some(RawHealth {
                     path: Some(s.into()),
@@ -1835,6 +1840,9 @@ fn random_documents_never_panic() {
                 pool: Some(RawPool {
                     max_idle: Some(Text(v())),
                     idle_timeout: Some(Text(v())),
+                    max_connections: Some(Text(v())),
+                    max_pending: Some(Text(v())),
+                    queue_timeout: Some(Text(v())),
                 }),
                 health: None,
                 outlier: None,

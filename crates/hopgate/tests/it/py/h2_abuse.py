@@ -255,8 +255,11 @@ def case_zero_window(addr, path):
     gateway must not hold the stream (and its upstream) forever."""
     s = raw_start(addr, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
     enc = Encoder()
+    started = time.time()
     s.sendall(HeadersFrame(1, enc.encode(request_headers(addr, path)), flags=["END_HEADERS", "END_STREAM"]).serialize())
     out = drain(s, 20)
+    # How long the gateway kept the stalled stream (and its connection).
+    out["elapsed"] = round(time.time() - started, 3)
     return out
 
 
