@@ -107,6 +107,12 @@ impl Keys {
     pub(super) fn seq(&self) -> String {
         format!("{}changes:seq", self.prefix)
     }
+
+    /// `<prefix>epoch`: a random value set by the first replica that finds
+    /// it missing; a new value means Redis lost its data.
+    pub(super) fn epoch(&self) -> String {
+        format!("{}epoch", self.prefix)
+    }
 }
 
 /// The outcome of one compare-and-set.
