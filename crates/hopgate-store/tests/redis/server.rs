@@ -50,6 +50,8 @@ impl RedisServer {
 
     /// Restarts it on the same port with its data gone, as a server
     /// without persistence (or a failover to an empty one) comes back.
+    // Shared by path with the binary's integration tests, which do not use it.
+    #[allow(dead_code)]
     pub(crate) fn restart_empty(&mut self) {
         self.kill();
         for entry in std::fs::read_dir(&self.dir).expect("data dir").flatten() {
