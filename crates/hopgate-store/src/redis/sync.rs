@@ -625,7 +625,7 @@ async fn reseed_loop(
         tracing::info!(
             replica = %shared.replica,
             reseeded = written,
-            lost = shared.conflicts.load(Ordering::Relaxed) - conflicts,
+            lost = shared.conflicts.load(Ordering::Relaxed).saturating_sub(conflicts),
             "redis store: Redis re-seeded from the local cache"
         );
     }

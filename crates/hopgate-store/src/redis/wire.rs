@@ -275,6 +275,7 @@ mod tests {
         assert_eq!(k.id_of(&k.binding(&id)), Some(id));
         assert_eq!(k.id_of("other:s:00"), None);
         assert_eq!(k.stream(), "hg:changes");
+        assert_eq!(k.epoch(), "hg:epoch");
     }
 
     #[test]
