@@ -60,6 +60,28 @@
 //! jump in the notice numbers; the stream went back because Redis lost its
 //! data) the replica reloads every binding by `SCAN` (bounded by the cache's `max_sessions`), having read the
 //! stream's last id first so that changes during the scan are replayed.
+//! A reload only merges what Redis holds into the cache (by the same
+//! order); it never drops a local binding.
+//!
+//! # Redis lost its data: write the caches back
+//!
+//! `<prefix>epoch` holds a random value, set (`SET NX`) by the first
+//! replica that finds it missing. Each replica remembers the one it saw and
+//! checks it on every connection, on every gap in the notice numbers, and
+//! every 2 s while following (so a `FLUSHALL` under live connections is
+//! found even when nothing is written). A different or missing epoch means
+//! Redis lost its data (restarted without persistence, failed over to an
+//! empty replica, flushed): the replica reloads (which finds little and
+//! drops nothing), then re-seeds Redis from its cache, beside the write
+//! queue on the task, never on the request path. Every live binding is
+//! written through the same compare-and-set script, pipelined by 256, with
+//! its own `expires_at` (so its remaining TTL). When several replicas
+//! re-seed at once, the binding with more hops wins, an equal one is a
+//! refresh, and a stale copy loses and its replica takes the winner, as
+//! for any write; the other replicas learn of it from the stream. The
+//! number written is counted in [`RedisStatus::reseeded`] and logged once
+//! per re-seed. A connection lost halfway re-runs the re-seed on the next
+//! one.
 //!
 //! # Misses
 //!
@@ -173,6 +195,9 @@ pub struct RedisStatus {
     pub remote_applied: u64,
     /// Full reloads after a gap in the change stream.
     pub resyncs: u64,
+    /// Bindings written back from the local cache after Redis lost its
+    /// data (and taken by Redis: compare-and-set won or refreshed).
+    pub reseeded: u64,
     /// The last Redis error, if any.
     pub last_error: Option<String>,
 }
@@ -188,6 +213,7 @@ impl RedisStatus {
             conflicts: 0,
             remote_applied: 0,
             resyncs: 0,
+            reseeded: 0,
             last_error: None,
         }
     }

@@ -436,3 +436,142 @@ async fn a_lagging_replica_misses_nothing_when_the_stream_is_trimmed() {
     assert!(kept < 1_000, "the stream is trimmed: {kept}");
     eprintln!("b: {:?}", b.status());
 }
+
+async fn hash_of(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+) -> HashMap<String, String> {
+    redis::cmd("HGETALL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("hgetall")
+}
+
+/// Redis loses everything while two replicas hold bindings (`FLUSHALL`,
+/// connections kept): the replicas find out by the epoch and write their
+/// caches back, so a replica started right after finds every session, and
+/// a hop one replica had wins over the stale copy another one held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_redis_is_reseeded_and_the_hop_wins_over_a_stale_copy() {
+    let redis = RedisServer::start();
+    let p = fresh_prefix();
+    let (a, b) = (
+        replica(&redis, &p, "a").await,
+        replica(&redis, &p, "b").await,
+    );
+    let shared: Vec<SessionId> = (0..300).map(|_| SessionId::random()).collect();
+    for (i, sid) in shared.iter().enumerate() {
+        a.put(*sid, live(&format!("api-{}", i % 3), (i % 4) as u32));
+    }
+    within(Duration::from_secs(5), "b has a's bindings", || {
+        shared
+            .iter()
+            .all(|sid| b.get(sid, now()) == a.get(sid, now()))
+    })
+    .await;
+    // A binding only b holds (its notice was lost with Redis's data), and a
+    // session that hopped on a whose hop b never learned of.
+    let only_b = SessionId::random();
+    let mut b_only = live("api-7", 2);
+    b_only.expires_at = now() + 300;
+    b.cache().put(only_b, b_only.clone());
+    let moved = SessionId::random();
+    a.put(moved, live("api-1", 0));
+    within(Duration::from_secs(1), "b has it", || {
+        b.get(&moved, now()).is_some()
+    })
+    .await;
+    let hopped = live("api-2", 1);
+    a.cache().put(moved, hopped.clone());
+    assert_eq!(b.get(&moved, now()).map(|b| b.hops), Some(0), "b is stale");
+
+    let mut conn = raw(&redis).await;
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut conn)
+        .await
+        .expect("flushall");
+    // A fresh replica, started at once on the empty Redis.
+    let c = replica(&redis, &p, "c").await;
+    let took = within(Duration::from_secs(10), "c has every binding", || {
+        shared
+            .iter()
+            .all(|sid| c.get(sid, now()) == a.get(sid, now()))
+            && c.get(&only_b, now()).as_ref() == Some(&b_only)
+            && c.get(&moved, now()).as_ref() == Some(&hopped)
+    })
+    .await;
+    eprintln!("c had every binding {took:?} after FLUSHALL");
+    within(Duration::from_secs(5), "b takes the hop", || {
+        b.get(&moved, now()).as_ref() == Some(&hopped)
+    })
+    .await;
+    assert_eq!(a.get(&moved, now()).as_ref(), Some(&hopped), "a kept it");
+    // In Redis: the hop, and each binding with its own remaining TTL.
+    let stored = hash_of(&mut conn, &format!("{p}s:{moved}")).await;
+    assert_eq!(
+        (stored["node"].as_str(), stored["hops"].as_str()),
+        ("api-2", "1")
+    );
+    let ttl: i64 = redis::cmd("TTL")
+        .arg(format!("{p}s:{only_b}"))
+        .query_async(&mut conn)
+        .await
+        .expect("ttl");
+    assert!((250..=301).contains(&ttl), "ttl {ttl}");
+    let (sa, sb) = (a.status(), b.status());
+    assert!(sa.reseeded >= 301, "a wrote its cache back: {sa:?}");
+    assert!(sb.reseeded >= 1, "b wrote its cache back: {sb:?}");
+    assert!(sa.resyncs >= 1 && sb.resyncs >= 1);
+    assert_eq!(c.status().reseeded, 0, "c had nothing to write back");
+}
+
+/// Redis restarts without its data: the replicas reconnect, see the new
+/// epoch, and write their caches back; a replica started afterwards finds
+/// the sessions with their hop counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_empty_gets_the_bindings_back_from_the_replicas() {
+    let mut redis = RedisServer::start();
+    let p = fresh_prefix();
+    let (a, b) = (
+        replica(&redis, &p, "a").await,
+        replica(&redis, &p, "b").await,
+    );
+    let from_a: Vec<SessionId> = (0..50).map(|_| SessionId::random()).collect();
+    let from_b: Vec<SessionId> = (0..50).map(|_| SessionId::random()).collect();
+    for sid in &from_a {
+        a.put(*sid, live("api-1", 1));
+    }
+    for sid in &from_b {
+        b.put(*sid, live("api-2", 3));
+    }
+    assert!(a.flush(Duration::from_secs(3)).await && b.flush(Duration::from_secs(3)).await);
+    within(Duration::from_secs(5), "a and b agree", || {
+        from_a.iter().chain(&from_b).all(|sid| {
+            let x = a.get(sid, now());
+            x.is_some() && x == b.get(sid, now())
+        })
+    })
+    .await;
+
+    redis.restart_empty();
+    within(Duration::from_secs(10), "both reconnect and resync", || {
+        [a.status(), b.status()]
+            .iter()
+            .all(|s| s.state == RedisState::Connected && s.reconnects >= 1 && s.resyncs >= 1)
+    })
+    .await;
+    let c = replica(&redis, &p, "c").await;
+    let has = |sid: &SessionId, node: &str, hops: u32| {
+        c.get(sid, now())
+            .is_some_and(|b| &*b.node == node && b.hops == hops)
+    };
+    let took = within(Duration::from_secs(10), "c has every binding", || {
+        from_a.iter().all(|sid| has(sid, "api-1", 1))
+            && from_b.iter().all(|sid| has(sid, "api-2", 3))
+    })
+    .await;
+    eprintln!("c had every binding {took:?} after it started");
+    let (sa, sb) = (a.status(), b.status());
+    assert!(sa.reseeded >= 100 && sb.reseeded >= 100, "{sa:?} {sb:?}");
+}

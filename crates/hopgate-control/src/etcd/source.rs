@@ -46,6 +46,16 @@ const BACKOFF_MIN: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 const PROBE: Duration = Duration::from_secs(2);
 
+#[cfg(test)]
+mod tests;
+
+/// Run between a session's full read (at the revision given) and its
+/// watch: lets a test move etcd on, and compact it, in exactly that gap.
+#[cfg(test)]
+pub(super) type BeforeWatch = Box<
+    dyn FnMut(i64) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync,
+>;
+
 /// Resolves once shutdown has been requested (the guard `wait_for` returns
 /// must not live across the select's other arms).
 async fn stopped(rx: &mut watch::Receiver<bool>) {
@@ -83,6 +93,8 @@ pub struct EtcdSource {
     judged: Option<i64>,
     discovery: Discovery,
     drained: BTreeSet<String>,
+    #[cfg(test)]
+    before_watch: Option<BeforeWatch>,
 }
 
 impl std::fmt::Debug for EtcdSource {
@@ -236,6 +248,8 @@ impl EtcdSource {
             judged: None,
             discovery: Discovery::default(),
             drained: BTreeSet::new(),
+            #[cfg(test)]
+            before_watch: None,
         };
         if let Some(b) = boot {
             source.view = b.view.clone();
@@ -333,6 +347,10 @@ impl EtcdSource {
         .await;
         for (key, value) in &notices {
             intake_notice(&self.maintenance, key, value);
+        }
+        #[cfg(test)]
+        if let Some(hook) = self.before_watch.as_mut() {
+            hook(revision).await;
         }
         let opts = WatchOptions::new()
             .with_prefix()

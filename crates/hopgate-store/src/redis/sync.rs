@@ -4,16 +4,18 @@
 //! `XREAD BLOCK` would stall a shared connection), the reconnect loop with
 //! its backoff, the write queue drain (every write through the
 //! compare-and-set script), the change feed cursor with its gap check, the
-//! bounded SCAN (re)load, the miss lookup, and the connection state.
+//! bounded SCAN (re)load, the epoch check that tells when Redis lost its
+//! data and the re-seeding of Redis from the cache that follows it, the
+//! miss lookup, and the connection state.
 //!
 //! Must not touch: the request path. Everything here runs on the task or in
 //! a [`FetchFuture`](crate::FetchFuture); the store's methods only push to
 //! the queue and read [`Shared`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwapOption;
 use crossbeam_queue::ArrayQueue;
@@ -39,6 +41,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How often a connected replica checks Redis's epoch (at most; the feed
+/// checks it between reads).
+const EPOCH_CHECK: Duration = BLOCK;
 
 /// One write waiting for Redis: the binding itself is read from the cache
 /// when it is sent, so a session written many times while Redis is away
@@ -68,8 +73,16 @@ pub(super) struct Shared {
     conflicts: AtomicU64,
     applied: AtomicU64,
     resyncs: AtomicU64,
+    reseeded: AtomicU64,
     in_flight: AtomicUsize,
     last_error: parking_lot::Mutex<Option<String>>,
+    /// The value of `<prefix>epoch` this replica last saw: a different one
+    /// (or none) means Redis lost its data since.
+    epoch: parking_lot::Mutex<Option<String>>,
+    /// Redis lost its data and has not been re-seeded from the cache yet
+    /// (stays set across a connection lost halfway through).
+    reseed_pending: AtomicBool,
+    reseed_wake: Notify,
 }
 
 const CONNECTED: u8 = 1;
@@ -100,8 +113,12 @@ impl Shared {
             conflicts: AtomicU64::new(0),
             applied: AtomicU64::new(0),
             resyncs: AtomicU64::new(0),
+            reseeded: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             last_error: parking_lot::Mutex::new(None),
+            epoch: parking_lot::Mutex::new(None),
+            reseed_pending: AtomicBool::new(false),
+            reseed_wake: Notify::new(),
         }
     }
 
@@ -137,6 +154,7 @@ impl Shared {
             conflicts: self.conflicts.load(Ordering::Relaxed),
             remote_applied: self.applied.load(Ordering::Relaxed),
             resyncs: self.resyncs.load(Ordering::Relaxed),
+            reseeded: self.reseeded.load(Ordering::Relaxed),
             last_error: self.last_error.lock().clone(),
         }
     }
@@ -224,7 +242,11 @@ async fn session(
         Ok(s) => s,
         Err(e) => return e,
     };
-    if let Err(e) = follow_from(shared, &mut cmd, cursor).await {
+    let lost = match check_epoch(shared, &mut cmd).await {
+        Ok(lost) => lost,
+        Err(e) => return e,
+    };
+    if let Err(e) = follow_from(shared, &mut cmd, cursor, lost).await {
         return e;
     }
     if shared.loaded.swap(1, Ordering::AcqRel) == 1 {
@@ -235,9 +257,11 @@ async fn session(
     shared.set_connected();
     let reader_cursor = cursor.get_or_insert_with(Cursor::default);
     let mut lookups = cmd.clone();
+    let mut seeding = cmd.clone();
     tokio::select! {
         e = write_loop(shared, &mut cmd, &scripts, retry) => e,
         e = read_loop(shared, &mut lookups, &mut feed, reader_cursor) => e,
+        e = reseed_loop(shared, &mut seeding, &scripts) => e,
     }
 }
 
@@ -263,21 +287,57 @@ async fn load_scripts(cmd: &mut MultiplexedConnection) -> Result<Scripts, RedisE
     })
 }
 
+/// Reads Redis's epoch, `<prefix>epoch`, creating it when it is missing
+/// (`SET NX`: the first replica to find Redis empty names the new epoch,
+/// the others read it); whether Redis lost its data since this replica
+/// last looked (the epoch changed or had vanished). Losing it marks the
+/// cache for re-seeding ([`reseed_loop`]). The first look only records it.
+async fn check_epoch(shared: &Shared, cmd: &mut MultiplexedConnection) -> Result<bool, RedisError> {
+    let key = shared.keys.epoch();
+    let mine = SessionId::random().to_string();
+    let (current,): (String,) = redis::pipe()
+        .atomic()
+        .cmd("SET")
+        .arg(&key)
+        .arg(&mine)
+        .arg("NX")
+        .ignore()
+        .cmd("GET")
+        .arg(&key)
+        .query_async(cmd)
+        .await?;
+    let before = shared.epoch.lock().replace(current.clone());
+    let lost = before.is_some_and(|b| b != current);
+    if lost {
+        tracing::warn!(
+            replica = %shared.replica,
+            epoch = %current,
+            "redis store: Redis lost its data; reloading, then writing the local bindings back"
+        );
+        shared.reseed_pending.store(true, Ordering::Release);
+        shared.reseed_wake.notify_one();
+    }
+    Ok(lost)
+}
+
 /// Sets where the change feed resumes, reloading every binding by SCAN
-/// when notices may have been missed: at start, when the stream was
-/// trimmed past the cursor (its first entry is after it), or when it went
-/// back (Redis lost its data). While following, a jump in the notice
-/// numbers reveals the same ([`read_loop`]).
+/// when notices may have been missed: at start, when Redis lost its data
+/// (`lost`: its epoch changed), when the stream was trimmed past the cursor
+/// (its first entry is after it), or when it went back. While following, a
+/// jump in the notice numbers, or a new epoch, reveals the same
+/// ([`read_loop`]).
 async fn follow_from(
     shared: &Shared,
     cmd: &mut MultiplexedConnection,
     cursor: &mut Option<Cursor>,
+    lost: bool,
 ) -> Result<(), RedisError> {
     let stream = shared.keys.stream();
     let first = edge(cmd, "XRANGE", &stream, "-", "+").await?;
     let last = edge(cmd, "XREVRANGE", &stream, "+", "-").await?;
     let gap = match *cursor {
         None => true,
+        Some(_) if lost => true,
         Some(seen) => {
             first.is_some_and(|f| f.id > seen.id)
                 || last.map_or(seen.id != EntryId::default(), |l| l.id < seen.id)
@@ -410,7 +470,7 @@ async fn write_loop(
             continue;
         }
         match send(shared, cmd, scripts, retry).await {
-            Ok(()) => {}
+            Ok(_) => {}
             Err(e) if is_connection_error(&e) => return e,
             Err(e) => {
                 // Redis refused the batch itself (not the connection):
@@ -437,12 +497,14 @@ fn is_connection_error(e: &RedisError) -> bool {
         || e.code() == Some("NOSCRIPT")
 }
 
+/// Sends `batch` in one pipeline; how many bindings Redis took (written or
+/// refreshed: compare-and-set won).
 async fn send(
     shared: &Shared,
     cmd: &mut MultiplexedConnection,
     scripts: &Scripts,
     batch: &[Dirty],
-) -> Result<(), RedisError> {
+) -> Result<usize, RedisError> {
     let stream = shared.keys.stream();
     let seq = shared.keys.seq();
     let mut pipe = redis::pipe();
@@ -486,29 +548,97 @@ async fn send(
         sent.push((d.id, false));
     }
     if sent.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
     let answers: Vec<Value> = pipe.query_async(cmd).await?;
+    let mut written = 0;
     for ((id, removed), answer) in sent.into_iter().zip(answers) {
         if removed {
             continue;
         }
-        if let Some(CasOutcome::Lost(winner)) = wire::cas_outcome(&answer) {
-            shared.conflicts.fetch_add(1, Ordering::Relaxed);
-            if let Some(w) = winner {
-                tracing::debug!(session_key = %id, node = %w.node, hops = w.hops, "redis store: write lost its compare-and-set; taking the stored binding");
-                shared.take(id, w);
+        match wire::cas_outcome(&answer) {
+            Some(CasOutcome::Written) => written += 1,
+            Some(CasOutcome::Lost(winner)) => {
+                shared.conflicts.fetch_add(1, Ordering::Relaxed);
+                if let Some(w) = winner {
+                    tracing::debug!(session_key = %id, node = %w.node, hops = w.hops, "redis store: write lost its compare-and-set; taking the stored binding");
+                    shared.take(id, w);
+                }
             }
+            Some(CasOutcome::Expired) | None => {}
         }
     }
-    Ok(())
+    Ok(written)
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Writes the cache back into Redis each time Redis has lost its data
+/// (see [`check_epoch`]), beside the write queue so requests' writes never
+/// wait behind it. Every live binding goes through the compare-and-set
+/// script, `BATCH` to a pipeline, with its own expiry (so its remaining
+/// TTL): when several replicas re-seed at once the binding with more hops
+/// wins, an equal one is a harmless refresh, and a stale copy loses and
+/// takes the winner. A connection lost halfway leaves the re-seed pending,
+/// and the next connection runs it again from the start.
+async fn reseed_loop(
+    shared: &Shared,
+    cmd: &mut MultiplexedConnection,
+    scripts: &Scripts,
+) -> RedisError {
+    loop {
+        if !shared.reseed_pending.load(Ordering::Acquire) {
+            shared.reseed_wake.notified().await;
+            continue;
+        }
+        let now = unix_now();
+        let mut live = Vec::new();
+        shared.cache.for_each(&mut |id, b| {
+            if b.is_live(now) {
+                live.push(Dirty {
+                    id: *id,
+                    removed: false,
+                });
+            }
+        });
+        let conflicts = shared.conflicts.load(Ordering::Relaxed);
+        let mut written = 0usize;
+        for chunk in live.chunks(BATCH) {
+            match send(shared, cmd, scripts, chunk).await {
+                Ok(n) => written += n,
+                Err(e) if is_connection_error(&e) => return e,
+                Err(e) => {
+                    shared
+                        .dropped
+                        .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                    *shared.last_error.lock() = Some(e.to_string());
+                    tracing::warn!(error = %e, writes = chunk.len(), "redis store: re-seeding writes refused by Redis; dropped");
+                }
+            }
+        }
+        shared.reseed_pending.store(false, Ordering::Release);
+        shared.reseeded.fetch_add(written as u64, Ordering::Relaxed);
+        tracing::info!(
+            replica = %shared.replica,
+            reseeded = written,
+            lost = shared.conflicts.load(Ordering::Relaxed).saturating_sub(conflicts),
+            "redis store: Redis re-seeded from the local cache"
+        );
+    }
 }
 
 /// Follows the change stream from `cursor`, taking other replicas'
 /// changes into the cache (its own are skipped: the cache has them). A
 /// jump in the notice numbers means notices were lost before this replica
 /// read them (trimmed while it lagged, or Redis lost its data): it
-/// reloads everything.
+/// reloads everything. Between reads, at most every [`EPOCH_CHECK`], it
+/// checks the epoch, so a Redis that lost its data while the connections
+/// stayed up (`FLUSHALL`) is found even when nothing is written; then it
+/// reloads too, and the cache is written back ([`reseed_loop`]).
 async fn read_loop(
     shared: &Shared,
     cmd: &mut MultiplexedConnection,
@@ -516,7 +646,19 @@ async fn read_loop(
     cursor: &mut Cursor,
 ) -> RedisError {
     let stream = shared.keys.stream();
+    let mut checked = tokio::time::Instant::now();
     loop {
+        if checked.elapsed() >= EPOCH_CHECK {
+            checked = tokio::time::Instant::now();
+            match check_epoch(shared, cmd).await {
+                Ok(false) => {}
+                Ok(true) => match reload(shared, cmd, true).await {
+                    Ok(c) => *cursor = c,
+                    Err(e) => return e,
+                },
+                Err(e) => return e,
+            }
+        }
         let reply: Option<StreamReadReply> = match redis::cmd("XREAD")
             .arg("COUNT")
             .arg(READ_COUNT)
@@ -563,6 +705,11 @@ async fn read_loop(
             return e;
         }
         if gap {
+            // Trimmed, or Redis lost its data: the epoch tells which.
+            checked = tokio::time::Instant::now();
+            if let Err(e) = check_epoch(shared, cmd).await {
+                return e;
+            }
             match reload(shared, cmd, true).await {
                 Ok(c) => *cursor = c,
                 Err(e) => return e,

@@ -107,6 +107,12 @@ impl Keys {
     pub(super) fn seq(&self) -> String {
         format!("{}changes:seq", self.prefix)
     }
+
+    /// `<prefix>epoch`: a random value set by the first replica that finds
+    /// it missing; a new value means Redis lost its data.
+    pub(super) fn epoch(&self) -> String {
+        format!("{}epoch", self.prefix)
+    }
 }
 
 /// The outcome of one compare-and-set.
@@ -269,6 +275,7 @@ mod tests {
         assert_eq!(k.id_of(&k.binding(&id)), Some(id));
         assert_eq!(k.id_of("other:s:00"), None);
         assert_eq!(k.stream(), "hg:changes");
+        assert_eq!(k.epoch(), "hg:epoch");
     }
 
     #[test]

@@ -48,6 +48,21 @@ impl RedisServer {
         }
     }
 
+    /// Restarts it on the same port with its data gone, as a server
+    /// without persistence (or a failover to an empty one) comes back.
+    // Shared by path with the binary's integration tests, which do not use it.
+    #[allow(dead_code)]
+    pub(crate) fn restart_empty(&mut self) {
+        self.kill();
+        for entry in std::fs::read_dir(&self.dir).expect("data dir").flatten() {
+            let path = entry.path();
+            if path.file_name().is_some_and(|n| n != "redis.log") {
+                let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
+            }
+        }
+        self.restart();
+    }
+
     /// Starts it (again) on the same port with the same data directory.
     pub(crate) fn restart(&mut self) {
         self.kill();
