@@ -94,6 +94,9 @@ pub struct Metrics {
     pub maintenance_malformed: AtomicU64,
     /// Parsed ones the intake queue had no room for.
     pub maintenance_dropped: AtomicU64,
+    /// Access log lines dropped because the log's buffer was full (stderr
+    /// slower than the traffic); counted by the binary's log writer.
+    pub access_log_dropped: AtomicU64,
     hops: Mutex<HopStats>,
 }
 

@@ -9,6 +9,7 @@ mod harness;
 mod redis_server;
 
 mod admin;
+mod defaults;
 mod errors;
 mod fleet_etcd;
 mod fleet_redis;
