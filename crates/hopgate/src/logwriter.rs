@@ -25,10 +25,11 @@
 
 use std::io::{self, Write};
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::OnceLock;
 use std::thread::Thread;
 use std::time::Duration;
 
+use parking_lot::{Mutex, MutexGuard};
 use tracing_subscriber::fmt::MakeWriter;
 
 use hopgate_proxy::metrics::METRICS;
@@ -57,7 +58,7 @@ struct Shared {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+    m.lock()
 }
 
 impl Shared {
@@ -241,7 +242,7 @@ thread_local! {
     /// The line the fast path builds, reused.
     static FAST_LINE: std::cell::RefCell<String> = std::cell::RefCell::new(String::with_capacity(512));
     /// `YYYY-MM-DDTHH:MM:SS.` of the last second a line was written in.
-    static SECOND: std::cell::RefCell<(u64, String)> = std::cell::RefCell::new((u64::MAX, String::new()));
+    static SECOND: std::cell::RefCell<(u64, String)> = const { std::cell::RefCell::new((u64::MAX, String::new())) };
 }
 
 /// The access line as the default text formatter writes it without ANSI
