@@ -2,6 +2,11 @@
 # bench/callgrind.sh BIN LABEL: instructions per proxied request under
 # callgrind (the recipe of docs/BENCHMARKS.md): one worker thread, two nginx
 # origins, wrk -t1 -c4: 2 s of warm-up, counters zeroed, 6 s measured.
+# Environment:
+#   CG_THREADS=1 (default) sets HOPGATE_WORKER_THREADS/TOKIO_WORKER_THREADS;
+#     CG_THREADS=default sets neither and pins hopgate to one CPU (taskset
+#     -c ${PROXY_CPU:-1}), as the load benchmark does: the default settings.
+#   CG_ACCESS_LOG=on turns the access log on (written to a file), default off.
 set -uo pipefail
 BIN=$1; LABEL=$2
 D=${TMPDIR:-/tmp}/hopgate-cg/$LABEL; rm -rf "$D"; mkdir -p "$D/www"; chmod 755 "$D" "$D/www"
@@ -46,7 +51,13 @@ services:
 routes:
   - { id: all, match: { path_prefix: / }, service: origin }
 Y
-RUST_LOG="info,hopgate::access=off" TOKIO_WORKER_THREADS=1 HOPGATE_WORKER_THREADS=1 \
+FILTER="info,hopgate::access=off"; [[ ${CG_ACCESS_LOG:-off} == on ]] && FILTER=info
+if [[ ${CG_THREADS:-1} == default ]]; then
+  RUN=(env -u TOKIO_WORKER_THREADS -u HOPGATE_WORKER_THREADS taskset -c "${PROXY_CPU:-1}")
+else
+  RUN=(env TOKIO_WORKER_THREADS="${CG_THREADS:-1}" HOPGATE_WORKER_THREADS="${CG_THREADS:-1}")
+fi
+RUST_LOG="$FILTER" "${RUN[@]}" \
   valgrind --tool=callgrind --callgrind-out-file="$D/cg.out" "$BIN" run --config "$D/hopgate.yaml" >"$D/hopgate.log" 2>&1 &
 VG=$!; PIDS+=($VG)
 for i in $(seq 1 120); do curl -s -o /dev/null "http://127.0.0.1:$PG/0" && break; sleep 0.5; done
@@ -58,5 +69,6 @@ sleep 1
 REQS=$(grep -oE '^ *[0-9]+ requests' "$D/wrk.txt" | awk '{print $1}')
 F=$(ls -t "$D"/cg.out* | grep -v '^$' | head -1)
 IR=$(grep -E '^(summary|totals):' "$F" | head -1 | awk '{print $2}')
-echo "$LABEL file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
+echo "$LABEL threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
+grep -m1 -o 'runtime: .*' "$D/hopgate.log" || true
 grep -E 'Non-2xx|Socket errors' "$D/wrk.txt"

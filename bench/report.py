@@ -3,7 +3,8 @@
 
   report.py record --results FILE --kind matrix|restart --target T --scenario S
                    --rep N --tool wrk|h2load --output OUT [--h2log LOG]
-                   --ticks T0 T1 --origin-ticks O0 O1 --clk HZ [--no-proxy]
+                   --ticks T0 T1 [--user-sys-ticks U0 S0 U1 S1]
+                   --origin-ticks O0 O1 --clk HZ [--no-proxy]
       parse OUT (wrk with bench/wrk-*.lua, or h2load + its --log-file) and
       append one tab-separated row to FILE.
 
@@ -22,10 +23,16 @@ from collections import OrderedDict, defaultdict
 
 COLUMNS = [
     "kind", "target", "scenario", "rep", "requests", "rps", "p50_us", "p99_us",
-    "cpu_us_req", "origin_cpu_us_req", "errors", "detail", "other_cpu_pct",
+    "cpu_us_req", "origin_cpu_us_req", "user_us_req", "sys_us_req", "errors", "detail",
+    "other_cpu_pct",
 ]
-TARGET_ORDER = ["direct", "nginx", "haproxy", "hopgate"]
-PROXIES = ["nginx", "haproxy", "hopgate"]
+TARGET_ORDER = ["direct", "floor", "nginx", "haproxy", "hopgate", "hopgate-log"]
+PROXIES = ["floor", "nginx", "haproxy", "hopgate", "hopgate-log"]
+# What each target is, under the tables.
+TARGET_NOTES = {
+    "floor": "HAProxy in `mode tcp` (a pure L4 forward, no HTTP parsing): the kernel floor",
+    "hopgate-log": "hopgate with its access log on (the default), written to a file",
+}
 
 
 # ------------------------------------------------------------------ parsing --
@@ -103,6 +110,10 @@ def cmd_record(a) -> int:
     to_us = 1e6 / a.clk
     cpu = (a.ticks[1] - a.ticks[0]) * to_us / n if n and not a.no_proxy else float("nan")
     ocpu = (a.origin_ticks[1] - a.origin_ticks[0]) * to_us / n if n else float("nan")
+    user = sys_ = float("nan")
+    if a.user_sys_ticks and n and not a.no_proxy:
+        u0, s0, u1, s1 = a.user_sys_ticks
+        user, sys_ = (u1 - u0) * to_us / n, (s1 - s0) * to_us / n
     other = float("nan")
     if a.sys_ticks and a.loadgen_ticks:
         b0, t0, b1, t1 = a.sys_ticks
@@ -112,11 +123,13 @@ def cmd_record(a) -> int:
             other = max(0.0, ((b1 - b0) - ours) / (t1 - t0) * 100)
     row = [a.kind, a.target, a.scenario, str(a.rep), str(n), f"{res['rps']:.1f}",
            f"{res['p50_us']:.0f}", f"{res['p99_us']:.0f}", f"{cpu:.2f}", f"{ocpu:.2f}",
-           str(res["errors"]), res["detail"], f"{other:.1f}"]
+           f"{user:.2f}", f"{sys_:.2f}", str(res["errors"]), res["detail"], f"{other:.1f}"]
     with open(a.results, "a") as f:
         f.write("\t".join(row) + "\n")
     cpu_s = "-" if cpu != cpu else f"{cpu:.1f} µs/req"
-    print(f"[bench] {a.kind:7} {a.scenario:18} #{a.rep} {a.target:8} {res['rps']:>10.0f} req/s"
+    if cpu == cpu and user == user:
+        cpu_s += f" ({user:.1f} user + {sys_:.1f} sys)"
+    print(f"[bench] {a.kind:7} {a.scenario:18} #{a.rep} {a.target:11} {res['rps']:>10.0f} req/s"
           f"  p50 {res['p50_us']:>6.0f} µs  p99 {res['p99_us']:>6.0f} µs  cpu {cpu_s}"
           f"  errors {res['errors']}" + ("" if other != other else f"  other-load {other:.0f}%"),
           file=sys.stderr)
@@ -206,6 +219,8 @@ def cmd_table(a) -> int:
                 "p99": med([float(r["p99_us"]) for r in rs]),
                 "cpu": med([float(r["cpu_us_req"]) for r in rs]),
                 "ocpu": med([float(r["origin_cpu_us_req"]) for r in rs]),
+                "user": med([float(r["user_us_req"]) for r in rs]),
+                "sys": med([float(r["sys_us_req"]) for r in rs]),
                 "other": med([float(r["other_cpu_pct"]) for r in rs]),
                 "errors": sum(max(0, int(r["errors"])) for r in rs),
                 "failed": sum(1 for r in rs if int(r["errors"]) < 0),
@@ -249,20 +264,53 @@ def cmd_table(a) -> int:
             extra = []
             if "hopgate" in ptargets:
                 extra = [t for t in ("nginx", "haproxy") if t in ptargets]
-                hdr += [f"hopgate ÷ {t}" for t in extra]
+                hdr += [f"hopgate user ÷ {t}" for t in extra]
+                hdr += [f"hopgate total ÷ {t}" for t in extra]
+                if "floor" in ptargets:
+                    hdr += ["hopgate − floor, total"]
             crs = []
             for sc in scenarios:
                 row = [sc]
                 for t in ptargets:
                     g = agg.get((sc, t))
-                    row.append(fnum(g["cpu"], 1) if g else "–")
-                for t in extra:
-                    h, o = agg.get((sc, "hopgate")), agg.get((sc, t))
-                    row.append(ratio(h["cpu"], o["cpu"]) if h and o else "–")
+                    row.append(f"{fnum(g['user'], 1)} + {fnum(g['sys'], 1)} = {fnum(g['cpu'], 1)}"
+                               if g else "–")
+                h = agg.get((sc, "hopgate"))
+                for key in ("user", "cpu"):
+                    for t in extra:
+                        o = agg.get((sc, t))
+                        row.append(ratio(h[key], o[key]) if h and o else "–")
+                if "hopgate" in ptargets and "floor" in ptargets:
+                    f = agg.get((sc, "floor"))
+                    row.append(fnum(h["cpu"] - f["cpu"], 1) if h and f else "–")
                 crs.append(row)
-            out.append("\n### Proxy CPU time per request, µs (user+system, all the proxy's "
-                       "processes; median)\n")
+            out.append("\n### Proxy CPU time per request, µs: user + system = total (all the "
+                       "proxy's processes; medians)\n")
             out.append(md_table(hdr, crs, left=1))
+            out.append("\nFrom `utime` and `stime` in `/proc/<pid>/stat` of every process of the "
+                       "proxy (master and workers; all threads), before and after each run, "
+                       "÷ completed requests. Each part is the median of its own, so user + "
+                       "system can differ from the total's median by a little.")
+            notes = [f"`{t}`: {TARGET_NOTES[t]}" for t in ptargets if t in TARGET_NOTES]
+            if notes:
+                out.append("; ".join(notes) + ".")
+
+        if "hopgate" in targets and "hopgate-log" in targets:
+            lrs = []
+            for sc in scenarios:
+                off, on = agg.get((sc, "hopgate")), agg.get((sc, "hopgate-log"))
+                if not (off and on):
+                    continue
+                cost = (1 - on["rps"] / off["rps"]) * 100 if off["rps"] else float("nan")
+                lrs.append([sc, fnum(off["rps"]), fnum(on["rps"]), f"{cost:+.1f}%".replace("+-", "−"),
+                            fnum(off["user"], 1), fnum(on["user"], 1),
+                            fnum(off["cpu"], 1), fnum(on["cpu"], 1)])
+            out.append("\n### Access log on vs off (hopgate, same interleaved run)\n")
+            out.append(md_table(["scenario", "req/s off", "req/s on", "throughput cost",
+                                 "user µs/req off", "user µs/req on", "total µs/req off",
+                                 "total µs/req on"], lrs, left=1))
+            out.append("\n`throughput cost` is 1 − (req/s on ÷ req/s off) of the medians; "
+                       "negative means the run with the log was faster (noise).")
 
     restart = [r for r in rows if r["kind"] == "restart"]
     if restart:
@@ -300,6 +348,8 @@ def main() -> int:
     r.add_argument("--output", required=True)
     r.add_argument("--h2log")
     r.add_argument("--ticks", type=int, nargs=2, required=True)
+    r.add_argument("--user-sys-ticks", type=int, nargs=4,
+                   help="utime0 stime0 utime1 stime1 of the proxy's processes")
     r.add_argument("--origin-ticks", type=int, nargs=2, required=True)
     r.add_argument("--clk", type=int, required=True)
     r.add_argument("--no-proxy", action="store_true")

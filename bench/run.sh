@@ -2,10 +2,11 @@
 # bench/run.sh — hopgate load benchmark beside NGINX and HAProxy (SPEC §13).
 #
 # One command runs a side-by-side comparison on this machine and stops by
-# itself:  direct-to-origin, nginx, haproxy and hopgate, each proxying
-# round-robin to two local nginx origins, with the same worker/thread count
-# (1), upstream keep-alive, no access logs, and the same CPU pinning
-# (load generator on one CPU, proxy + origins on the other).
+# itself:  direct-to-origin, the L4 floor (HAProxy in mode tcp), nginx,
+# haproxy and hopgate, each proxying round-robin to two local nginx origins,
+# with the same worker/thread count (1), upstream keep-alive, no access logs,
+# and the same CPU pinning (load generator on one CPU, proxy + origins on
+# the other). CPU per request is split into user and system time.
 #
 # It only talks to 127.0.0.1, picks free ports below the ephemeral range,
 # tracks the PID of everything it starts and kills only those on exit.
@@ -16,7 +17,10 @@
 #                       hopgate is built)
 #   --repeat N          repeats per matrix point (default 3)
 #   --duration S        seconds per run (default 5)
-#   --only a,b          targets: direct,nginx,haproxy,hopgate (default: all)
+#   --only a,b          targets: direct,floor,nginx,haproxy,hopgate,hopgate-log
+#                       (default: all but hopgate-log; floor = HAProxy in mode
+#                       tcp, a pure L4 forward; hopgate-log = hopgate with its
+#                       access log on, written to a file)
 #   --scenario S        matrix | restart | all (default all; --quick: matrix)
 #   --no-build          do not run `cargo build --release -p hopgate`
 #   --strict            exit 1 when a requested target cannot run
@@ -45,7 +49,7 @@ ORIG_ARGS="$*"
 REPEAT=3
 DURATION=5
 QUICK=0
-ONLY="direct,nginx,haproxy,hopgate"
+ONLY="direct,floor,nginx,haproxy,hopgate"
 SCENARIO=""
 NO_BUILD=0
 STRICT=0
@@ -102,11 +106,12 @@ case "$SCENARIO" in matrix|restart|all) ;; *) echo "run.sh: --scenario must be m
 
 TARGETS=()
 IFS=',' read -r -a _req <<<"$ONLY"
-for t in direct nginx haproxy hopgate; do        # canonical order
+ALL_TARGETS=(direct floor nginx haproxy hopgate hopgate-log)
+for t in "${ALL_TARGETS[@]}"; do                 # canonical order
   for r in "${_req[@]}"; do [[ $r == "$t" ]] && TARGETS+=("$t"); done
 done
 for r in "${_req[@]}"; do
-  case "$r" in direct|nginx|haproxy|hopgate) ;; *) echo "run.sh: unknown target '$r' (direct,nginx,haproxy,hopgate)" >&2; exit 2 ;; esac
+  case "$r" in direct|floor|nginx|haproxy|hopgate|hopgate-log) ;; *) echo "run.sh: unknown target '$r' (${ALL_TARGETS[*]})" >&2; exit 2 ;; esac
 done
 [[ ${#TARGETS[@]} -gt 0 ]] || { echo "run.sh: --only selected no target" >&2; exit 2; }
 
@@ -133,10 +138,10 @@ ensure_tools() {
   command -v wrk >/dev/null || missing+=(wrk)
   command -v taskset >/dev/null || missing+=(util-linux)
   command -v python3 >/dev/null || missing+=(python3)
-  if has nginx || has direct || has haproxy || has hopgate; then
-    command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || missing+=(nginx-light)
+  command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || missing+=(nginx-light)   # the origins
+  if has haproxy || has floor; then
+    command -v haproxy >/dev/null || [[ -x /usr/sbin/haproxy ]] || missing+=(haproxy)
   fi
-  has haproxy && { command -v haproxy >/dev/null || [[ -x /usr/sbin/haproxy ]] || missing+=(haproxy); }
   if [[ $SCENARIO != restart ]]; then
     command -v h2load >/dev/null || missing+=(nghttp2-client)
   fi
@@ -407,6 +412,37 @@ backend be
 $be_extra$servers
 EOF
 }
+# write_haproxy_tcp DIR H1 H2 ORIGIN_NAMES...: the L4 floor. mode tcp, one
+# upstream connection per client connection (round robin), no HTTP parsing:
+# what forwarding the bytes costs in the kernel plus an event loop. h2c goes
+# to origin 1's h2c port (the only one), like the direct h2c rows.
+write_haproxy_tcp() {
+  local dir=$1 h1=$2 h2=$3 servers="" o i=0; shift 3
+  for o in "$@"; do i=$((i + 1)); servers+="    server o$i 127.0.0.1:${ORIGIN_PORT[$o]}"$'\n'; done
+  mkdir -p "$dir"
+  {
+    cat <<EOF
+global
+    nbthread 1
+    maxconn 4096
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 75s
+    timeout server 75s
+frontend fe
+    bind 127.0.0.1:$h1
+    default_backend be
+backend be
+    balance roundrobin
+$servers
+EOF
+    if [[ -n $h2 ]]; then
+      printf 'frontend fe2\n    bind 127.0.0.1:%s\n    default_backend be2\nbackend be2\n    server o1 127.0.0.1:%s\n' \
+        "$h2" "${ORIGIN_H2PORT[o1]}"
+    fi
+  } >"$dir/haproxy.cfg"
+}
 start_haproxy() {            # start_haproxy DIR PORT
   local dir=$1 pid
   "${ON_PROXY[@]}" "$HAPROXY_BIN" -db -f "$dir/haproxy.cfg" >"$dir/haproxy.log" 2>&1 &
@@ -436,11 +472,15 @@ write_hopgate() {
     echo "  - { id: all, match: { path_prefix: / }, service: origin }"
   } >"$dir/hopgate.yaml"
 }
-start_hopgate() {            # start_hopgate DIR PORT -> 0 ok / 1 failed (no die)
-  local dir=$1 pid
-  # access log off (like `access_log off` / no `log` in HAProxy): the
-  # per-request line is the `hopgate::access` tracing target.
-  RUST_LOG="info,hopgate::access=off" TOKIO_WORKER_THREADS=1 HOPGATE_WORKER_THREADS=1 \
+start_hopgate() {            # start_hopgate DIR PORT [log] -> 0 ok / 1 failed (no die)
+  local dir=$1 pid filter="info,hopgate::access=off"
+  # Default settings: pinned to one CPU, hopgate picks a current-thread
+  # runtime by itself (no worker-thread variable). Access log off (like
+  # `access_log off` / no `log` in HAProxy): the per-request line is the
+  # `hopgate::access` tracing target; with `log` it is on (the default),
+  # written to the log file.
+  [[ ${3:-} == log ]] && filter="info"
+  env -u TOKIO_WORKER_THREADS -u HOPGATE_WORKER_THREADS RUST_LOG="$filter" \
     "${ON_PROXY[@]}" "$HOPGATE_BIN" run --config "$dir/hopgate.yaml" >"$dir/hopgate.log" 2>&1 &
   pid=$!
   track "$pid"
@@ -463,19 +503,24 @@ prepare_hopgate() {
       warn "cargo build failed: $(tail -n 3 "$TMP/cargo-build.log" | tr '\n' ' ')"
     fi
   fi
-  [[ -x $HOPGATE_BIN ]] || { skip_target hopgate "no binary at $HOPGATE_BIN"; return 0; }
+  if [[ ! -x $HOPGATE_BIN ]]; then
+    has hopgate && skip_target hopgate "no binary at $HOPGATE_BIN"
+    has hopgate-log && skip_target hopgate-log "no binary at $HOPGATE_BIN"
+  fi
+  return 0
 }
 
 # ----------------------------------------------------------- measurement ----
-ticks() {                    # ticks PID... -> utime+stime of those processes
-  local t=0 p s
+ticks() {                    # ticks PID... -> "utime stime" summed over those processes
+  local u=0 k=0 p s
   for p in "$@"; do
     s="$(cat "/proc/$p/stat" 2>/dev/null)" || continue
     s="${s##*) }"; set -- $s
-    t=$((t + ${12} + ${13}))
+    u=$((u + ${12})); k=$((k + ${13}))
   done
-  echo "$t"
+  echo "$u $k"
 }
+sum2() { echo $(( $1 + $2 )); }
 sys_ticks() {                # "busy total" ticks of the whole machine (/proc/stat)
   local _c u n sy id io irq sirq st _rest
   read -r _c u n sy id io irq sirq st _rest </proc/stat
@@ -540,7 +585,7 @@ run_once() {
   local url="http://127.0.0.1:$port/$size"
   if [[ $target == direct ]]; then opids="$(origin_pids o1)"; else opids="$(origin_pids o1 o2)"; fi
   pids="$(proxy_pids "$target")"
-  c0=$(ticks $pids); o0=$(ticks $opids)
+  c0=$(ticks $pids); o0=$(sum2 $(ticks $opids))
   local s0 s1 w0 w1
   s0="$(sys_ticks)"; w0=$(self_child_ticks)
   if [[ $proto == h1 ]]; then
@@ -550,10 +595,11 @@ run_once() {
     "${ON_LOAD[@]}" h2load -t1 -c"$conns" -m10 -D "$DURATION" --log-file="$hlog" "$url" >"$out" 2>&1 || true
   fi
   w1=$(self_child_ticks); s1="$(sys_ticks)"
-  c1=$(ticks $pids); o1=$(ticks $opids)
+  c1=$(ticks $pids); o1=$(sum2 $(ticks $opids))
   "${REPORT[@]}" record --sys-ticks $s0 $s1 --loadgen-ticks "$w0" "$w1" --results "$results" --kind matrix --target "$target" --scenario "$label" \
     --rep "$rep" --tool "$([[ $proto == h1 ]] && echo wrk || echo h2load)" --output "$out" \
-    ${hlog:+--h2log "$hlog"} --ticks "$c0" "$c1" --origin-ticks "$o0" "$o1" --clk "$CLK_TCK" \
+    ${hlog:+--h2log "$hlog"} --ticks $(sum2 $c0) $(sum2 $c1) --user-sys-ticks $c0 $c1 \
+    --origin-ticks "$o0" "$o1" --clk "$CLK_TCK" \
     $([[ $target == direct ]] && echo --no-proxy)
   [[ -n $hlog ]] && rm -f "$hlog"
   return 0
@@ -581,19 +627,23 @@ META="$TMP/meta.txt"
   echo "retry_noisy=$RETRY_NOISY"
 } >"$META"
 
-if has hopgate; then prepare_hopgate; fi
+if has hopgate || has hopgate-log; then prepare_hopgate; fi
 if [[ -z $HAPROXY_BIN ]] && has haproxy; then skip_target haproxy "haproxy not installed"; fi
+if [[ -z $HAPROXY_BIN ]] && has floor; then skip_target floor "haproxy not installed"; fi
 
 # ----------------------------------------------------------------- matrix ----
 run_matrix() {
   local ports
-  read -r -a ports <<<"$(free_ports 10)"
+  read -r -a ports <<<"$(free_ports 14)"
   ORIGIN_PORT[o1]=${ports[0]}; ORIGIN_H2PORT[o1]=${ports[1]}; ORIGIN_PORT[o2]=${ports[2]}
   H1PORT[direct]=${ports[0]}; H2PORT[direct]=${ports[1]}
   H1PORT[nginx]=${ports[3]}; H2PORT[nginx]=${ports[4]}
   H1PORT[haproxy]=${ports[5]}; H2PORT[haproxy]=${ports[6]}
   H1PORT[hopgate]=${ports[7]}; H2PORT[hopgate]=${ports[7]}   # h1 + h2c on one port
   local hop_admin=${ports[8]}
+  H1PORT[floor]=${ports[9]}; H2PORT[floor]=${ports[10]}
+  H1PORT[hopgate-log]=${ports[11]}; H2PORT[hopgate-log]=${ports[11]}
+  local hoplog_admin=${ports[12]}
 
   write_origin_conf o1 "${ORIGIN_PORT[o1]}" "${ORIGIN_H2PORT[o1]}"
   write_origin_conf o2 "${ORIGIN_PORT[o2]}"
@@ -604,6 +654,11 @@ run_matrix() {
     write_nginx_proxy "$TMP/nginx" "${H1PORT[nginx]}" "${H2PORT[nginx]}" 0 o1 o2
     start_nginx_proxy "$TMP/nginx" "${H1PORT[nginx]}"; PROXY_PID[nginx]=$STARTED_PID
     log "nginx: h1 ${H1PORT[nginx]}, h2c ${H2PORT[nginx]}"
+  fi
+  if has floor; then
+    write_haproxy_tcp "$TMP/floor" "${H1PORT[floor]}" "${H2PORT[floor]}" o1 o2
+    start_haproxy "$TMP/floor" "${H1PORT[floor]}"; PROXY_PID[floor]=$STARTED_PID
+    log "floor (haproxy mode tcp): h1 ${H1PORT[floor]}, h2c ${H2PORT[floor]}"
   fi
   if has haproxy; then
     write_haproxy "$TMP/haproxy" "${H1PORT[haproxy]}" "${H2PORT[haproxy]}" 0 o1 o2
@@ -617,6 +672,15 @@ run_matrix() {
       log "hopgate: h1+h2c ${H1PORT[hopgate]}"
     else
       skip_target hopgate "${HOPGATE_FAIL:-did not start}"
+    fi
+  fi
+  if has hopgate-log; then
+    write_hopgate "$TMP/hopgate-log" "${H1PORT[hopgate-log]}" "$hoplog_admin" o1 o2
+    if start_hopgate "$TMP/hopgate-log" "${H1PORT[hopgate-log]}" log; then
+      PROXY_PID[hopgate-log]=$STARTED_PID
+      log "hopgate with its access log on: h1+h2c ${H1PORT[hopgate-log]}"
+    else
+      skip_target hopgate-log "${HOPGATE_FAIL:-did not start}"
     fi
   fi
 
@@ -634,7 +698,7 @@ except Exception as e:
 EOF
 )"
     if [[ $code != 200 ]]; then
-      [[ $t == hopgate ]] && { skip_target hopgate "GET /4k answered $code"; continue; }
+      [[ $t == hopgate* ]] && { skip_target "$t" "GET /4k answered $code"; continue; }
       die "$t: GET /4k answered $code"
     fi
   done
@@ -678,7 +742,7 @@ EOF
   done
 
   # stop the matrix proxies and origins
-  for t in nginx haproxy hopgate; do [[ -n ${PROXY_PID[$t]:-} ]] && stop_pid "${PROXY_PID[$t]}"; done
+  for t in floor nginx haproxy hopgate hopgate-log; do [[ -n ${PROXY_PID[$t]:-} ]] && stop_pid "${PROXY_PID[$t]}"; done
   stop_pid "${ORIGIN_PID[o1]}"; stop_pid "${ORIGIN_PID[o2]}"
   PROXY_PID=()
   return 0

@@ -39,6 +39,6 @@ echo "benches ran"
 
 step "load benchmark (smoke)"
 cargo build --release --locked -p hopgate
-bash bench/run.sh --quick --strict --no-build --only direct,nginx,haproxy,hopgate
+bash bench/run.sh --quick --strict --no-build --only direct,floor,nginx,haproxy,hopgate
 
 step "all green"

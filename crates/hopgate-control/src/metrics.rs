@@ -113,6 +113,17 @@ pub(crate) fn render(
         "hopgate_last_resort_picks_total {}",
         get(&m.last_resort_picks)
     );
+    head(
+        &mut o,
+        "hopgate_access_log_dropped_total",
+        "counter",
+        "Access log lines dropped because the log's buffer was full (stderr slower than the traffic); requests never wait for the log.",
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_access_log_dropped_total {}",
+        get(&m.access_log_dropped)
+    );
 
     head(
         &mut o,

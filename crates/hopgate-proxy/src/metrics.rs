@@ -108,6 +108,9 @@ pub struct Metrics {
     pub queue_wait_buckets: [AtomicU64; QUEUE_WAIT_BUCKETS.len()],
     pub queue_wait_count: AtomicU64,
     pub queue_wait_sum_us: AtomicU64,
+    /// Access log lines dropped because the log's buffer was full (stderr
+    /// slower than the traffic); counted by the binary's log writer.
+    pub access_log_dropped: AtomicU64,
     hops: Mutex<HopStats>,
 }
 

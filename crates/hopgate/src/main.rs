@@ -18,6 +18,7 @@ mod backend;
 mod demo;
 mod fdlimit;
 mod gateway;
+mod logwriter;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -71,7 +72,8 @@ struct RunArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    // Dropped last: writes out the access lines still waiting.
+    let _flusher = init_logging(cli.log_format);
     match cli.command {
         Command::Validate { file } => validate(&file),
         Command::Run(args) => block_on(run(args)),
@@ -82,33 +84,52 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(format: LogFormat) {
+/// Everything to stderr through `tracing`; access lines through the
+/// buffered writer of [`logwriter`], off the request path.
+fn init_logging(format: LogFormat) -> logwriter::Flusher {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let (writer, flusher) = logwriter::start();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     match format {
-        LogFormat::Text => builder.init(),
+        LogFormat::Text => builder
+            .event_format(logwriter::TextFormat::default())
+            .init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
+    flusher
+}
+
+/// How many runtime worker threads, and why.
+fn worker_threads() -> (usize, String) {
+    let set = ["HOPGATE_WORKER_THREADS", "TOKIO_WORKER_THREADS"]
+        .iter()
+        .find_map(|k| {
+            let n = std::env::var(k).ok()?.parse::<usize>().ok()?;
+            (n > 0).then(|| (n, format!("{k}={n}")))
+        });
+    set.unwrap_or_else(|| {
+        // Honours the CPU affinity mask (taskset, cpusets) and cgroup CPU
+        // quotas on Linux.
+        let n = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        let s = if n == 1 { "" } else { "s" };
+        (n, format!("{n} available CPU{s}"))
+    })
 }
 
 /// Builds the runtime: `HOPGATE_WORKER_THREADS` (or `TOKIO_WORKER_THREADS`)
-/// worker threads, else one per core.
+/// worker threads, else one per available CPU; one thread is a
+/// current-thread runtime (no work stealing, no cross-thread wake-ups).
 fn block_on(fut: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
-    let threads = ["HOPGATE_WORKER_THREADS", "TOKIO_WORKER_THREADS"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok())
-        .filter(|n| *n > 0);
-    let mut builder = if threads == Some(1) {
+    let (threads, why) = worker_threads();
+    let mut builder = if threads == 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {
         let mut b = tokio::runtime::Builder::new_multi_thread();
-        if let Some(n) = threads {
-            b.worker_threads(n);
-        }
+        b.worker_threads(threads);
         b
     };
     let rt = match builder.enable_all().build() {
@@ -118,7 +139,15 @@ fn block_on(fut: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitC
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(fut) {
+    if threads == 1 {
+        tracing::info!(workers = 1, "runtime: current-thread ({why})");
+    } else {
+        tracing::info!(workers = threads, "runtime: multi-thread ({why})");
+    }
+    let res = rt.block_on(fut);
+    // The access lines of the last requests go before an error message.
+    logwriter::flush();
+    match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hopgate: {e:#}");
