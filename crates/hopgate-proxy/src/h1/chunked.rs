@@ -139,7 +139,9 @@ impl ChunkedDecoder {
                 State::Ext => match b {
                     b'\r' => self.state = State::SizeLf,
                     b'\t' => {}
-                    0..=0x1f | 0x7f => return Err(ChunkError("control character in a chunk extension")),
+                    0..=0x1f | 0x7f => {
+                        return Err(ChunkError("control character in a chunk extension"))
+                    }
                     _ => {}
                 },
                 State::SizeLf => {
@@ -200,6 +202,7 @@ fn trailer_end(buf: &[u8]) -> Result<Option<usize>, ChunkError> {
     }
     let end = buf.windows(4).position(|w| w == b"\r\n\r\n");
     match end {
+        Some(at) if at + 4 > MAX_HEAD_BYTES => Err(ChunkError("trailer section too large")),
         Some(at) => {
             let len = at + 4;
             parse_trailers(&buf[..len]).map_err(|_| ChunkError("invalid trailer section"))?;
@@ -248,7 +251,6 @@ mod tests {
                 Step::End { start, len } => {
                     let trailers = buf[start..start + len].to_vec();
                     buf.drain(..start + len);
-                    assert!(buf.is_empty() || fed < input.len() || !buf.is_empty());
                     return Ok((body, trailers));
                 }
                 Step::Need { consumed } => {

@@ -10,8 +10,8 @@
 //! closed). A 101 answer hands the socket, with any bytes read past the
 //! head, to the tunnel ([`crate::tunnel::RawUpgrade`]).
 //!
-//! Every wait checks the connection's kill flag ([`ConnMeta::killed`]),
-//! which a drain's deadline sets, and registers with its waker.
+//! Every wait registers with the connection's kill waker and checks its
+//! kill flag (`ConnMeta::killed`), which a drain's deadline sets.
 //!
 //! Must not touch: pool bookkeeping (that is [`crate::pool`]), routing,
 //! retries.
@@ -238,11 +238,12 @@ pub(crate) async fn send(
     }
     let is_head = req.method() == Method::HEAD;
     let (parts, body) = req.into_parts();
-    let allowed = if framing.body == BodyKind::Chunked && parts.headers.contains_key(http::header::TRAILER) {
-        write::allowed_trailers(&parts.headers)
-    } else {
-        Vec::new()
-    };
+    let allowed =
+        if framing.body == BodyKind::Chunked && parts.headers.contains_key(http::header::TRAILER) {
+            write::allowed_trailers(&parts.headers)
+        } else {
+            Vec::new()
+        };
     drop(parts);
     let mut pump = Pump::new(body, framing.body, allowed);
     let mut write_error = None;
@@ -284,10 +285,10 @@ fn poll_head(
     is_head: bool,
     cx: &mut Context<'_>,
 ) -> Poll<Result<(Head, ResponseKind), HeadFail>> {
+    conn.meta.register(cx.waker());
     if conn.meta.killed() {
         return Poll::Ready(Err(HeadFail::Killed));
     }
-    conn.meta.register(cx.waker());
     if write_error.is_none() {
         match pump.poll(&mut conn.io, cx) {
             Poll::Ready(Err(PumpError::Body(e))) => return Poll::Ready(Err(HeadFail::Body(e))),
@@ -450,10 +451,10 @@ impl ResponseBody {
         let Some(conn) = self.conn.as_mut() else {
             return Poll::Ready(None);
         };
+        conn.meta.register(cx.waker());
         if conn.meta.killed() {
             return self.fail(BodyError::Killed);
         }
-        conn.meta.register(cx.waker());
         if let Some(pump) = &mut self.pump {
             match pump.poll(&mut conn.io, cx) {
                 Poll::Ready(Ok(())) => self.pump = None,

@@ -149,9 +149,8 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Head>, HeadError> {
 pub fn parse_response(buf: &[u8]) -> Result<Option<Head>, HeadError> {
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut []);
-    let status = httparse::ParserConfig::default().parse_response_with_uninit_headers(
-        &mut resp, buf, &mut slots,
-    );
+    let status = httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut resp, buf, &mut slots);
     let len = match status {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return partial(buf),
@@ -268,9 +267,7 @@ fn content_length(value: &[u8], seen: &mut Option<u64>) -> Result<(), HeadError>
         if item.is_empty() || item.len() > 19 || !item.iter().all(u8::is_ascii_digit) {
             return Err(HeadError::InvalidContentLength);
         }
-        let n = item
-            .iter()
-            .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+        let n = item.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
         match *seen {
             Some(prev) if prev != n => return Err(HeadError::ConflictingContentLength),
             _ => *seen = Some(n),
@@ -408,7 +405,10 @@ mod tests {
         // Repeated equal lengths, and lists of them, are one length.
         let buf = b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\ncontent-length: 7, 7\r\n\r\n";
         let h = resp(buf).unwrap().unwrap();
-        assert_eq!(response_kind(&h, false), ResponseKind::Final(BodyKind::Length(7)));
+        assert_eq!(
+            response_kind(&h, false),
+            ResponseKind::Final(BodyKind::Length(7))
+        );
     }
 
     #[test]
@@ -463,12 +463,7 @@ mod tests {
             (b"GET / HTTP/1.1\r\nHost: x\r\n\n", HeadError::BareLf),
         ];
         for (text, want) in cases {
-            assert_eq!(
-                req(text),
-                Err(*want),
-                "{}",
-                String::from_utf8_lossy(text)
-            );
+            assert_eq!(req(text), Err(*want), "{}", String::from_utf8_lossy(text));
         }
         // Responses follow the same rules.
         assert_eq!(
@@ -528,15 +523,28 @@ mod tests {
 
     #[test]
     fn response_framing() {
-        let kind = |text: &[u8], head_req: bool| response_kind(&resp(text).unwrap().unwrap(), head_req);
-        assert_eq!(kind(b"HTTP/1.1 100 Continue\r\n\r\n", false), ResponseKind::Interim);
-        assert_eq!(kind(b"HTTP/1.1 103 Early Hints\r\n\r\n", false), ResponseKind::Interim);
+        let kind =
+            |text: &[u8], head_req: bool| response_kind(&resp(text).unwrap().unwrap(), head_req);
         assert_eq!(
-            kind(b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n\r\n", false),
+            kind(b"HTTP/1.1 100 Continue\r\n\r\n", false),
+            ResponseKind::Interim
+        );
+        assert_eq!(
+            kind(b"HTTP/1.1 103 Early Hints\r\n\r\n", false),
+            ResponseKind::Interim
+        );
+        assert_eq!(
+            kind(
+                b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n\r\n",
+                false
+            ),
             ResponseKind::Upgrade
         );
         assert_eq!(
-            kind(b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n", false),
+            kind(
+                b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
+                false
+            ),
             ResponseKind::Final(BodyKind::Empty)
         );
         assert_eq!(
@@ -548,7 +556,10 @@ mod tests {
             ResponseKind::Final(BodyKind::Empty)
         );
         assert_eq!(
-            kind(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false),
+            kind(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                false
+            ),
             ResponseKind::Final(BodyKind::Chunked)
         );
         assert_eq!(
@@ -556,11 +567,17 @@ mod tests {
             ResponseKind::Final(BodyKind::Close)
         );
         // HTTP/1.0: kept alive only when asked.
-        let h = resp(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n").unwrap().unwrap();
+        let h = resp(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert!(!h.keeps_alive());
-        let h = resp(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n").unwrap().unwrap();
+        let h = resp(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert!(h.keeps_alive());
-        let h = resp(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n").unwrap().unwrap();
+        let h = resp(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert!(!h.keeps_alive());
         // No reason phrase at all.
         let buf = b"HTTP/1.1 200\r\n\r\n";

@@ -110,7 +110,11 @@ enum Added {
 /// is given; a given valid `Content-Length`; a body of known size gets its
 /// `Content-Length`; one of unknown size is sent chunked, except for GET,
 /// HEAD and CONNECT, which are sent without a body.
-pub(crate) fn request_framing<B: Body>(method: &Method, headers: &HeaderMap, body: &B) -> RequestFraming {
+pub(crate) fn request_framing<B: Body>(
+    method: &Method,
+    headers: &HeaderMap,
+    body: &B,
+) -> RequestFraming {
     let none = RequestFraming {
         body: BodyKind::Empty,
         skip_te: true,
@@ -380,24 +384,37 @@ mod tests {
         h.append("x-multi", HeaderValue::from_static("1"));
         h.append("x-multi", HeaderValue::from_static("2"));
         let (v, kind) = head(Method::GET, &h, &ProxyBody::Empty);
-        assert_eq!(v, b"GET /p?q HTTP/1.1\r\nhost: x\r\nx-multi: 1\r\nx-multi: 2\r\n\r\n");
+        assert_eq!(
+            v,
+            b"GET /p?q HTTP/1.1\r\nhost: x\r\nx-multi: 1\r\nx-multi: 2\r\n\r\n"
+        );
         assert_eq!(kind, BodyKind::Empty);
         // A body of known size gets its length.
         let (v, kind) = head(Method::PUT, &h, &ProxyBody::full("hello"));
-        assert!(v.ends_with(b"x-multi: 2\r\ncontent-length: 5\r\n\r\n"), "{}", String::from_utf8_lossy(&v));
+        assert!(
+            v.ends_with(b"x-multi: 2\r\ncontent-length: 5\r\n\r\n"),
+            "{}",
+            String::from_utf8_lossy(&v)
+        );
         assert_eq!(kind, BodyKind::Length(5));
         // A given length is kept as it is.
         let mut with_len = h.clone();
         with_len.insert(CONTENT_LENGTH, HeaderValue::from_static("5"));
         let (v, kind) = head(Method::POST, &with_len, &ProxyBody::full("hello"));
-        assert_eq!(v.windows(17).filter(|w| w == b"content-length: 5").count(), 1);
+        assert_eq!(
+            v.windows(17).filter(|w| w == b"content-length: 5").count(),
+            1
+        );
         assert_eq!(kind, BodyKind::Length(5));
         // A given Transfer-Encoding means chunked, and drops the length.
         let mut te = with_len.clone();
         te.insert(TRANSFER_ENCODING, HeaderValue::from_static("gzip"));
         let (v, kind) = head(Method::POST, &te, &ProxyBody::full("hello"));
         let text = String::from_utf8_lossy(&v);
-        assert!(!text.contains("content-length") && !text.contains("gzip"), "{text}");
+        assert!(
+            !text.contains("content-length") && !text.contains("gzip"),
+            "{text}"
+        );
         assert!(text.contains("transfer-encoding: chunked\r\n"), "{text}");
         assert_eq!(kind, BodyKind::Chunked);
         // An ended body drops a Transfer-Encoding.
@@ -476,7 +493,10 @@ mod tests {
         let mut trailers = HeaderMap::new();
         trailers.insert("x-sum", HeaderValue::from_static("9"));
         trailers.insert("host", HeaderValue::from_static("no"));
-        out.last_chunk(encode_trailers(&trailers, &[HeaderName::from_static("x-sum")]));
+        out.last_chunk(encode_trailers(
+            &trailers,
+            &[HeaderName::from_static("x-sum")],
+        ));
         assert!(out.poll_write(&mut t, &mut cx).is_ready());
         let mut want = b"12c\r\n".to_vec();
         want.extend(std::iter::repeat_n(b'a', 300));
