@@ -218,10 +218,10 @@ fn finish(buf: &[u8], headers: &[httparse::Header<'_>], head: &mut Head) -> Resu
                     }
                 }
             }
-            6 if name.eq_ignore_ascii_case(b"expect") => {
-                if h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue") {
-                    head.facts.expect_continue = true;
-                }
+            6 if name.eq_ignore_ascii_case(b"expect")
+                && h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue") =>
+            {
+                head.facts.expect_continue = true;
             }
             _ => {}
         }
