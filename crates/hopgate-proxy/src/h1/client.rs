@@ -252,7 +252,20 @@ pub(crate) async fn send(
             .await;
     let (head, kind) = match waited {
         Ok(found) => found,
-        Err(fail) => return Err(SendFailure::Sent(fail.into_error())),
+        Err(fail) => {
+            if !pump.ended {
+                // The client's body is abandoned: drop it, then let the
+                // client's connection see that before the error answer is
+                // made (it drains the rest, or closes and says
+                // `Connection: close` in that answer). Answering first
+                // would let hyper send a keep-alive answer and close
+                // right after it, under a client that may already reuse
+                // the connection.
+                drop(pump);
+                tokio::task::yield_now().await;
+            }
+            return Err(SendFailure::Sent(fail.into_error()));
+        }
     };
     let pump = (!pump.ended || !pump.out.is_empty()).then_some(pump);
     let bytes = conn.buf.split_to(head.len).freeze();
