@@ -4,6 +4,8 @@
 # `bash scripts/fuzz.sh 60 route` for one target). Installs cargo-fuzz when
 # missing. libFuzzer's sanitizer flags are nightly-only; RUSTC_BOOTSTRAP
 # lets the stable toolchain take them, so no second toolchain is needed.
+# Every target in fuzz/Cargo.toml runs (config, route, token, headers,
+# maintenance, h1: the HTTP/1.1 head parsers and the chunked decoder).
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 

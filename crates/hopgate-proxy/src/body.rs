@@ -4,7 +4,7 @@
 //! client responses: a streamed hyper body (optionally size-limited), a body
 //! the gateway wrote itself, or nothing. Upstream response bodies carry the
 //! pooled connection they came on and give it back when they end (see
-//! [`crate::pool`]).
+//! [`crate::pool`]; HTTP/1.1 ones are read by [`crate::h1::client`]).
 //!
 //! Must not touch: routing, node state.
 
@@ -138,8 +138,11 @@ pub enum ProxyBody {
         limit: u64,
         watch: Option<Arc<ClientBody>>,
     },
-    /// An upstream response body; `returner` hands the connection back to
-    /// its pool once the body has been read to the end.
+    /// An HTTP/1.1 upstream response body read by hopgate's codec; it
+    /// hands its connection back to the pool once read to the end.
+    H1(Box<crate::h1::client::ResponseBody>),
+    /// An upstream response body from hyper (HTTP/2); `returner` hands the
+    /// connection back to its pool once the body has been read to the end.
     Upstream {
         inner: Incoming,
         returner: Option<Returner>,
@@ -304,6 +307,7 @@ impl Body for ProxyBody {
                 }
                 polled.map(|f| f.map(|r| r.map_err(|e| Box::new(e) as BoxError)))
             }
+            ProxyBody::H1(b) => b.poll_frame(cx),
             ProxyBody::Upstream { inner, returner } => match Pin::new(&mut *inner).poll_frame(cx) {
                 Poll::Ready(None) => {
                     if let Some(r) = returner.take() {
@@ -385,6 +389,7 @@ impl Body for ProxyBody {
             ProxyBody::Limited { inner, .. } | ProxyBody::Upstream { inner, .. } => {
                 inner.is_end_stream()
             }
+            ProxyBody::H1(b) => b.is_end_stream(),
             // A gRPC answer that is complete with its head (trailers-only:
             // `grpc-status` in the HEADERS frame with END_STREAM) must say
             // so, or hyper sends the head without END_STREAM and an empty
@@ -409,6 +414,7 @@ impl Body for ProxyBody {
                 inner.size_hint()
             }
             ProxyBody::SendWatched(w) => w.size_hint(),
+            ProxyBody::H1(b) => b.size_hint(),
             ProxyBody::Guarded(_) | ProxyBody::Prefixed { .. } => SizeHint::default(),
         }
     }

@@ -15,6 +15,7 @@ mod admission;
 mod body;
 mod client_io;
 mod forward;
+mod h1;
 mod headers;
 mod listener;
 pub mod metrics;
@@ -27,6 +28,10 @@ mod upstream;
 
 pub use client_io::ClientIo;
 pub use forward::{Forwarder, RequestCtx};
+/// hopgate's HTTP/1.1 codec, public for the fuzz targets and benches.
+pub mod http1 {
+    pub use crate::h1::*;
+}
 pub use headers::{append_forwarded_for, scan_request, scan_response, strip_request};
 pub use listener::{serve_listener, ListenerCtx, ListenerSettings};
 pub use pool::{Pool, PoolSettings, PoolStats};

@@ -11,20 +11,32 @@
 //! node) instead of seeing a reset. To inject that frame safely the tunnel
 //! follows the backend→client frame boundaries; it never splits a frame.
 //!
+//! The client's side comes from hyper's upgrade machinery; the backend's
+//! side is the raw socket hopgate's HTTP/1.1 client read the 101 from,
+//! with any bytes it read past the head ([`RawUpgrade`]), or hyper's
+//! upgrade for a connection hyper spoke on.
+//!
 //! Owns the upgrade detection, the header restoration (hop-by-hop stripping
 //! removes `Upgrade`/`Connection`, which an upgrade needs end to end) and
 //! the copy loop. Must not touch: routing or pools (the backend connection
 //! left its pool the moment it was upgraded).
 
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::{Buf, Bytes};
 use http::header::{HeaderMap, HeaderValue, CONNECTION, UPGRADE};
-use http::Request;
+use http::{Request, Response};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
 use tokio::sync::watch;
+
+use crate::body::ProxyBody;
 
 use hopgate_core::node::{now_ms, InFlight, NodeState};
 
@@ -95,23 +107,108 @@ pub async fn wait_closed(deadline: Duration) {
     }
 }
 
+/// The backend's socket after a 101 read by hopgate's HTTP/1.1 client,
+/// with the bytes read past the head, carried in the response's
+/// extensions (which want `Clone`, hence the shared slot).
+#[derive(Clone, Debug)]
+pub(crate) struct RawUpgrade(Arc<parking_lot::Mutex<Option<(TcpStream, Bytes)>>>);
+
+impl RawUpgrade {
+    pub(crate) fn new(io: TcpStream, read_ahead: Bytes) -> RawUpgrade {
+        RawUpgrade(Arc::new(parking_lot::Mutex::new(Some((io, read_ahead)))))
+    }
+}
+
+/// The backend's side of an upgrade.
+pub(crate) enum UpstreamUpgrade {
+    /// A raw socket from hopgate's client, when there is one.
+    Raw(Option<(TcpStream, Bytes)>),
+    Hyper(OnUpgrade),
+}
+
+/// Takes the backend's side of an upgrade out of its 101 response.
+pub(crate) fn upstream_upgrade(resp: &mut Response<ProxyBody>) -> UpstreamUpgrade {
+    match resp.extensions_mut().remove::<RawUpgrade>() {
+        Some(raw) => UpstreamUpgrade::Raw(raw.0.lock().take()),
+        None => UpstreamUpgrade::Hyper(hyper::upgrade::on(resp)),
+    }
+}
+
 /// Joins the client and backend once both upgrades complete.
-pub(crate) fn spawn(client: OnUpgrade, upstream: OnUpgrade, ctx: TunnelCtx) {
+pub(crate) fn spawn(client: OnUpgrade, upstream: UpstreamUpgrade, ctx: TunnelCtx) {
     let open = OpenTunnel::new();
     tokio::spawn(async move {
         let _open = open;
-        let (client, upstream) = match tokio::try_join!(client, upstream) {
-            Ok(pair) => pair,
-            Err(e) => {
-                tracing::debug!(error = %e, "upgrade did not complete");
-                return;
+        let end = match upstream {
+            UpstreamUpgrade::Raw(raw) => {
+                let (client, (io, read_ahead)) = match (client.await, raw) {
+                    (Ok(c), Some(raw)) => (c, raw),
+                    (Err(e), _) => {
+                        tracing::debug!(error = %e, "upgrade did not complete");
+                        return;
+                    }
+                    (Ok(_), None) => return,
+                };
+                let mut client = TokioIo::new(client);
+                let mut upstream = ReadAhead { read_ahead, io };
+                run(&mut client, &mut upstream, ctx).await
+            }
+            UpstreamUpgrade::Hyper(upstream) => {
+                let (client, upstream) = match tokio::try_join!(client, upstream) {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "upgrade did not complete");
+                        return;
+                    }
+                };
+                let mut client = TokioIo::new(client);
+                let mut upstream = TokioIo::new(upstream);
+                run(&mut client, &mut upstream, ctx).await
             }
         };
-        let mut client = TokioIo::new(client);
-        let mut upstream = TokioIo::new(upstream);
-        let end = run(&mut client, &mut upstream, ctx).await;
         tracing::debug!(?end, "tunnel closed");
     });
+}
+
+/// A socket whose first bytes were already read: they are read again
+/// first.
+struct ReadAhead {
+    read_ahead: Bytes,
+    io: TcpStream,
+}
+
+impl AsyncRead for ReadAhead {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if !self.read_ahead.is_empty() {
+            let n = self.read_ahead.len().min(buf.remaining());
+            buf.put_slice(&self.read_ahead[..n]);
+            self.read_ahead.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ReadAhead {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }
 
 /// Why a tunnel ended.

@@ -74,7 +74,8 @@ pub(super) fn answer(
             fwd.maintenance_header(svc, node, &v, flight.carried_maintenance);
         }
     }
-    let on_upstream = (status == 101 && upgrade.is_some()).then(|| hyper::upgrade::on(&mut resp));
+    let on_upstream =
+        (status == 101 && upgrade.is_some()).then(|| tunnel::upstream_upgrade(&mut resp));
     strip_response(resp.headers_mut(), &rf);
     out.hopped = hop.is_some_and(|h| *h.from != *node.id) && status < 500;
     let sessions = fwd.sessions.as_deref().filter(|_| flight.sessions_on);

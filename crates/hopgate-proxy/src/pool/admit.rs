@@ -16,6 +16,7 @@ use hopgate_core::error::{ErrorKind, ProxyError};
 
 use super::{ConnState, H1Conn, H2Conn, Pool, PoolSettings};
 use crate::admission::{Entered, Grant, Rejected};
+use crate::h1::client as h1;
 
 /// What a pool hands to a request waiting in its queue, besides a slot.
 pub(super) enum Handoff {
@@ -76,17 +77,19 @@ impl Pool {
                     let conn = self.dial_h1(addr, s, generation, permit).await?;
                     return Ok((conn, false));
                 }
-                Grant::Handoff(Handoff::H1(conn))
+                Grant::Handoff(Handoff::H1(mut conn)) => {
                     if conn.meta.addr == addr
                         && conn.meta.generation >= generation
-                        && !conn.sender.is_closed() =>
-                {
-                    conn.meta.set(ConnState::InUse);
-                    return Ok((conn, true));
+                        && !conn.meta.killed()
+                        && !h1::is_stale(&mut conn)
+                    {
+                        conn.meta.set(ConnState::InUse);
+                        return Ok((conn, true));
+                    }
+                    // Stale (a handoff moved the node, the backend closed
+                    // it): its slot frees as it closes; queue again.
+                    conn.meta.set(ConnState::Closed);
                 }
-                // Stale (a handoff moved the node), or the service changed
-                // protocol: its slot frees as it closes; queue again.
-                Grant::Handoff(Handoff::H1(conn)) => conn.meta.set(ConnState::Closed),
                 Grant::Handoff(Handoff::H2) => {}
             }
         }

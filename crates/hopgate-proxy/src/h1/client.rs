@@ -1,0 +1,562 @@
+//! One HTTP/1.1 exchange with a backend over a raw pooled socket, run by
+//! the request's own task: no connection task, no channel.
+//!
+//! [`send`] writes the request head in one vectored write, streams the
+//! request body while watching for the response head (a backend may answer
+//! before it has read the whole body), skips interim 1xx answers and turns
+//! the head into a `Response` whose body, a [`ResponseBody`], reads the
+//! rest from the socket and hands the connection back to its pool when the
+//! response ends cleanly on a connection that stays open (otherwise it is
+//! closed). A 101 answer hands the socket, with any bytes read past the
+//! head, to the tunnel ([`crate::tunnel::RawUpgrade`]).
+//!
+//! Every wait registers with the connection's kill waker and checks its
+//! kill flag (`ConnMeta::killed`), which a drain's deadline sets.
+//!
+//! Must not touch: pool bookkeeping (that is [`crate::pool`]), routing,
+//! retries.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use hopgate_core::error::{ErrorKind, ProxyError};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Version};
+use http_body::{Body, Frame, SizeHint};
+use tokio::net::TcpStream;
+
+use super::chunked::{ChunkedDecoder, Step};
+use super::head::{self, BodyKind, Head, ResponseKind};
+use super::write::{self, Digits, Out};
+use crate::body::{BodyTooLarge, BoxError, ProxyBody};
+use crate::pool::{H1Conn, Pool, SendFailure};
+
+/// Bytes asked of the kernel per read of a head.
+const HEAD_READ: usize = 8 * 1024;
+/// Bytes asked of the kernel per read of a body.
+const BODY_READ: usize = 64 * 1024;
+
+/// Reads what the socket has into `buf`: `Ok(0)` at end of stream.
+fn poll_fill(
+    io: &TcpStream,
+    buf: &mut BytesMut,
+    want: usize,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    if buf.capacity() - buf.len() < 512 {
+        buf.reserve(want);
+    }
+    loop {
+        ready!(io.poll_read_ready(cx))?;
+        match io.try_read_buf(buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            other => return Poll::Ready(other),
+        }
+    }
+}
+
+/// Has the backend closed an idle connection, or sent bytes nobody asked
+/// for? Either way it cannot carry a request. Costs no system call when
+/// the reactor has seen nothing on the socket.
+pub(crate) fn is_stale(conn: &mut H1Conn) -> bool {
+    if !conn.buf.is_empty() {
+        return true;
+    }
+    conn.buf.reserve(HEAD_READ);
+    match conn.io.try_read_buf(&mut conn.buf) {
+        Err(e) => e.kind() != io::ErrorKind::WouldBlock,
+        Ok(_) => true,
+    }
+}
+
+/// The request body on its way to the backend.
+pub(crate) struct Pump {
+    body: ProxyBody,
+    kind: BodyKind,
+    out: Out,
+    allowed: Vec<HeaderName>,
+    ended: bool,
+}
+
+impl std::fmt::Debug for Pump {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pump")
+            .field("kind", &self.kind)
+            .field("ended", &self.ended)
+            .finish()
+    }
+}
+
+enum PumpError {
+    /// The client's body failed.
+    Body(BoxError),
+    /// The body did not match its declared length.
+    Length(&'static str),
+    /// Writing to the backend failed.
+    Io(io::Error),
+}
+
+impl Pump {
+    fn new(body: ProxyBody, kind: BodyKind, allowed: Vec<HeaderName>) -> Pump {
+        Pump {
+            body,
+            kind,
+            out: Out::default(),
+            allowed,
+            ended: kind == BodyKind::Empty,
+        }
+    }
+
+    fn poll(&mut self, io: &mut TcpStream, cx: &mut Context<'_>) -> Poll<Result<(), PumpError>> {
+        loop {
+            ready!(self.out.poll_write(io, cx)).map_err(PumpError::Io)?;
+            if self.ended {
+                return Poll::Ready(Ok(()));
+            }
+            let frame = match ready!(Pin::new(&mut self.body).poll_frame(cx)) {
+                None => {
+                    match self.kind {
+                        BodyKind::Length(n) if n > 0 => {
+                            return Poll::Ready(Err(PumpError::Length(
+                                "request body shorter than its Content-Length",
+                            )))
+                        }
+                        BodyKind::Chunked => self.out.last_chunk(Bytes::new()),
+                        _ => {}
+                    }
+                    self.ended = true;
+                    continue;
+                }
+                Some(Err(e)) => return Poll::Ready(Err(PumpError::Body(e))),
+                Some(Ok(frame)) => frame,
+            };
+            match frame.into_data() {
+                Ok(data) if data.is_empty() => {}
+                Ok(data) => match &mut self.kind {
+                    BodyKind::Length(n) => {
+                        let len = data.len() as u64;
+                        if len > *n {
+                            return Poll::Ready(Err(PumpError::Length(
+                                "request body longer than its Content-Length",
+                            )));
+                        }
+                        *n -= len;
+                        self.out.raw(data);
+                    }
+                    BodyKind::Chunked => self.out.chunk(data),
+                    BodyKind::Empty | BodyKind::Close => {
+                        return Poll::Ready(Err(PumpError::Length(
+                            "request body where none was framed",
+                        )))
+                    }
+                },
+                Err(frame) => {
+                    if let (Ok(trailers), BodyKind::Chunked) = (frame.into_trailers(), self.kind) {
+                        let lines = write::encode_trailers(&trailers, &self.allowed);
+                        self.out.last_chunk(lines);
+                        self.ended = true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How the response head wait failed.
+enum HeadFail {
+    Killed,
+    Body(BoxError),
+    Length(&'static str),
+    Invalid(head::HeadError),
+    Closed(Option<io::Error>),
+    Io(io::Error),
+}
+
+fn killed_error() -> ProxyError {
+    ProxyError::with_detail(
+        ErrorKind::UpstreamReset,
+        "connection closed at a drain deadline",
+    )
+}
+
+impl HeadFail {
+    fn into_error(self) -> ProxyError {
+        match self {
+            HeadFail::Killed => killed_error(),
+            HeadFail::Body(e) => match e.downcast_ref::<BodyTooLarge>() {
+                Some(t) => ProxyError::with_detail(ErrorKind::BodyTooLarge, t),
+                None => ProxyError::with_detail(
+                    ErrorKind::UpstreamReset,
+                    format_args!("error from the request body: {e}"),
+                ),
+            },
+            HeadFail::Length(what) => ProxyError::with_detail(ErrorKind::UpstreamReset, what),
+            HeadFail::Invalid(e) => ProxyError::with_detail(
+                ErrorKind::UpstreamProtocol,
+                format_args!("invalid response from the backend: {e}"),
+            ),
+            HeadFail::Closed(write) => ProxyError::with_detail(
+                ErrorKind::UpstreamReset,
+                match write {
+                    Some(e) => format!("connection closed before the response head (writing: {e})"),
+                    None => "connection closed before the response head".to_owned(),
+                },
+            ),
+            HeadFail::Io(e) => ProxyError::with_detail(ErrorKind::UpstreamReset, e),
+        }
+    }
+}
+
+/// Sends `req` on `conn` and waits for the response head (the caller
+/// bounds the wait). A request none of whose bytes reached the socket is
+/// handed back as [`SendFailure::NotSent`].
+pub(crate) async fn send(
+    pool: &Arc<Pool>,
+    mut conn: H1Conn,
+    req: Request<ProxyBody>,
+) -> Result<Response<ProxyBody>, SendFailure> {
+    let framing = write::request_framing(req.method(), req.headers(), req.body());
+    let written = {
+        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let mut digits = Digits::default();
+        let w = write::request_head(req.method(), target, req.headers(), &framing, &mut digits);
+        w.write_to(&mut conn.io).await
+    };
+    if let Err((e, n)) = written {
+        let error = ProxyError::with_detail(ErrorKind::ConnectionLost, e);
+        return Err(if n == 0 {
+            SendFailure::NotSent {
+                request: Box::new(req),
+                error,
+            }
+        } else {
+            SendFailure::Sent(error)
+        });
+    }
+    let is_head = req.method() == Method::HEAD;
+    let (parts, body) = req.into_parts();
+    let allowed =
+        if framing.body == BodyKind::Chunked && parts.headers.contains_key(http::header::TRAILER) {
+            write::allowed_trailers(&parts.headers)
+        } else {
+            Vec::new()
+        };
+    drop(parts);
+    let mut pump = Pump::new(body, framing.body, allowed);
+    let mut write_error = None;
+    let waited =
+        std::future::poll_fn(|cx| poll_head(&mut conn, &mut pump, &mut write_error, is_head, cx))
+            .await;
+    let (head, kind) = match waited {
+        Ok(found) => found,
+        Err(fail) => {
+            if !pump.ended {
+                // The client's body is abandoned: drop it, then let the
+                // client's connection see that before the error answer is
+                // made (it drains the rest, or closes and says
+                // `Connection: close` in that answer). Answering first
+                // would let hyper send a keep-alive answer and close
+                // right after it, under a client that may already reuse
+                // the connection.
+                drop(pump);
+                tokio::task::yield_now().await;
+            }
+            return Err(SendFailure::Sent(fail.into_error()));
+        }
+    };
+    let pump = (!pump.ended || !pump.out.is_empty()).then_some(pump);
+    let bytes = conn.buf.split_to(head.len).freeze();
+    let mut resp = match response(&head, &bytes) {
+        Ok(r) => r,
+        Err(e) => return Err(SendFailure::Sent(HeadFail::Invalid(e).into_error())),
+    };
+    let body = match kind {
+        ResponseKind::Upgrade => {
+            let (io, rest) = conn.into_upgraded();
+            resp.extensions_mut()
+                .insert(crate::tunnel::RawUpgrade::new(io, rest));
+            ProxyBody::Empty
+        }
+        ResponseKind::Final(kind) => {
+            let reusable = head.keeps_alive() && kind != BodyKind::Close && write_error.is_none();
+            ResponseBody::start(pool, conn, kind, pump, reusable)
+        }
+        ResponseKind::Interim => ProxyBody::Empty,
+    };
+    *resp.body_mut() = body;
+    Ok(resp)
+}
+
+/// Streams the request body and reads until a final response head.
+fn poll_head(
+    conn: &mut H1Conn,
+    pump: &mut Pump,
+    write_error: &mut Option<io::Error>,
+    is_head: bool,
+    cx: &mut Context<'_>,
+) -> Poll<Result<(Head, ResponseKind), HeadFail>> {
+    conn.meta.register(cx.waker());
+    if conn.meta.killed() {
+        return Poll::Ready(Err(HeadFail::Killed));
+    }
+    if write_error.is_none() {
+        match pump.poll(&mut conn.io, cx) {
+            Poll::Ready(Err(PumpError::Body(e))) => return Poll::Ready(Err(HeadFail::Body(e))),
+            Poll::Ready(Err(PumpError::Length(what))) => {
+                return Poll::Ready(Err(HeadFail::Length(what)))
+            }
+            // The backend stopped reading: it may have answered already.
+            Poll::Ready(Err(PumpError::Io(e))) => *write_error = Some(e),
+            Poll::Ready(Ok(())) | Poll::Pending => {}
+        }
+    }
+    loop {
+        if !conn.buf.is_empty() {
+            match head::parse_response(&conn.buf) {
+                Ok(Some(h)) => match head::response_kind(&h, is_head) {
+                    ResponseKind::Interim => {
+                        conn.buf.advance(h.len);
+                        continue;
+                    }
+                    kind => return Poll::Ready(Ok((h, kind))),
+                },
+                Ok(None) => {}
+                Err(e) => return Poll::Ready(Err(HeadFail::Invalid(e))),
+            }
+        }
+        match ready!(poll_fill(&conn.io, &mut conn.buf, HEAD_READ, cx)) {
+            Ok(0) => return Poll::Ready(Err(HeadFail::Closed(write_error.take()))),
+            Ok(_) => {}
+            Err(e) => return Poll::Ready(Err(HeadFail::Io(e))),
+        }
+    }
+}
+
+/// The response head as an `http` response with an empty body.
+fn response(head: &Head, bytes: &Bytes) -> Result<Response<ProxyBody>, head::HeadError> {
+    let status = StatusCode::from_u16(head.status)
+        .map_err(|_| head::HeadError::Malformed("invalid status"))?;
+    let mut resp = Response::new(ProxyBody::Empty);
+    *resp.status_mut() = status;
+    *resp.version_mut() = if head.minor == 0 {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    let headers = resp.headers_mut();
+    headers.reserve(head.headers.len());
+    for h in &head.headers {
+        let name = HeaderName::from_bytes(&bytes[h.name.clone()])
+            .map_err(|_| head::HeadError::Malformed("invalid header name"))?;
+        let value = HeaderValue::from_maybe_shared(bytes.slice(h.value.clone()))
+            .map_err(|_| head::HeadError::Malformed("invalid header value"))?;
+        headers.append(name, value);
+    }
+    let reason = &bytes[head.reason.clone()];
+    if !reason.is_empty() && status.canonical_reason().map(str::as_bytes) != Some(reason) {
+        if let Ok(r) = hyper::ext::ReasonPhrase::try_from(bytes.slice(head.reason.clone())) {
+            resp.extensions_mut().insert(r);
+        }
+    }
+    Ok(resp)
+}
+
+/// Trailer lines as a header map.
+fn trailer_map(section: &Bytes) -> Result<HeaderMap, head::HeadError> {
+    let mut map = HeaderMap::new();
+    for h in head::parse_trailers(section)? {
+        let name = HeaderName::from_bytes(&section[h.name.clone()])
+            .map_err(|_| head::HeadError::Malformed("invalid trailer name"))?;
+        let value = HeaderValue::from_maybe_shared(section.slice(h.value.clone()))
+            .map_err(|_| head::HeadError::Malformed("invalid trailer value"))?;
+        map.append(name, value);
+    }
+    Ok(map)
+}
+
+/// Why a response body stopped.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyError {
+    #[error("backend connection closed before the end of the response body")]
+    Closed,
+    #[error("backend connection closed at a drain deadline")]
+    Killed,
+    #[error("reading the response body: {0}")]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Chunked(#[from] super::chunked::ChunkError),
+    #[error("invalid trailers: {0}")]
+    Trailers(#[from] head::HeadError),
+}
+
+#[derive(Debug)]
+enum Reading {
+    Length(u64),
+    Chunked(ChunkedDecoder),
+    Close,
+    Done,
+}
+
+/// A response body read from its connection; see the module documentation.
+#[derive(Debug)]
+pub struct ResponseBody {
+    pool: Arc<Pool>,
+    conn: Option<H1Conn>,
+    reading: Reading,
+    /// The rest of the request body, when the answer came first.
+    pump: Option<Pump>,
+    reusable: bool,
+}
+
+impl ResponseBody {
+    fn start(
+        pool: &Arc<Pool>,
+        conn: H1Conn,
+        kind: BodyKind,
+        pump: Option<Pump>,
+        reusable: bool,
+    ) -> ProxyBody {
+        let reading = match kind {
+            BodyKind::Empty | BodyKind::Length(0) => Reading::Done,
+            BodyKind::Length(n) => Reading::Length(n),
+            BodyKind::Chunked => Reading::Chunked(ChunkedDecoder::new()),
+            BodyKind::Close => Reading::Close,
+        };
+        let mut body = ResponseBody {
+            pool: Arc::clone(pool),
+            conn: Some(conn),
+            reading,
+            pump,
+            reusable,
+        };
+        if matches!(body.reading, Reading::Done) {
+            body.finish();
+            return ProxyBody::Empty;
+        }
+        ProxyBody::H1(Box::new(body))
+    }
+
+    /// The body ended: the connection goes back to its pool when nothing
+    /// of this exchange is left on it, and is closed otherwise.
+    fn finish(&mut self) {
+        self.reading = Reading::Done;
+        let Some(conn) = self.conn.take() else { return };
+        if self.reusable && self.pump.is_none() && conn.buf.is_empty() {
+            self.pool.give_back(conn);
+        }
+    }
+
+    /// Fails the body; the connection is closed.
+    fn fail(&mut self, e: BodyError) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.reading = Reading::Done;
+        self.conn = None;
+        self.pump = None;
+        Poll::Ready(Some(Err(Box::new(e))))
+    }
+
+    pub(crate) fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Poll::Ready(None);
+        };
+        conn.meta.register(cx.waker());
+        if conn.meta.killed() {
+            return self.fail(BodyError::Killed);
+        }
+        if let Some(pump) = &mut self.pump {
+            match pump.poll(&mut conn.io, cx) {
+                Poll::Ready(Ok(())) => self.pump = None,
+                Poll::Ready(Err(_)) => {
+                    // Nothing more goes to the backend: the connection
+                    // cannot be reused, the answer is still read.
+                    self.pump = None;
+                    self.reusable = false;
+                }
+                Poll::Pending => {}
+            }
+        }
+        loop {
+            let conn = match self.conn.as_mut() {
+                Some(c) => c,
+                None => return Poll::Ready(None),
+            };
+            let want = match &mut self.reading {
+                Reading::Done => return Poll::Ready(None),
+                Reading::Length(n) => {
+                    if !conn.buf.is_empty() {
+                        let take = (*n).min(conn.buf.len() as u64) as usize;
+                        let data = conn.buf.split_to(take).freeze();
+                        *n -= take as u64;
+                        if *n == 0 {
+                            self.finish();
+                        }
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                    (*n).min(BODY_READ as u64) as usize
+                }
+                Reading::Chunked(dec) => match dec.decode(&conn.buf) {
+                    Err(e) => return self.fail(e.into()),
+                    Ok(Step::Data { start, len }) => {
+                        conn.buf.advance(start);
+                        let data = conn.buf.split_to(len).freeze();
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                    Ok(Step::End { start, len }) => {
+                        conn.buf.advance(start);
+                        let section = conn.buf.split_to(len).freeze();
+                        let trailers = match trailer_map(&section) {
+                            Ok(t) => t,
+                            Err(e) => return self.fail(e.into()),
+                        };
+                        self.finish();
+                        if trailers.is_empty() {
+                            return Poll::Ready(None);
+                        }
+                        return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                    }
+                    Ok(Step::Need { consumed }) => {
+                        conn.buf.advance(consumed);
+                        BODY_READ
+                    }
+                },
+                Reading::Close => {
+                    if !conn.buf.is_empty() {
+                        let data = conn.buf.split().freeze();
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                    BODY_READ
+                }
+            };
+            match poll_fill(&conn.io, &mut conn.buf, want, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(0)) => {
+                    if matches!(self.reading, Reading::Close) {
+                        self.reusable = false;
+                        self.finish();
+                        return Poll::Ready(None);
+                    }
+                    return self.fail(BodyError::Closed);
+                }
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return self.fail(e.into()),
+            }
+        }
+    }
+
+    pub(crate) fn is_end_stream(&self) -> bool {
+        matches!(self.reading, Reading::Done)
+    }
+
+    pub(crate) fn size_hint(&self) -> SizeHint {
+        match self.reading {
+            Reading::Length(n) => SizeHint::with_exact(n),
+            Reading::Done => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
+        }
+    }
+}

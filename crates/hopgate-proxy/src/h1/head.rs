@@ -1,0 +1,598 @@
+//! HTTP/1.x message heads parsed with `httparse` into byte ranges of the
+//! read buffer, with the framing facts taken in the same pass.
+//!
+//! Strict on purpose: whatever two parsers could read differently is an
+//! error, never a guess — a `Content-Length` next to a `Transfer-Encoding`,
+//! differing `Content-Length` values, any transfer coding but a single
+//! `chunked`, `Transfer-Encoding` in HTTP/1.0, obsolete line folding, a
+//! bare LF line end, NUL or CR inside a value, too many header lines, a
+//! head larger than the limit.
+
+use std::mem::MaybeUninit;
+use std::ops::Range;
+
+/// Most header lines a head may have (hyper's default too).
+pub const MAX_HEADERS: usize = 100;
+/// Largest head accepted, request line or status line included.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// Why a head is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HeadError {
+    #[error("malformed head: {0}")]
+    Malformed(&'static str),
+    #[error("more than {MAX_HEADERS} header lines")]
+    TooManyHeaders,
+    #[error("head larger than {MAX_HEAD_BYTES} bytes")]
+    TooLarge,
+    #[error("a line ends in a bare LF")]
+    BareLf,
+    #[error("invalid Content-Length")]
+    InvalidContentLength,
+    #[error("differing Content-Length values")]
+    ConflictingContentLength,
+    #[error("both Content-Length and Transfer-Encoding")]
+    LengthAndTransferEncoding,
+    #[error("unsupported transfer coding (only a single `chunked` is accepted)")]
+    UnsupportedTransferCoding,
+    #[error("Transfer-Encoding in an HTTP/1.0 message")]
+    TransferEncodingInHttp10,
+}
+
+impl From<httparse::Error> for HeadError {
+    fn from(e: httparse::Error) -> HeadError {
+        match e {
+            httparse::Error::TooManyHeaders => HeadError::TooManyHeaders,
+            httparse::Error::HeaderName => HeadError::Malformed("invalid header name"),
+            httparse::Error::HeaderValue => HeadError::Malformed("invalid header value"),
+            httparse::Error::NewLine => HeadError::Malformed("invalid line end"),
+            httparse::Error::Status => HeadError::Malformed("invalid status"),
+            httparse::Error::Token => HeadError::Malformed("invalid token"),
+            httparse::Error::Version => HeadError::Malformed("invalid version"),
+        }
+    }
+}
+
+/// What a head says about its message's framing and connection, found in
+/// the parsing pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Facts {
+    pub content_length: Option<u64>,
+    pub chunked: bool,
+    /// `Connection: close`.
+    pub close: bool,
+    /// `Connection: keep-alive`.
+    pub keep_alive: bool,
+    /// `Connection: upgrade`.
+    pub upgrade: bool,
+    /// `Expect: 100-continue`.
+    pub expect_continue: bool,
+}
+
+/// One header line: its name and value as ranges of the buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderRange {
+    pub name: Range<usize>,
+    pub value: Range<usize>,
+}
+
+/// A parsed head. Ranges index the buffer that was parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// Bytes of the head, its empty last line included.
+    pub len: usize,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub minor: u8,
+    /// Requests: the method and the request target.
+    pub method: Range<usize>,
+    pub target: Range<usize>,
+    /// Responses: the status code and the reason phrase.
+    pub status: u16,
+    pub reason: Range<usize>,
+    pub headers: Vec<HeaderRange>,
+    pub facts: Facts,
+}
+
+impl Head {
+    /// Is the connection kept open after this message, as far as this head
+    /// says?
+    pub fn keeps_alive(&self) -> bool {
+        if self.minor == 0 {
+            self.facts.keep_alive && !self.facts.close
+        } else {
+            !self.facts.close
+        }
+    }
+}
+
+/// Where `part`, a slice httparse returned, lies in `buf`. An empty part
+/// may be a static empty slice: it is the empty range.
+fn range_of(buf: &[u8], part: &[u8]) -> Range<usize> {
+    if part.is_empty() {
+        return 0..0;
+    }
+    let start = (part.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
+    debug_assert!(start + part.len() <= buf.len());
+    start..start + part.len()
+}
+
+/// Parses a request head at the start of `buf`: `Ok(None)` when the head
+/// is not complete yet.
+pub fn parse_request(buf: &[u8]) -> Result<Option<Head>, HeadError> {
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let status = req.parse_with_uninit_headers(buf, &mut slots);
+    let len = match status {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return partial(buf),
+        Err(e) => return Err(e.into()),
+    };
+    let (Some(method), Some(path), Some(minor)) = (req.method, req.path, req.version) else {
+        return Err(HeadError::Malformed("incomplete request line"));
+    };
+    let mut head = Head {
+        len,
+        minor,
+        method: range_of(buf, method.as_bytes()),
+        target: range_of(buf, path.as_bytes()),
+        status: 0,
+        reason: 0..0,
+        headers: Vec::with_capacity(req.headers.len()),
+        facts: Facts::default(),
+    };
+    finish(buf, req.headers, &mut head)?;
+    Ok(Some(head))
+}
+
+/// Parses a response head at the start of `buf`: `Ok(None)` when the head
+/// is not complete yet.
+pub fn parse_response(buf: &[u8]) -> Result<Option<Head>, HeadError> {
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut []);
+    let status = httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut resp, buf, &mut slots);
+    let len = match status {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return partial(buf),
+        Err(e) => return Err(e.into()),
+    };
+    let (Some(code), Some(minor)) = (resp.code, resp.version) else {
+        return Err(HeadError::Malformed("incomplete status line"));
+    };
+    let mut head = Head {
+        len,
+        minor,
+        method: 0..0,
+        target: 0..0,
+        status: code,
+        reason: resp.reason.map_or(0..0, |r| range_of(buf, r.as_bytes())),
+        headers: Vec::with_capacity(resp.headers.len()),
+        facts: Facts::default(),
+    };
+    finish(buf, resp.headers, &mut head)?;
+    Ok(Some(head))
+}
+
+fn partial(buf: &[u8]) -> Result<Option<Head>, HeadError> {
+    if buf.len() >= MAX_HEAD_BYTES {
+        return Err(HeadError::TooLarge);
+    }
+    Ok(None)
+}
+
+/// The checks and facts common to requests and responses.
+fn finish(buf: &[u8], headers: &[httparse::Header<'_>], head: &mut Head) -> Result<(), HeadError> {
+    if head.len > MAX_HEAD_BYTES {
+        return Err(HeadError::TooLarge);
+    }
+    no_bare_lf(&buf[..head.len])?;
+    let mut te = false;
+    for h in headers {
+        head.headers.push(HeaderRange {
+            name: range_of(buf, h.name.as_bytes()),
+            value: range_of(buf, h.value),
+        });
+        // httparse refuses NUL and a CR not followed by LF in values; the
+        // bare LF check above covers LF. Checked again here so the rule
+        // does not rest on another crate's defaults.
+        if h.value.iter().any(|b| matches!(b, b'\0' | b'\r' | b'\n')) {
+            return Err(HeadError::Malformed("control character in a header value"));
+        }
+        let name = h.name.as_bytes();
+        match name.len() {
+            14 if name.eq_ignore_ascii_case(b"content-length") => {
+                content_length(h.value, &mut head.facts.content_length)?;
+            }
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                te = true;
+                transfer_encoding(h.value, &mut head.facts.chunked)?;
+            }
+            10 if name.eq_ignore_ascii_case(b"connection") => {
+                for token in list(h.value) {
+                    if token.eq_ignore_ascii_case(b"close") {
+                        head.facts.close = true;
+                    } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                        head.facts.keep_alive = true;
+                    } else if token.eq_ignore_ascii_case(b"upgrade") {
+                        head.facts.upgrade = true;
+                    }
+                }
+            }
+            6 if name.eq_ignore_ascii_case(b"expect")
+                && h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue") =>
+            {
+                head.facts.expect_continue = true;
+            }
+            _ => {}
+        }
+    }
+    if te {
+        if head.minor == 0 {
+            return Err(HeadError::TransferEncodingInHttp10);
+        }
+        if head.facts.content_length.is_some() {
+            return Err(HeadError::LengthAndTransferEncoding);
+        }
+        if !head.facts.chunked {
+            return Err(HeadError::UnsupportedTransferCoding);
+        }
+    }
+    Ok(())
+}
+
+/// Every LF of a head must follow a CR.
+fn no_bare_lf(head: &[u8]) -> Result<(), HeadError> {
+    let mut prev = 0u8;
+    for &b in head {
+        if b == b'\n' && prev != b'\r' {
+            return Err(HeadError::BareLf);
+        }
+        prev = b;
+    }
+    Ok(())
+}
+
+/// The elements of a comma-separated list, trimmed, empty ones skipped.
+fn list(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|b| *b == b',')
+        .map(|t| t.trim_ascii())
+        .filter(|t| !t.is_empty())
+}
+
+/// `Content-Length`: digits only; a list or repeated lines must all agree.
+fn content_length(value: &[u8], seen: &mut Option<u64>) -> Result<(), HeadError> {
+    let mut any = false;
+    for item in value.split(|b| *b == b',').map(|t| t.trim_ascii()) {
+        if item.is_empty() || item.len() > 19 || !item.iter().all(u8::is_ascii_digit) {
+            return Err(HeadError::InvalidContentLength);
+        }
+        let n = item.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+        match *seen {
+            Some(prev) if prev != n => return Err(HeadError::ConflictingContentLength),
+            _ => *seen = Some(n),
+        }
+        any = true;
+    }
+    if !any {
+        return Err(HeadError::InvalidContentLength);
+    }
+    Ok(())
+}
+
+/// `Transfer-Encoding`: exactly one `chunked`, across every line, and
+/// nothing else.
+fn transfer_encoding(value: &[u8], chunked: &mut bool) -> Result<(), HeadError> {
+    for coding in list(value) {
+        if !coding.eq_ignore_ascii_case(b"chunked") || *chunked {
+            return Err(HeadError::UnsupportedTransferCoding);
+        }
+        *chunked = true;
+    }
+    Ok(())
+}
+
+/// How a message body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    /// No body.
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Until the connection closes (responses only).
+    Close,
+}
+
+/// What follows a response head, given the request it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseKind {
+    /// A 1xx other than 101: an interim answer, skipped.
+    Interim,
+    /// 101: the connection now speaks another protocol.
+    Upgrade,
+    Final(BodyKind),
+}
+
+/// RFC 9112 §6.3 for a response: HEAD answers, 1xx, 204 and 304 have no
+/// body; then chunked, then a length, then close-delimited.
+pub fn response_kind(head: &Head, request_was_head: bool) -> ResponseKind {
+    match head.status {
+        101 => ResponseKind::Upgrade,
+        100..=199 => ResponseKind::Interim,
+        204 | 304 => ResponseKind::Final(BodyKind::Empty),
+        _ if request_was_head => ResponseKind::Final(BodyKind::Empty),
+        _ if head.facts.chunked => ResponseKind::Final(BodyKind::Chunked),
+        _ => match head.facts.content_length {
+            Some(n) => ResponseKind::Final(BodyKind::Length(n)),
+            None => ResponseKind::Final(BodyKind::Close),
+        },
+    }
+}
+
+/// RFC 9112 §6.3 for a request: chunked, a length, or no body.
+pub fn request_body(head: &Head) -> BodyKind {
+    if head.facts.chunked {
+        BodyKind::Chunked
+    } else {
+        match head.facts.content_length {
+            Some(0) | None => BodyKind::Empty,
+            Some(n) => BodyKind::Length(n),
+        }
+    }
+}
+
+/// Parses a chunked body's trailer section (`buf` is the whole section,
+/// its final empty line included) into name and value ranges.
+pub fn parse_trailers(buf: &[u8]) -> Result<Vec<HeaderRange>, HeadError> {
+    no_bare_lf(buf)?;
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    match httparse::parse_headers(buf, &mut slots)? {
+        httparse::Status::Complete((_, headers)) => Ok(headers
+            .iter()
+            .map(|h| HeaderRange {
+                name: range_of(buf, h.name.as_bytes()),
+                value: range_of(buf, h.value),
+            })
+            .collect()),
+        httparse::Status::Partial => Err(HeadError::Malformed("incomplete trailer section")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(text: &[u8]) -> Result<Option<Head>, HeadError> {
+        parse_request(text)
+    }
+
+    fn resp(text: &[u8]) -> Result<Option<Head>, HeadError> {
+        parse_response(text)
+    }
+
+    #[test]
+    fn a_request_head_is_ranges_of_the_buffer() {
+        let buf = b"GET /a?b=c HTTP/1.1\r\nHost: x\r\nX-Two: 1 2\r\n\r\nbody";
+        let h = req(buf).unwrap().unwrap();
+        assert_eq!(h.len, buf.len() - 4);
+        assert_eq!(&buf[h.method.clone()], b"GET");
+        assert_eq!(&buf[h.target.clone()], b"/a?b=c");
+        assert_eq!(h.minor, 1);
+        assert_eq!(h.headers.len(), 2);
+        assert_eq!(&buf[h.headers[1].name.clone()], b"X-Two");
+        assert_eq!(&buf[h.headers[1].value.clone()], b"1 2");
+        assert_eq!(request_body(&h), BodyKind::Empty);
+        assert!(h.keeps_alive());
+    }
+
+    #[test]
+    fn partial_heads_ask_for_more() {
+        assert_eq!(req(b"GET / HTTP/1.1\r\nHost: x\r\n"), Ok(None));
+        assert_eq!(resp(b"HTTP/1.1 200 OK\r\n"), Ok(None));
+        assert_eq!(resp(b""), Ok(None));
+    }
+
+    #[test]
+    fn framing_facts_come_with_the_parse() {
+        let buf = b"POST / HTTP/1.1\r\nContent-Length: 5\r\nConnection: Keep-Alive, Upgrade\r\nExpect: 100-Continue\r\n\r\n";
+        let h = req(buf).unwrap().unwrap();
+        assert_eq!(h.facts.content_length, Some(5));
+        assert!(h.facts.keep_alive && h.facts.upgrade && h.facts.expect_continue);
+        assert_eq!(request_body(&h), BodyKind::Length(5));
+        let buf = b"POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n";
+        let h = req(buf).unwrap().unwrap();
+        assert_eq!(request_body(&h), BodyKind::Chunked);
+        // Repeated equal lengths, and lists of them, are one length.
+        let buf = b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\ncontent-length: 7, 7\r\n\r\n";
+        let h = resp(buf).unwrap().unwrap();
+        assert_eq!(
+            response_kind(&h, false),
+            ResponseKind::Final(BodyKind::Length(7))
+        );
+    }
+
+    #[test]
+    fn ambiguous_framing_is_an_error() {
+        let cases: &[(&[u8], HeadError)] = &[
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+                HeadError::LengthAndTransferEncoding,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+                HeadError::ConflictingContentLength,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: 5, 6\r\n\r\n",
+                HeadError::ConflictingContentLength,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
+                HeadError::InvalidContentLength,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: \r\n\r\n",
+                HeadError::InvalidContentLength,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+                HeadError::InvalidContentLength,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+                HeadError::UnsupportedTransferCoding,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+                HeadError::UnsupportedTransferCoding,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: identity\r\n\r\n",
+                HeadError::UnsupportedTransferCoding,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nTransfer-Encoding: xchunked\r\n\r\n",
+                HeadError::UnsupportedTransferCoding,
+            ),
+            (
+                b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+                HeadError::TransferEncodingInHttp10,
+            ),
+            (b"GET / HTTP/1.1\nHost: x\r\n\r\n", HeadError::BareLf),
+            (b"GET / HTTP/1.1\r\nHost: x\n\r\n", HeadError::BareLf),
+            (b"GET / HTTP/1.1\r\nHost: x\r\n\n", HeadError::BareLf),
+        ];
+        for (text, want) in cases {
+            assert_eq!(req(text), Err(*want), "{}", String::from_utf8_lossy(text));
+        }
+        // Responses follow the same rules.
+        assert_eq!(
+            resp(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            Err(HeadError::LengthAndTransferEncoding)
+        );
+        assert_eq!(
+            resp(b"HTTP/1.1 200 OK\nContent-Length: 1\r\n\r\n"),
+            Err(HeadError::BareLf)
+        );
+    }
+
+    #[test]
+    fn obs_fold_and_control_characters_are_errors() {
+        for text in [
+            &b"GET / HTTP/1.1\r\nX-A: one\r\n two\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nX-A: one\r\n\ttwo\r\n\r\n",
+            b"GET / HTTP/1.1\r\nX-A: o\0ne\r\n\r\n",
+            b"GET / HTTP/1.1\r\nX-A: o\rne\r\n\r\n",
+            b"GET / HTTP/1.1\r\nX A: one\r\n\r\n",
+            b"GET / HTTP/1.1\r\nX-A : one\r\n\r\n",
+            b"GET  / HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/2.0\r\n\r\n",
+        ] {
+            assert!(
+                matches!(req(text), Err(HeadError::Malformed(_))),
+                "{:?}: {:?}",
+                String::from_utf8_lossy(text),
+                req(text)
+            );
+        }
+        assert!(matches!(
+            resp(b"HTTP/1.1 200 OK\r\nX-A: one\r\n two\r\n\r\n"),
+            Err(HeadError::Malformed(_))
+        ));
+        assert!(matches!(
+            resp(b"HTTP/1.1 200 OK\r\nX-A: o\0ne\r\n\r\n"),
+            Err(HeadError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn limits() {
+        let mut many = b"GET / HTTP/1.1\r\n".to_vec();
+        for i in 0..=MAX_HEADERS {
+            many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+        }
+        many.extend_from_slice(b"\r\n");
+        assert_eq!(req(&many), Err(HeadError::TooManyHeaders));
+        let mut big = b"GET / HTTP/1.1\r\nX-Big: ".to_vec();
+        big.resize(MAX_HEAD_BYTES + 10, b'a');
+        // Incomplete and already over the limit: refused without waiting.
+        assert_eq!(req(&big), Err(HeadError::TooLarge));
+        big.extend_from_slice(b"\r\n\r\n");
+        assert_eq!(req(&big), Err(HeadError::TooLarge));
+    }
+
+    #[test]
+    fn response_framing() {
+        let kind =
+            |text: &[u8], head_req: bool| response_kind(&resp(text).unwrap().unwrap(), head_req);
+        assert_eq!(
+            kind(b"HTTP/1.1 100 Continue\r\n\r\n", false),
+            ResponseKind::Interim
+        );
+        assert_eq!(
+            kind(b"HTTP/1.1 103 Early Hints\r\n\r\n", false),
+            ResponseKind::Interim
+        );
+        assert_eq!(
+            kind(
+                b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n\r\n",
+                false
+            ),
+            ResponseKind::Upgrade
+        );
+        assert_eq!(
+            kind(
+                b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
+                false
+            ),
+            ResponseKind::Final(BodyKind::Empty)
+        );
+        assert_eq!(
+            kind(b"HTTP/1.1 304 Not Modified\r\n\r\n", false),
+            ResponseKind::Final(BodyKind::Empty)
+        );
+        assert_eq!(
+            kind(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true),
+            ResponseKind::Final(BodyKind::Empty)
+        );
+        assert_eq!(
+            kind(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                false
+            ),
+            ResponseKind::Final(BodyKind::Chunked)
+        );
+        assert_eq!(
+            kind(b"HTTP/1.1 200 OK\r\n\r\n", false),
+            ResponseKind::Final(BodyKind::Close)
+        );
+        // HTTP/1.0: kept alive only when asked.
+        let h = resp(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!h.keeps_alive());
+        let h = resp(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(h.keeps_alive());
+        let h = resp(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!h.keeps_alive());
+        // No reason phrase at all.
+        let buf = b"HTTP/1.1 200\r\n\r\n";
+        let h = resp(buf).unwrap().unwrap();
+        assert_eq!(h.status, 200);
+        assert!(h.reason.is_empty());
+    }
+
+    #[test]
+    fn trailers() {
+        let buf = b"X-Sum: 1\r\nX-Other: two\r\n\r\n";
+        let t = parse_trailers(buf).unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(&buf[t[1].value.clone()], b"two");
+        assert!(parse_trailers(b"\r\n").unwrap().is_empty());
+        assert_eq!(parse_trailers(b"X-Sum: 1\n\r\n"), Err(HeadError::BareLf));
+    }
+}

@@ -1,0 +1,514 @@
+//! Writing HTTP/1.1 messages: a head as a list of [`IoSlice`]s sent with
+//! one vectored write (partial writes resumed where they stopped), the
+//! framing an upstream request gets from its headers and body, and the
+//! chunked encoding of body frames.
+
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, CONTENT_LENGTH, TRAILER, TRANSFER_ENCODING};
+use http::Method;
+use http_body::Body;
+use tokio::io::AsyncWrite;
+
+use super::head::BodyKind;
+
+/// A message head as slices of borrowed bytes, written in one go.
+#[derive(Debug, Default)]
+pub(crate) struct HeadWriter<'a> {
+    slices: Vec<IoSlice<'a>>,
+    len: usize,
+}
+
+impl<'a> HeadWriter<'a> {
+    /// Room for `lines` header lines.
+    pub(crate) fn with_lines(lines: usize) -> HeadWriter<'a> {
+        HeadWriter {
+            slices: Vec::with_capacity(4 * lines + 8),
+            len: 0,
+        }
+    }
+
+    pub(crate) fn push(&mut self, bytes: &'a [u8]) {
+        if !bytes.is_empty() {
+            self.len += bytes.len();
+            self.slices.push(IoSlice::new(bytes));
+        }
+    }
+
+    /// `name: value` and its line end.
+    pub(crate) fn header(&mut self, name: &'a [u8], value: &'a [u8]) {
+        self.push(name);
+        self.push(b": ");
+        self.push(value);
+        self.push(b"\r\n");
+    }
+
+    /// Total bytes of the head.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The head's bytes, copied.
+    #[cfg(test)]
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len);
+        for s in &self.slices {
+            v.extend_from_slice(s);
+        }
+        v
+    }
+
+    /// Writes the whole head. On failure, says how many bytes went out
+    /// before it (none means the peer cannot have seen the message).
+    pub(crate) async fn write_to<W: AsyncWrite + Unpin>(
+        mut self,
+        w: &mut W,
+    ) -> Result<(), (io::Error, usize)> {
+        let mut written = 0;
+        let mut slices = &mut self.slices[..];
+        while !slices.is_empty() {
+            let n = std::future::poll_fn(|cx| Pin::new(&mut *w).poll_write_vectored(cx, slices))
+                .await
+                .map_err(|e| (e, written))?;
+            if n == 0 {
+                return Err((io::ErrorKind::WriteZero.into(), written));
+            }
+            written += n;
+            IoSlice::advance_slices(&mut slices, n);
+        }
+        Ok(())
+    }
+}
+
+/// The version text of a request line.
+const HTTP_11: &[u8] = b" HTTP/1.1\r\n";
+
+/// How an upstream request's head is written: which of its own framing
+/// headers are left out and which line is added. The same rules as
+/// hyper's client, so backends see what they saw before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RequestFraming {
+    pub body: BodyKind,
+    skip_te: bool,
+    skip_cl: bool,
+    add: Added,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Added {
+    Nothing,
+    Chunked,
+    Length(u64),
+}
+
+/// Decides the framing of a request with `headers` and `body`:
+/// no body when it has already ended; chunked when a `Transfer-Encoding`
+/// is given; a given valid `Content-Length`; a body of known size gets its
+/// `Content-Length`; one of unknown size is sent chunked, except for GET,
+/// HEAD and CONNECT, which are sent without a body.
+pub(crate) fn request_framing<B: Body>(
+    method: &Method,
+    headers: &HeaderMap,
+    body: &B,
+) -> RequestFraming {
+    let none = RequestFraming {
+        body: BodyKind::Empty,
+        skip_te: true,
+        skip_cl: false,
+        add: Added::Nothing,
+    };
+    if body.is_end_stream() {
+        return none;
+    }
+    if headers.contains_key(TRANSFER_ENCODING) {
+        return RequestFraming {
+            body: BodyKind::Chunked,
+            skip_te: true,
+            skip_cl: true,
+            add: Added::Chunked,
+        };
+    }
+    if let Some(n) = content_length(headers) {
+        return RequestFraming {
+            body: if n == 0 {
+                BodyKind::Empty
+            } else {
+                BodyKind::Length(n)
+            },
+            skip_te: false,
+            skip_cl: false,
+            add: Added::Nothing,
+        };
+    }
+    match body.size_hint().exact() {
+        Some(n) => RequestFraming {
+            body: if n == 0 {
+                BodyKind::Empty
+            } else {
+                BodyKind::Length(n)
+            },
+            skip_te: false,
+            skip_cl: true,
+            add: Added::Length(n),
+        },
+        None if matches!(*method, Method::GET | Method::HEAD | Method::CONNECT) => RequestFraming {
+            skip_te: false,
+            ..none
+        },
+        None => RequestFraming {
+            body: BodyKind::Chunked,
+            skip_te: false,
+            skip_cl: true,
+            add: Added::Chunked,
+        },
+    }
+}
+
+/// All `Content-Length` values, when they parse and agree.
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    let mut seen = None;
+    for v in headers.get_all(CONTENT_LENGTH) {
+        for item in v.as_bytes().split(|b| *b == b',') {
+            let item = item.trim_ascii();
+            if item.is_empty() || item.len() > 19 || !item.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            let n = item.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+            if seen.is_some_and(|s| s != n) {
+                return None;
+            }
+            seen = Some(n);
+        }
+    }
+    seen
+}
+
+/// Scratch space for the digits of an added `Content-Length`.
+#[derive(Debug, Default)]
+pub(crate) struct Digits([u8; 20], usize);
+
+impl Digits {
+    fn of(&mut self, mut n: u64) -> &[u8] {
+        let mut i = self.0.len();
+        loop {
+            i -= 1;
+            self.0[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.1 = i;
+        &self.0[i..]
+    }
+}
+
+/// The head of an upstream request: request line, the headers (minus the
+/// framing ones `framing` replaces), the added framing line.
+pub(crate) fn request_head<'a>(
+    method: &'a Method,
+    target: &'a str,
+    headers: &'a HeaderMap,
+    framing: &RequestFraming,
+    digits: &'a mut Digits,
+) -> HeadWriter<'a> {
+    let mut w = HeadWriter::with_lines(headers.len() + 1);
+    w.push(method.as_str().as_bytes());
+    w.push(b" ");
+    w.push(target.as_bytes());
+    w.push(HTTP_11);
+    for (name, value) in headers {
+        if (framing.skip_te && name == TRANSFER_ENCODING)
+            || (framing.skip_cl && name == CONTENT_LENGTH)
+        {
+            continue;
+        }
+        w.header(name.as_str().as_bytes(), value.as_bytes());
+    }
+    match framing.add {
+        Added::Nothing => {}
+        Added::Chunked => w.push(b"transfer-encoding: chunked\r\n"),
+        Added::Length(n) => w.header(b"content-length", digits.of(n)),
+    }
+    w.push(b"\r\n");
+    w
+}
+
+/// The trailer fields a chunked request may carry: those its `Trailer`
+/// header announces, minus the ones never allowed in trailers.
+pub(crate) fn allowed_trailers(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
+        .get_all(TRAILER)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|s| s.split(','))
+        .filter_map(|s| HeaderName::from_bytes(s.trim().as_bytes()).ok())
+        .filter(|n| {
+            !matches!(
+                *n,
+                http::header::AUTHORIZATION
+                    | http::header::CACHE_CONTROL
+                    | http::header::CONTENT_ENCODING
+                    | http::header::CONTENT_LENGTH
+                    | http::header::CONTENT_RANGE
+                    | http::header::CONTENT_TYPE
+                    | http::header::HOST
+                    | http::header::MAX_FORWARDS
+                    | http::header::SET_COOKIE
+                    | http::header::TRAILER
+                    | http::header::TRANSFER_ENCODING
+                    | http::header::TE
+            )
+        })
+        .collect()
+}
+
+/// Bytes waiting to go out: a framing prefix, data, a framing suffix.
+#[derive(Debug, Default)]
+pub(crate) struct Out {
+    pre: [u8; 18],
+    pre_at: u8,
+    pre_len: u8,
+    data: Bytes,
+    post: &'static [u8],
+}
+
+impl Out {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pre_at == self.pre_len && self.data.is_empty() && self.post.is_empty()
+    }
+
+    /// `data` as it is.
+    pub(crate) fn raw(&mut self, data: Bytes) {
+        self.data = data;
+    }
+
+    /// `data` as one chunk.
+    pub(crate) fn chunk(&mut self, data: Bytes) {
+        let mut n = data.len();
+        let mut digits = [0u8; 16];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b"0123456789abcdef"[n & 15];
+            n >>= 4;
+            if n == 0 {
+                break;
+            }
+        }
+        let len = digits.len() - i;
+        self.pre[..len].copy_from_slice(&digits[i..]);
+        self.pre[len..len + 2].copy_from_slice(b"\r\n");
+        self.pre_at = 0;
+        self.pre_len = (len + 2) as u8;
+        self.data = data;
+        self.post = b"\r\n";
+    }
+
+    /// The last chunk, with `trailers` (already encoded lines) if any.
+    pub(crate) fn last_chunk(&mut self, trailers: Bytes) {
+        self.pre[..3].copy_from_slice(b"0\r\n");
+        self.pre_at = 0;
+        self.pre_len = 3;
+        self.data = trailers;
+        self.post = b"\r\n";
+    }
+
+    /// Writes what is pending.
+    pub(crate) fn poll_write<W: AsyncWrite + Unpin>(
+        &mut self,
+        w: &mut W,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        while !self.is_empty() {
+            let slices = [
+                IoSlice::new(&self.pre[self.pre_at as usize..self.pre_len as usize]),
+                IoSlice::new(&self.data),
+                IoSlice::new(self.post),
+            ];
+            let n = ready!(Pin::new(&mut *w).poll_write_vectored(cx, &slices))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            let mut n = n;
+            let pre = (self.pre_len - self.pre_at) as usize;
+            let step = n.min(pre);
+            self.pre_at += step as u8;
+            n -= step;
+            let step = n.min(self.data.len());
+            let _ = self.data.split_to(step);
+            n -= step;
+            self.post = &self.post[n.min(self.post.len())..];
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Encodes trailer fields as header lines.
+pub(crate) fn encode_trailers(trailers: &HeaderMap, allowed: &[HeaderName]) -> Bytes {
+    let mut v = Vec::new();
+    for (name, value) in trailers {
+        if allowed.contains(name) {
+            v.extend_from_slice(name.as_str().as_bytes());
+            v.extend_from_slice(b": ");
+            v.extend_from_slice(value.as_bytes());
+            v.extend_from_slice(b"\r\n");
+        }
+    }
+    Bytes::from(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::ProxyBody;
+    use http::HeaderValue;
+
+    fn head(method: Method, headers: &HeaderMap, body: &ProxyBody) -> (Vec<u8>, BodyKind) {
+        let framing = request_framing(&method, headers, body);
+        let mut digits = Digits::default();
+        let w = request_head(&method, "/p?q", headers, &framing, &mut digits);
+        let v = w.to_vec();
+        assert_eq!(v.len(), w.len());
+        (v, framing.body)
+    }
+
+    #[test]
+    fn request_heads_and_their_framing() {
+        let mut h = HeaderMap::new();
+        h.insert("host", HeaderValue::from_static("x"));
+        h.append("x-multi", HeaderValue::from_static("1"));
+        h.append("x-multi", HeaderValue::from_static("2"));
+        let (v, kind) = head(Method::GET, &h, &ProxyBody::Empty);
+        assert_eq!(
+            v,
+            b"GET /p?q HTTP/1.1\r\nhost: x\r\nx-multi: 1\r\nx-multi: 2\r\n\r\n"
+        );
+        assert_eq!(kind, BodyKind::Empty);
+        // A body of known size gets its length.
+        let (v, kind) = head(Method::PUT, &h, &ProxyBody::full("hello"));
+        assert!(
+            v.ends_with(b"x-multi: 2\r\ncontent-length: 5\r\n\r\n"),
+            "{}",
+            String::from_utf8_lossy(&v)
+        );
+        assert_eq!(kind, BodyKind::Length(5));
+        // A given length is kept as it is.
+        let mut with_len = h.clone();
+        with_len.insert(CONTENT_LENGTH, HeaderValue::from_static("5"));
+        let (v, kind) = head(Method::POST, &with_len, &ProxyBody::full("hello"));
+        assert_eq!(
+            v.windows(17).filter(|w| w == b"content-length: 5").count(),
+            1
+        );
+        assert_eq!(kind, BodyKind::Length(5));
+        // A given Transfer-Encoding means chunked, and drops the length.
+        let mut te = with_len.clone();
+        te.insert(TRANSFER_ENCODING, HeaderValue::from_static("gzip"));
+        let (v, kind) = head(Method::POST, &te, &ProxyBody::full("hello"));
+        let text = String::from_utf8_lossy(&v);
+        assert!(
+            !text.contains("content-length") && !text.contains("gzip"),
+            "{text}"
+        );
+        assert!(text.contains("transfer-encoding: chunked\r\n"), "{text}");
+        assert_eq!(kind, BodyKind::Chunked);
+        // An ended body drops a Transfer-Encoding.
+        let (v, kind) = head(Method::POST, &te, &ProxyBody::Empty);
+        assert!(!String::from_utf8_lossy(&v).contains("transfer-encoding"));
+        assert_eq!(kind, BodyKind::Empty);
+        // Unknown size: chunked, except GET/HEAD/CONNECT.
+        let unknown = ProxyBody::Prefixed {
+            head: Some(Bytes::from_static(b"x")),
+            trailers: None,
+            rest: Box::new(ProxyBody::Empty),
+        };
+        let (v, kind) = head(Method::POST, &h, &unknown);
+        assert!(String::from_utf8_lossy(&v).contains("transfer-encoding: chunked\r\n"));
+        assert_eq!(kind, BodyKind::Chunked);
+        let (_, kind) = head(Method::GET, &h, &unknown);
+        assert_eq!(kind, BodyKind::Empty);
+    }
+
+    #[test]
+    fn digits() {
+        let mut d = Digits::default();
+        assert_eq!(d.of(0), b"0");
+        assert_eq!(d.of(1234567), b"1234567");
+        assert_eq!(d.of(u64::MAX), u64::MAX.to_string().as_bytes());
+    }
+
+    /// A writer that takes at most `max` bytes per call.
+    struct Trickle {
+        got: Vec<u8>,
+        max: usize,
+    }
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            let n = buf.len().min(self.max);
+            self.got.extend_from_slice(&buf[..n]);
+            Poll::Ready(Ok(n))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn partial_writes_resume() {
+        let mut h = HeaderMap::new();
+        h.insert("host", HeaderValue::from_static("example"));
+        let framing = request_framing(&Method::GET, &h, &ProxyBody::Empty);
+        let mut digits = Digits::default();
+        let w = request_head(&Method::GET, "/", &h, &framing, &mut digits);
+        let want = w.to_vec();
+        let mut t = Trickle {
+            got: Vec::new(),
+            max: 3,
+        };
+        w.write_to(&mut t).await.unwrap();
+        assert_eq!(t.got, want);
+
+        let mut out = Out::default();
+        let mut t = Trickle {
+            got: Vec::new(),
+            max: 2,
+        };
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        out.chunk(Bytes::from(vec![b'a'; 300]));
+        assert!(out.poll_write(&mut t, &mut cx).is_ready());
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-sum", HeaderValue::from_static("9"));
+        trailers.insert("host", HeaderValue::from_static("no"));
+        out.last_chunk(encode_trailers(
+            &trailers,
+            &[HeaderName::from_static("x-sum")],
+        ));
+        assert!(out.poll_write(&mut t, &mut cx).is_ready());
+        let mut want = b"12c\r\n".to_vec();
+        want.extend(std::iter::repeat_n(b'a', 300));
+        want.extend_from_slice(b"\r\n0\r\nx-sum: 9\r\n\r\n");
+        assert_eq!(t.got, want);
+    }
+
+    #[test]
+    fn trailers_need_an_announcement() {
+        let mut h = HeaderMap::new();
+        assert!(allowed_trailers(&h).is_empty());
+        h.insert(TRAILER, HeaderValue::from_static("X-Sum, Content-Length"));
+        assert_eq!(allowed_trailers(&h), [HeaderName::from_static("x-sum")]);
+    }
+}
