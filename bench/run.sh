@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run.sh — hopgate load benchmark beside NGINX and HAProxy (SPEC §13).
+# bench/run.sh — hopgate load benchmark beside NGINX and HAProxy.
 #
 # One command runs a side-by-side comparison on this machine and stops by
 # itself:  direct-to-origin, the L4 floor (HAProxy in mode tcp), nginx,
