@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use hopgate_core::error::{ErrorKind, ProxyError};
 
 use super::{ConnState, H1Conn, H2Conn, Pool, PoolSettings};
-use crate::admission::{Entered, Grant, Rejected};
+use crate::admission::{Entered, Grant, Rejected, Ticket};
 use crate::h1::client as h1;
 
 /// What a pool hands to a request waiting in its queue, besides a slot.
@@ -36,10 +36,7 @@ impl Pool {
         match self.admission.enter() {
             Ok(Entered::Now(permit)) => Ok(Grant::Slot(permit)),
             Ok(Entered::Queued(ticket)) => {
-                let started = Instant::now();
-                let got = ticket.wait(queue_timeout).await;
-                crate::metrics::METRICS.queue_wait(started.elapsed());
-                got.map_err(busy)
+                wait_in_queue(ticket, Instant::now() + queue_timeout).await
             }
             Err(r) => Err(busy(r)),
         }
@@ -65,11 +62,7 @@ impl Pool {
                         drop(ticket);
                         return Ok((conn, true));
                     }
-                    let started = Instant::now();
-                    let left = deadline.saturating_duration_since(started);
-                    let got = ticket.wait(left).await;
-                    crate::metrics::METRICS.queue_wait(started.elapsed());
-                    got.map_err(busy)?
+                    wait_in_queue(ticket, deadline).await?
                 }
             };
             match grant {
@@ -122,11 +115,7 @@ impl Pool {
                     if let Some(c) = usable(self) {
                         return Ok(c);
                     }
-                    let started = Instant::now();
-                    let left = deadline.saturating_duration_since(started);
-                    let got = ticket.wait(left).await;
-                    crate::metrics::METRICS.queue_wait(started.elapsed());
-                    got.map_err(busy)?
+                    wait_in_queue(ticket, deadline).await?
                 }
             };
             match grant {
@@ -157,4 +146,17 @@ fn busy(r: Rejected) -> ProxyError {
         Rejected::Full => ProxyError::new(ErrorKind::PoolQueueFull),
         Rejected::Timeout => ProxyError::new(ErrorKind::PoolQueueTimeout),
     }
+}
+
+/// Waits in the node's queue until `deadline`; counts and times the wait.
+async fn wait_in_queue(
+    ticket: Ticket<Handoff>,
+    deadline: Instant,
+) -> Result<Grant<Handoff>, ProxyError> {
+    let started = Instant::now();
+    let got = ticket
+        .wait(deadline.saturating_duration_since(started))
+        .await;
+    crate::metrics::METRICS.queue_wait(started.elapsed());
+    got.map_err(busy)
 }
