@@ -339,6 +339,10 @@ struct Req<'a> {
 pub(crate) struct ClientConn {
     pub forwarder: Forwarder,
     pub peer: SocketAddr,
+    /// The peer as the access log writes it, formatted once per connection
+    /// (formatting a `SocketAddr` per request line cost ~1.3 k
+    /// instructions).
+    pub peer_text: Box<str>,
     /// `X-Forwarded-For` for a client that sent none: the peer's address.
     pub forwarded_for: HeaderValue,
     pub ctx: Arc<RequestCtx>,
@@ -358,6 +362,7 @@ impl ClientConn {
         ClientConn {
             forwarder,
             peer,
+            peer_text: peer.to_string().into_boxed_str(),
             forwarded_for: crate::headers::peer_header(peer.ip()),
             ctx,
             http2: std::sync::atomic::AtomicBool::new(false),

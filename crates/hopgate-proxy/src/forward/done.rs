@@ -6,7 +6,6 @@
 //! counters, and the access log line. Must not touch: the backend's
 //! answer (it is passed through as it is), node state, sessions.
 
-use std::net::SocketAddr;
 use std::time::Instant;
 
 use http::header::HeaderValue;
@@ -80,7 +79,7 @@ impl Done {
             &self.request_id,
             &out,
             self.started,
-            conn.peer,
+            &conn.peer_text,
             &conn.ctx,
         );
         resp
@@ -93,7 +92,7 @@ fn log_access(
     request_id: &HeaderValue,
     out: &Outcome,
     started: Instant,
-    peer: SocketAddr,
+    peer: &str,
     ctx: &RequestCtx,
 ) {
     if !tracing::enabled!(target: "hopgate::access", tracing::Level::INFO) {
