@@ -19,6 +19,7 @@ mod grpc;
 mod grpcio;
 mod h2_conformance;
 mod hardening;
+mod interop_nginx;
 mod maintenance;
 mod maintenance_guard;
 mod reload;
