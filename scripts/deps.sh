@@ -32,4 +32,9 @@ if ! python3 -c "import grpc, h2, hpack, hyperframe" >/dev/null 2>&1; then
   echo "deps: installing grpcio h2 (pip)"
   python3 -m pip install -q --disable-pip-version-check grpcio h2 >/dev/null
 fi
+# The JSON Schema test validates the examples with a third-party validator.
+if ! python3 -c "import jsonschema, yaml" >/dev/null 2>&1; then
+  echo "deps: installing jsonschema pyyaml (pip)"
+  python3 -m pip install -q --disable-pip-version-check jsonschema pyyaml >/dev/null
+fi
 echo "deps: ok"

@@ -125,6 +125,7 @@ impl Control {
         let registry = NodeRegistry::default();
         let hash = content_hash(&config.raw);
         let raw = config.raw.clone();
+        tracing::info!(version = 1, source = %source, "config loaded: {}", config::summary::summary(&config));
         let snap = Snapshot::compile(Arc::new(config), 1, &registry, None);
         snap.configure_nodes();
         let control = Control {
@@ -193,12 +194,10 @@ impl Control {
         let _writer = self.writer.lock();
         let result = match self.runtime_layer.lock().as_ref() {
             None => config::load(text, format),
-            Some(runtime) => config::parse(text, format)
-                .map_err(|e| vec![e])
-                .and_then(|local| {
-                    config::fleet::check_bootstrap(&local)?;
-                    config::validate(&config::fleet::compose(&local, runtime))
-                }),
+            Some(runtime) => config::parse_all(text, format).and_then(|local| {
+                config::fleet::check_bootstrap(&local)?;
+                config::validate(&config::fleet::compose(&local, runtime))
+            }),
         };
         self.apply_locked(result, source)
     }
@@ -253,9 +252,14 @@ impl Control {
             Ok(c) => c,
             Err(errors) => {
                 self.reload_failures.fetch_add(1, Ordering::Relaxed);
-                for e in &errors {
-                    tracing::error!(source = %source, error = %e, "config rejected; keeping the running config");
-                }
+                // One line per rejected document, every error in it.
+                let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                tracing::error!(
+                    source = %source,
+                    errors = errors.len(),
+                    "config rejected; keeping the running config: {}",
+                    all.join("; ")
+                );
                 *self.last_error.lock() = Some(LastError {
                     source: source.to_string(),
                     at: unix_now(),
@@ -277,6 +281,7 @@ impl Control {
         }
         let version = self.next_version.fetch_add(1, Ordering::Relaxed);
         let raw = config.raw.clone();
+        let changes = config::summary::diff(&current.config.raw, &raw);
         let shutdown = config.timeouts.shutdown;
         let snap = Snapshot::compile(Arc::new(config), version, &self.registry, Some(&current));
         let keep: HashSet<NodeKey> = snap
@@ -334,7 +339,7 @@ impl Control {
         while versions.len() > KEEP_VERSIONS {
             versions.pop_front();
         }
-        tracing::info!(version, source = %source, "config applied");
+        tracing::info!(version, source = %source, "config applied: {changes}");
         Ok(ApplyOutcome {
             version,
             hash,

@@ -9,6 +9,8 @@
 mod bound;
 pub mod fleet;
 pub mod raw;
+pub mod summary;
+mod unknown;
 pub mod validate;
 
 pub use bound::{MAX_DOCUMENT_BYTES, MAX_VALUES};
@@ -59,7 +61,8 @@ pub enum Format {
 }
 
 /// Parses a document into the raw stage. Structural errors (unknown field,
-/// wrong type, bad syntax) come back with the path where they happened.
+/// wrong type, bad syntax) come back with the path where they happened; this
+/// stops at the first (see [`parse_all`] for every unknown field at once).
 pub fn parse(text: &str, format: Format) -> Result<RawConfig, ConfigError> {
     bound::check(text, format == Format::Yaml)?;
     match format {
@@ -106,10 +109,41 @@ pub fn sniff_format(text: &str) -> Format {
     }
 }
 
-/// Parses and validates a document in one go.
+/// Parses a document into the raw stage, reporting *every* unknown field
+/// (each with a "did you mean" when a known name is close) rather than the
+/// first; other structural errors still stop the parse.
+pub fn parse_all(text: &str, format: Format) -> Result<RawConfig, Vec<ConfigError>> {
+    match unknown::parse_lenient(text, format) {
+        (Some(raw), errors) if errors.is_empty() => Ok(raw),
+        (_, errors) => Err(errors),
+    }
+}
+
+/// Parses and validates a document in one go. Unknown fields do not hide
+/// the rest: they are set aside, the remainder is validated, and every
+/// error comes back together.
 pub fn load(text: &str, format: Format) -> Result<Config, Vec<ConfigError>> {
-    let raw = parse(text, format).map_err(|e| vec![e])?;
-    validate(&raw)
+    let (raw, mut errors) = unknown::parse_lenient(text, format);
+    let Some(raw) = raw else {
+        return Err(errors);
+    };
+    match validate(&raw) {
+        Ok(cfg) if errors.is_empty() => Ok(cfg),
+        Ok(_) => Err(errors),
+        Err(more) => {
+            errors.extend(more);
+            Err(errors)
+        }
+    }
+}
+
+/// The JSON Schema of the configuration document (`hopgate schema`), for
+/// editors and linters. Durations and sizes are strings or numbers here;
+/// their syntax is checked by validation.
+pub fn json_schema() -> String {
+    let mut schema = schemars::schema_for!(RawConfig);
+    schema.insert("title".into(), "hopgate configuration".into());
+    serde_json::to_string_pretty(&schema).unwrap_or_default()
 }
 
 fn clean_path(p: &str) -> String {

@@ -27,15 +27,41 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use hopgate_core::config::{self, Format};
 
+/// The version line: the crate version and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("HOPGATE_COMMIT"),
+    ")"
+);
+
+const AFTER_HELP: &str = "\
+Logging: --log-level sets the level of every target (error, warn, info, debug,
+trace); without it RUST_LOG is read (for example
+RUST_LOG=info,hopgate::access=off silences the access log), else `info`.
+
+Check a config like `nginx -t`:  hopgate -t -c hopgate.yaml";
+
 /// hopgate: a zero-downtime HTTP gateway.
 #[derive(Parser, Debug)]
-#[command(name = "hopgate", version, about, long_about = None)]
+#[command(name = "hopgate", version = VERSION, about, long_about = None, after_help = AFTER_HELP)]
 struct Cli {
     /// Log format for the event and access logs.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Log level (error, warn, info, debug, trace, or a RUST_LOG-style
+    /// filter); overrides RUST_LOG.
+    #[arg(long, global = true, value_name = "LEVEL")]
+    log_level: Option<String>,
+    /// Check the config (-c FILE, else ./hopgate.yaml, else the embedded
+    /// default) and exit, like `nginx -t`: 0 when valid, 1 with every error.
+    #[arg(short = 't', long = "check")]
+    check: bool,
+    /// The config file for -t, or for running without a subcommand.
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -52,8 +78,22 @@ enum Command {
     /// with its field path and exit 1.
     Validate {
         /// The config file (YAML, or JSON when it ends in .json).
-        file: PathBuf,
+        #[arg(required_unless_present = "config", conflicts_with = "config")]
+        file: Option<PathBuf>,
+        /// The config file, as a flag (same as the positional FILE).
+        #[arg(short = 'c', long = "config", value_name = "FILE")]
+        config: Option<PathBuf>,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    /// to standard output, e.g. `hopgate completions bash >
+    /// /etc/bash_completion.d/hopgate`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the JSON Schema of the config file (for editors: YAML language
+    /// servers read it through a `# yaml-language-server: $schema=` line).
+    Schema,
     /// Start demo backends and the gateway in front of them, on loopback.
     #[cfg(feature = "demo")]
     Demo(demo::DemoArgs),
@@ -72,11 +112,41 @@ struct RunArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let command = match (cli.command, cli.check) {
+        (Some(_), true) => {
+            eprintln!("hopgate: -t/--check takes no subcommand (hopgate -t -c FILE)");
+            return ExitCode::from(2);
+        }
+        (None, true) => return check(cli.config.as_deref()),
+        (Some(c), false) => {
+            if cli.config.is_some() {
+                eprintln!("hopgate: put -c after the subcommand (hopgate run -c FILE)");
+                return ExitCode::from(2);
+            }
+            c
+        }
+        // `hopgate -c FILE` runs, like `nginx -c FILE`.
+        (None, false) => Command::Run(RunArgs { config: cli.config }),
+    };
+    match command {
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "hopgate", &mut out);
+            return print_out(&out);
+        }
+        Command::Schema => return print_out(format!("{}\n", config::json_schema()).as_bytes()),
+        _ => {}
+    }
     // Dropped last: writes out the access lines still waiting.
-    let _flusher = init_logging(cli.log_format);
-    match cli.command {
-        Command::Validate { file } => validate(&file),
+    let _flusher = init_logging(cli.log_format, cli.log_level.as_deref());
+    match command {
+        Command::Validate { file, config } => match file.or(config) {
+            Some(f) => validate(&f),
+            None => ExitCode::from(2),
+        },
         Command::Run(args) => block_on(run(args)),
+        Command::Completions { .. } | Command::Schema => ExitCode::SUCCESS,
         #[cfg(feature = "demo")]
         Command::Demo(args) => block_on(demo::run(args)),
         #[cfg(feature = "demo")]
@@ -86,9 +156,12 @@ fn main() -> ExitCode {
 
 /// Everything to stderr through `tracing`; access lines through the
 /// buffered writer of [`logwriter`], off the request path.
-fn init_logging(format: LogFormat) -> logwriter::Flusher {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+fn init_logging(format: LogFormat, level: Option<&str>) -> logwriter::Flusher {
+    let filter = match level {
+        Some(l) => tracing_subscriber::EnvFilter::new(l),
+        None => tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+    };
     let (writer, flusher) = logwriter::start();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -163,6 +236,38 @@ fn format_of(path: &Path) -> Format {
     }
 }
 
+/// Writes to stdout; a closed pipe (`| head`) is not an error.
+fn print_out(bytes: &[u8]) -> ExitCode {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(bytes) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("hopgate: {e}");
+            ExitCode::FAILURE
+        }
+        _ => ExitCode::SUCCESS,
+    }
+}
+
+/// `hopgate -t [-c FILE]`: the file `run` would load, checked.
+fn check(file: Option<&Path>) -> ExitCode {
+    match file {
+        Some(f) => validate(f),
+        None if Path::new("hopgate.yaml").exists() => validate(Path::new("hopgate.yaml")),
+        None => match config::load(config::EMBEDDED_DEFAULT, Format::Yaml) {
+            Ok(_) => {
+                println!("embedded default: ok");
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                for e in &errors {
+                    eprintln!("embedded default: {e}");
+                }
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
 fn validate(file: &Path) -> ExitCode {
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
@@ -179,11 +284,9 @@ fn validate(file: &Path) -> ExitCode {
     match loaded {
         Ok(cfg) => {
             println!(
-                "{}: ok ({} listeners, {} services, {} routes)",
+                "{}: ok ({})",
                 file.display(),
-                cfg.listeners.len(),
-                cfg.services.len(),
-                cfg.routes.len()
+                config::summary::summary(&cfg)
             );
             ExitCode::SUCCESS
         }

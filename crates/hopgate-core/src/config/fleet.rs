@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::raw::{RawConfig, RawNode, RawService, Text};
-use super::{parse, sniff_format, validate, ConfigError, Format};
+use super::{parse_all, sniff_format, validate, ConfigError, Format};
 
 /// Sections that stay in the local file: they describe the process.
 pub const BOOTSTRAP_SECTIONS: [&str; 5] = ["replica_id", "listeners", "admin", "store", "sources"];
@@ -64,7 +64,7 @@ pub fn parse_runtime(text: &str) -> Result<RawConfig, Vec<ConfigError>> {
     if !errors.is_empty() {
         return Err(errors);
     }
-    parse(text, format).map_err(|e| vec![e])
+    parse_all(text, format)
 }
 
 /// The runtime sections present in a (local) document, in schema order.

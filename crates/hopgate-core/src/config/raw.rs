@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// A scalar kept as text (`2s`, `64KiB`, `10`): YAML may write it as a string
@@ -43,6 +44,18 @@ impl<'de> Deserialize<'de> for Text {
     }
 }
 
+impl JsonSchema for Text {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Text".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": ["string", "number", "boolean"] })
+    }
+}
+
 impl From<&str> for Text {
     fn from(s: &str) -> Self {
         Text(s.to_owned())
@@ -50,7 +63,7 @@ impl From<&str> for Text {
 }
 
 /// The whole configuration document.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     /// This replica's name in fleet mode (default: hostname + admin port).
@@ -83,7 +96,7 @@ pub struct RawConfig {
 }
 
 /// An address clients connect to.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawListener {
     #[serde(default)]
@@ -100,7 +113,7 @@ pub struct RawListener {
 }
 
 /// The admin listener.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
     #[serde(default)]
@@ -111,7 +124,7 @@ pub struct RawAdmin {
 }
 
 /// A named set of nodes.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawService {
     #[serde(default)]
@@ -150,7 +163,7 @@ pub struct RawService {
 
 /// `services[].maintenance`: the in-band `Hop-Maintenance` header of one
 /// service's backends. Off unless `in_band: true`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawServiceMaintenance {
     /// Act on `Hop-Maintenance` response headers (default false).
@@ -165,7 +178,7 @@ pub struct RawServiceMaintenance {
 }
 
 /// Key for consistent hashing: exactly one of the fields.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawHashOn {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -177,7 +190,7 @@ pub struct RawHashOn {
 }
 
 /// Upstream connection pool settings of a service.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawPool {
     /// Idle keep-alive connections kept per node (default 64).
@@ -198,7 +211,7 @@ pub struct RawPool {
 }
 
 /// One backend instance.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawNode {
     #[serde(default)]
@@ -216,7 +229,7 @@ pub struct RawNode {
 }
 
 /// A routing rule.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawRoute {
     #[serde(default)]
@@ -238,7 +251,7 @@ pub struct RawRoute {
 }
 
 /// Match conditions of a rule; every present condition must hold.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawMatch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -260,7 +273,7 @@ pub struct RawMatch {
 }
 
 /// One arm of a weighted version split.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawSplit {
     #[serde(default)]
@@ -270,7 +283,7 @@ pub struct RawSplit {
 }
 
 /// Client IP access control.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawAccess {
     #[serde(default)]
@@ -282,7 +295,7 @@ pub struct RawAccess {
 }
 
 /// Timeouts (durations).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawTimeouts {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -302,7 +315,7 @@ pub struct RawTimeouts {
 }
 
 /// Request limits.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -318,7 +331,7 @@ pub struct RawLimits {
 }
 
 /// Active health checks of a service's nodes.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawHealth {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -340,7 +353,7 @@ pub struct RawHealth {
 }
 
 /// Passive outlier detection.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawOutlier {
     /// Consecutive 5xx answers that eject a node (0 = never).
@@ -359,7 +372,7 @@ pub struct RawOutlier {
 }
 
 /// Per-node circuit breaker.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawCircuit {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -373,7 +386,7 @@ pub struct RawCircuit {
 }
 
 /// Retry policy.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawRetries {
     /// Most attempts per request, the first included (1..=10, default 3).
@@ -388,7 +401,7 @@ pub struct RawRetries {
 }
 
 /// Where configuration comes from besides the command line.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawSources {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -399,7 +412,7 @@ pub struct RawSources {
 }
 
 /// The etcd cluster holding the shared configuration (fleet mode).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawEtcdSource {
     /// Client URLs, like `http://127.0.0.1:2379`.
@@ -415,7 +428,7 @@ pub struct RawEtcdSource {
 }
 
 /// The config file given with `--config`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawFileSource {
     /// Re-apply the file when it changes (default true).
@@ -427,7 +440,7 @@ pub struct RawFileSource {
 }
 
 /// Draining behaviour of a service.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawDrain {
     /// `migrate` (default): bound sessions hop on their next request.
@@ -439,7 +452,7 @@ pub struct RawDrain {
 }
 
 /// Gateway-minted sessions.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawSessions {
     /// Default true when the section is present.
@@ -465,7 +478,7 @@ pub struct RawSessions {
 }
 
 /// `sessions.secure`: a boolean or the word `auto`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum RawSecure {
     Bool(bool),
@@ -473,7 +486,7 @@ pub enum RawSecure {
 }
 
 /// Where session bindings live.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawStore {
     /// `memory` (default) or `redis`.
@@ -499,7 +512,7 @@ pub struct RawStore {
 }
 
 /// Maintenance notifications and connection handoff.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawMaintenance {
     /// `auto` (default), `enabled` or `disabled`.

@@ -384,3 +384,61 @@ async fn listeners_are_added_and_removed_without_touching_the_others() {
         "the first listener never noticed"
     );
 }
+
+/// The event log tells what was loaded and what each reload changed, and a
+/// rejected document is one ERROR line holding every error in it.
+#[tokio::test]
+async fn the_log_summarises_loads_and_reloads_in_one_line_each() {
+    let a = Backend::start("a").await;
+    let b = Backend::start("b").await;
+    let gw = Gateway::start(&two_service_config(&a, &b, "sa", "")).await;
+    let c = client();
+    let logs = gw.logs();
+    assert!(
+        logs.contains("config loaded: 1 listener, 2 services (2 nodes), 2 routes"),
+        "{logs}"
+    );
+    // Two mistakes in one document: an unknown field and an unknown service.
+    let bad =
+        two_service_config(&a, &b, "nowhere", "").replace("path_prefix: /x", "path_prefx: /x");
+    let r = c
+        .put(gw.admin_url("/admin/v1/config"))
+        .body(bad)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let good = two_service_config(&a, &b, "sb", "retries: { attempts: 2 }\n");
+    let r = c
+        .put(gw.admin_url("/admin/v1/config"))
+        .body(good)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut logs = String::new();
+    for _ in 0..200 {
+        logs = gw.logs();
+        if logs.contains("config applied") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let rejected: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("config rejected"))
+        .collect();
+    assert_eq!(rejected.len(), 1, "one line per rejected document: {logs}");
+    assert!(rejected[0].contains("ERROR"), "{}", rejected[0]);
+    assert!(
+        rejected[0].contains("unknown field `path_prefx` (did you mean `path_prefix`?)")
+            && rejected[0].contains("routes[0].service: unknown service \"nowhere\""),
+        "{}",
+        rejected[0]
+    );
+    let applied = logs.lines().find(|l| l.contains("config applied")).unwrap();
+    assert!(
+        applied.contains("routes ~x; sections retries"),
+        "{applied}"
+    );
+}

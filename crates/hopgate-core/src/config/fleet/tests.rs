@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::config::parse;
 use crate::config::{load, Format};
 
 const BOOT: &str = r#"
