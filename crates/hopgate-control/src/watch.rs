@@ -1,9 +1,11 @@
 //! Watching the config file.
 //!
-//! Owns the poll loop that notices a changed `--config` file — by size,
+//! Owns the loop that notices a changed `--config` file — by size,
 //! modification time and inode, so editors that write a new file and rename
-//! it over the old one are seen — waits until the file has been stable for
-//! one more interval (debounce: a half-written file is never applied), and
+//! it over the old one are seen — woken by inotify ([`wake`]) within
+//! milliseconds of a change and by its polling interval as the fallback,
+//! waits until the file has held still (debounce: a half-written file is
+//! never applied), and
 //! hands the text to [`Control::apply_text`]. Identical content is a no-op
 //! there. A missing or unreadable file is logged and retried; the running
 //! config stays.
@@ -19,6 +21,12 @@ use tokio::sync::watch;
 use hopgate_core::config::Format;
 
 use crate::control::{Control, Source};
+
+mod wake;
+
+/// After a kernel event, how long the file must hold still before it is
+/// read (editors write in several steps).
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What identifies one version of the file on disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,12 +56,14 @@ pub async fn watch_file(control: Arc<Control>, path: PathBuf, mut shutdown: watc
     };
     let mut applied = stamp(&path);
     let mut pending: Option<Stamp> = None;
+    let wake = wake::DirWake::new(&path);
     loop {
         let sources = control.snapshot().load().config.sources.clone();
-        tokio::select! {
-            _ = tokio::time::sleep(sources.file_interval) => {}
+        let woke = tokio::select! {
+            _ = tokio::time::sleep(sources.file_interval) => false,
+            () = wake.changed() => true,
             _ = shutdown.wait_for(|s| *s) => return,
-        }
+        };
         if !sources.file_watch {
             // Off: changes wait for SIGHUP; remember what is on disk so
             // turning watching back on does not replay old edits.
@@ -61,7 +71,14 @@ pub async fn watch_file(control: Arc<Control>, path: PathBuf, mut shutdown: watc
             pending = None;
             continue;
         }
-        let now = stamp(&path);
+        let mut now = stamp(&path);
+        if woke && now.is_some() && now != applied && pending != now {
+            // A kernel event: rather than a whole interval, give the writer
+            // a moment and look again.
+            pending = now;
+            tokio::time::sleep(SETTLE).await;
+            now = stamp(&path);
+        }
         if now.is_none() || now == applied {
             // Missing (mid-rename) or unchanged.
             pending = None;

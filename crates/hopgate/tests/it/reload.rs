@@ -437,8 +437,41 @@ async fn the_log_summarises_loads_and_reloads_in_one_line_each() {
         rejected[0]
     );
     let applied = logs.lines().find(|l| l.contains("config applied")).unwrap();
+    assert!(applied.contains("routes ~x; sections retries"), "{applied}");
+}
+
+/// inotify wakes the watcher: with a one-hour polling interval, an edit
+/// (written in place, then renamed over) is still applied at once.
+#[tokio::test]
+async fn the_file_watch_is_woken_by_the_kernel_not_the_interval() {
+    let a = Backend::start("a").await;
+    let b = Backend::start("b").await;
+    let slow_poll = "sources: { file: { interval: 1h } }\n";
+    let gw = Gateway::start(&two_service_config(&a, &b, "sa", slow_poll)).await;
+    let c = client();
+    let node = |want: &'static str| {
+        let c = c.clone();
+        let url = gw.url("/x");
+        async move {
+            for _ in 0..400 {
+                let n = json(c.get(&url).send().await.unwrap()).await["node"].clone();
+                if n == want {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            false
+        }
+    };
+    assert!(node("a").await);
+    // Renamed over (the way editors save).
+    gw.rewrite_config(&two_service_config(&a, &b, "sb", slow_poll));
+    assert!(node("b").await, "the rename was not applied within 10 s");
+    // Written in place.
+    std::fs::write(&gw.config_path, two_service_config(&a, &b, "sa", slow_poll)).unwrap();
     assert!(
-        applied.contains("routes ~x; sections retries"),
-        "{applied}"
+        node("a").await,
+        "the in-place write was not applied within 10 s"
     );
+    assert_eq!(versions(&gw).await["current"], 3);
 }
