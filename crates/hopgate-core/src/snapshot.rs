@@ -43,6 +43,7 @@ use crate::config::{
 use crate::node::{Health, NodeRegistry, NodeState};
 use crate::retry::RetryBudget;
 use crate::route::{Router, RuleSpec};
+use crate::stats::{RouteStats, ServiceStats};
 
 /// The one pointer to the running snapshot. The control plane's single
 /// writer stores into it; the data plane loads it once per request.
@@ -69,6 +70,9 @@ pub struct CompiledRoute {
     pub service: usize,
     pub target: CompiledTarget,
     pub strict_version: bool,
+    /// Responses and durations; shared with the same route id in the
+    /// previous snapshot.
+    pub stats: Arc<RouteStats>,
     /// When the version-fallback warning was last logged (rate limit).
     fallback_logged_ms: std::sync::atomic::AtomicU64,
     /// When the gRPC-over-HTTP/1.1 warning was last logged (rate limit).
@@ -127,6 +131,9 @@ pub struct CompiledService<U = ()> {
     pub maintenance: ServiceMaintenance,
     /// Shared with the same service in the previous snapshot.
     pub retry_budget: Arc<RetryBudget>,
+    /// Upstream durations; shared with the same service in the previous
+    /// snapshot.
+    pub stats: Arc<ServiceStats>,
     pub nodes: Vec<CompiledNode<U>>,
     /// Every node of the service.
     pub all: Group,
@@ -354,6 +361,7 @@ impl<U: Default> Snapshot<U> {
                     maintenance: svc.maintenance.clone(),
                     retry_budget: prev
                         .map_or_else(Default::default, |p| Arc::clone(&p.retry_budget)),
+                    stats: prev.map_or_else(Default::default, |p| Arc::clone(&p.stats)),
                     nodes,
                     all,
                     versions,
@@ -361,6 +369,9 @@ impl<U: Default> Snapshot<U> {
             })
             .collect();
 
+        let prev_route_stats: std::collections::HashMap<&str, &Arc<RouteStats>> = previous
+            .map(|p| p.routes.iter().map(|r| (r.id.as_str(), &r.stats)).collect())
+            .unwrap_or_default();
         let routes = config
             .routes
             .iter()
@@ -392,6 +403,9 @@ impl<U: Default> Snapshot<U> {
                     service: r.service,
                     target,
                     strict_version: r.strict_version,
+                    stats: prev_route_stats
+                        .get(r.id.as_str())
+                        .map_or_else(Default::default, |s| Arc::clone(s)),
                     fallback_logged_ms: std::sync::atomic::AtomicU64::new(0),
                     protocol_logged_ms: std::sync::atomic::AtomicU64::new(0),
                 }

@@ -20,11 +20,22 @@
 //! [`flush`] (and dropping the [`Flusher`] `main` holds) writes out what is
 //! waiting, so the last access lines before an exit are not lost.
 //!
-//! Must not touch: the line format (the fmt subscriber's), filtering
-//! (`RUST_LOG`).
+//! The config's `access_log` block ([`configure`], at start and on every
+//! applied config) chooses the access lines' destination (stderr, or a file
+//! appended to, whose waiting lines are written to the previous destination
+//! before a switch) and their format ([`Formats`]: text or JSON, or the
+//! process's `--log-format`). [`reopen`] (SIGUSR1) has the writer thread
+//! write out what is waiting to the open file, then open the path again:
+//! after a rotation (`mv access.log access.log.1; kill -USR1`), new lines
+//! land in a fresh file at the path and none is lost.
+//!
+//! Must not touch: filtering (`RUST_LOG`), whether a request is logged
+//! (`access_log.enabled`, read by the data plane from its snapshot).
 
+use std::fs::File;
 use std::io::{self, Write};
-use std::sync::atomic::Ordering;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::OnceLock;
 use std::thread::Thread;
 use std::time::Duration;
@@ -32,6 +43,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, MutexGuard};
 use tracing_subscriber::fmt::MakeWriter;
 
+use hopgate_core::config::{AccessLogConfig, AccessLogFormat};
 use hopgate_proxy::metrics::METRICS;
 
 /// The target of the access log lines.
@@ -49,12 +61,46 @@ pub(crate) const FLUSH_EVERY: Duration = Duration::from_secs(1);
 struct Shared {
     /// Access lines not yet written.
     pending: Mutex<Vec<u8>>,
-    /// Held while writing to stderr, so batches and event lines never
-    /// interleave and stay in order; the buffer swapped in for `pending`,
-    /// so both keep their allocation.
-    out: Mutex<Vec<u8>>,
+    /// Held while writing, so batches and event lines never interleave
+    /// and stay in order; holds the buffer swapped in for `pending` (so
+    /// both keep their allocation) and the access lines' file.
+    out: Mutex<Out>,
+    /// Set by [`reopen`]; the next write-out reopens the file.
+    reopen: AtomicBool,
     /// The writer thread, woken when [`WAKE_AT`] bytes are waiting.
     writer: OnceLock<Thread>,
+}
+
+/// The writing side.
+struct Out {
+    spare: Vec<u8>,
+    /// `access_log.path` and the file open at it; `None`: stderr.
+    file: Option<(PathBuf, File)>,
+}
+
+/// Opens `path` for appending, creating it (mode 0640) if needed.
+fn open_log(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o640)
+        .open(path)
+}
+
+impl Out {
+    /// Writes `spare` (access lines) to their destination and clears it.
+    fn write_spare(&mut self) -> io::Result<()> {
+        if self.spare.is_empty() {
+            return Ok(());
+        }
+        let res = match &mut self.file {
+            Some((_, f)) => f.write_all(&self.spare),
+            None => io::stderr().lock().write_all(&self.spare),
+        };
+        self.spare.clear();
+        res
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -82,22 +128,69 @@ impl Shared {
         }
     }
 
-    /// Writes out the waiting access lines, then `then` (an event line).
-    fn write_out(&self, then: &[u8]) -> io::Result<()> {
-        let mut spare = lock(&self.out);
-        {
-            let mut p = lock(&self.pending);
-            if !p.is_empty() {
-                std::mem::swap(&mut *p, &mut *spare);
+    /// Moves the waiting access lines into `out.spare`.
+    fn take_pending(&self, out: &mut Out) {
+        let mut p = lock(&self.pending);
+        if !p.is_empty() {
+            if out.spare.is_empty() {
+                std::mem::swap(&mut *p, &mut out.spare);
+            } else {
+                out.spare.extend_from_slice(&p);
+                p.clear();
             }
         }
-        if spare.is_empty() && then.is_empty() {
+    }
+
+    /// Writes out the waiting access lines, then `then` (an event line),
+    /// and reopens the file if [`reopen`] asked for it.
+    fn write_out(&self, then: &[u8]) -> io::Result<()> {
+        let mut out = lock(&self.out);
+        self.take_pending(&mut out);
+        let res = out.write_spare();
+        if self.reopen.swap(false, Ordering::Relaxed) {
+            if let Some((path, file)) = &mut out.file {
+                match open_log(path) {
+                    Ok(f) => *file = f,
+                    // Keep writing to the file still open; say so on the
+                    // event log (not through `tracing`: this holds `out`).
+                    Err(e) => {
+                        let _ = writeln!(
+                            io::stderr().lock(),
+                            "hopgate: SIGUSR1: cannot reopen the access log {}: {e}; still writing to the file already open",
+                            path.display()
+                        );
+                    }
+                }
+            }
+        }
+        if then.is_empty() {
+            return res;
+        }
+        let r2 = io::stderr().lock().write_all(then);
+        res.and(r2)
+    }
+
+    /// Switches the access lines to `path` (`None`: stderr), writing the
+    /// waiting ones to the old destination first. Unchanged paths keep
+    /// their file.
+    fn set_path(&self, path: Option<&Path>) -> io::Result<()> {
+        let mut out = lock(&self.out);
+        let same = match (&out.file, path) {
+            (Some((p, _)), Some(q)) => p == q,
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
             return Ok(());
         }
-        let mut err = io::stderr().lock();
-        let res = err.write_all(&spare).and_then(|()| err.write_all(then));
-        spare.clear();
-        res
+        let next = match path {
+            Some(p) => Some((p.to_path_buf(), open_log(p)?)),
+            None => None,
+        };
+        self.take_pending(&mut out);
+        let _ = out.write_spare();
+        out.file = next;
+        Ok(())
     }
 }
 
@@ -105,7 +198,11 @@ fn shared() -> &'static Shared {
     static SHARED: OnceLock<Shared> = OnceLock::new();
     SHARED.get_or_init(|| Shared {
         pending: Mutex::new(Vec::with_capacity(2 * WAKE_AT)),
-        out: Mutex::new(Vec::with_capacity(2 * WAKE_AT)),
+        out: Mutex::new(Out {
+            spare: Vec::with_capacity(2 * WAKE_AT),
+            file: None,
+        }),
+        reopen: AtomicBool::new(false),
         writer: OnceLock::new(),
     })
 }
@@ -152,6 +249,106 @@ pub(crate) fn start() -> (LogWriter, Flusher) {
 /// Writes out the access lines waiting in the buffer.
 pub(crate) fn flush() {
     let _ = shared().write_out(&[]);
+}
+
+/// The access lines' format: 0 the process's `--log-format`, 1 text,
+/// 2 JSON.
+static ACCESS_FORMAT: AtomicU8 = AtomicU8::new(0);
+
+/// Applies a config's `access_log` format and path. An error (the file
+/// cannot be opened) leaves the destination as it was.
+pub(crate) fn configure(cfg: &AccessLogConfig) -> io::Result<()> {
+    ACCESS_FORMAT.store(
+        match cfg.format {
+            None => 0,
+            Some(AccessLogFormat::Text) => 1,
+            Some(AccessLogFormat::Json) => 2,
+        },
+        Ordering::Relaxed,
+    );
+    shared().set_path(cfg.path.as_deref())
+}
+
+/// Has the writer thread write out what is waiting and reopen the access
+/// log's file (SIGUSR1, after a rotation); nothing to do on stderr.
+pub(crate) fn reopen() {
+    let sh = shared();
+    sh.reopen.store(true, Ordering::Relaxed);
+    match sh.writer.get() {
+        Some(t) => t.unpark(),
+        None => flush(),
+    }
+}
+
+/// The fmt subscriber's event format: the process's (`--log-format`) for
+/// event lines; for access lines the one `access_log.format` chooses,
+/// without ANSI colours (they may go to a file).
+pub(crate) struct Formats {
+    json_default: bool,
+    text: TextFormat,
+    json: tracing_subscriber::fmt::format::Format<tracing_subscriber::fmt::format::Json>,
+}
+
+impl Formats {
+    pub(crate) fn new(json_default: bool) -> Formats {
+        Formats {
+            json_default,
+            text: TextFormat::default(),
+            json: tracing_subscriber::fmt::format().json().flatten_event(true),
+        }
+    }
+}
+
+thread_local! {
+    /// An access line formatted without colours when the writer has them.
+    static PLAIN: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for Formats
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        if event.metadata().target() != ACCESS_TARGET {
+            return if self.json_default {
+                self.json.format_event(ctx, writer, event)
+            } else {
+                self.text.format_event(ctx, writer, event)
+            };
+        }
+        let json = match ACCESS_FORMAT.load(Ordering::Relaxed) {
+            1 => false,
+            2 => true,
+            _ => self.json_default,
+        };
+        if !writer.has_ansi_escapes() {
+            return if json {
+                self.json.format_event(ctx, writer, event)
+            } else {
+                self.text.format_event(ctx, writer, event)
+            };
+        }
+        let plain = PLAIN.with(|cell| {
+            let Ok(mut line) = cell.try_borrow_mut() else {
+                return None;
+            };
+            line.clear();
+            let w = tracing_subscriber::fmt::format::Writer::new(&mut *line);
+            let r = if json {
+                self.json.format_event(ctx, w, event)
+            } else {
+                self.text.format_event(ctx, w, event)
+            };
+            Some(r.and_then(|()| writer.write_str(&line)))
+        });
+        plain.unwrap_or_else(|| self.text.format_event(ctx, writer, event))
+    }
 }
 
 /// One line from the fmt subscriber (it writes each formatted line with

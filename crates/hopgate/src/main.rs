@@ -95,10 +95,11 @@ fn init_logging(format: LogFormat) -> logwriter::Flusher {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(writer);
     match format {
-        LogFormat::Text => builder
-            .event_format(logwriter::TextFormat::default())
+        LogFormat::Text => builder.event_format(logwriter::Formats::new(false)).init(),
+        LogFormat::Json => builder
+            .json()
+            .event_format(logwriter::Formats::new(true))
             .init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
     }
     flusher
 }
@@ -246,8 +247,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut gw = gateway::Gateway::start(cfg, source, path).await?;
     let replica_id = gateway::replica_id(&gw.control.snapshot().load().config, gw.admin_addr);
     gw.start_fleet(replica_id, fleet);
+    let signals = gateway::Signals::install();
     gw.print_ready();
-    gateway::wait_for_signals(&gw).await;
+    gateway::wait_for_signals(&gw, signals).await;
     gw.shutdown().await;
     Ok(())
 }

@@ -114,6 +114,7 @@ pub fn compose(bootstrap: &RawConfig, runtime: &RawConfig) -> RawConfig {
         admin: bootstrap.admin.clone(),
         store: bootstrap.store.clone(),
         sources: bootstrap.sources.clone(),
+        access_log: bootstrap.access_log.clone(),
         services: runtime.services.clone(),
         routes: runtime.routes.clone(),
         access: runtime.access.clone(),
