@@ -519,7 +519,12 @@ fn histogram(o: &mut String, name: &str, labels: &str, h: &AtomicHistogram) {
 /// families (the route and service stats of the running snapshot).
 fn traffic_section(o: &mut String, snap: &hopgate_proxy::Snapshot) {
     let m = &*METRICS;
-    head(o, "hopgate_build_info", "gauge", "Always 1; the labels name the running build.");
+    head(
+        o,
+        "hopgate_build_info",
+        "gauge",
+        "Always 1; the labels name the running build.",
+    );
     let _ = writeln!(
         o,
         "hopgate_build_info{{version=\"{}\"}} 1",
@@ -546,7 +551,12 @@ fn traffic_section(o: &mut String, snap: &hopgate_proxy::Snapshot) {
         head(o, name, "counter", help);
         let _ = writeln!(o, "{name} {}", get(c));
     }
-    head(o, "hopgate_connections_open", "gauge", "Client connections of the listeners open now.");
+    head(
+        o,
+        "hopgate_connections_open",
+        "gauge",
+        "Client connections of the listeners open now.",
+    );
     let _ = writeln!(o, "hopgate_connections_open {}", get(&m.connections_open));
 
     head(
@@ -589,7 +599,12 @@ fn traffic_section(o: &mut String, snap: &hopgate_proxy::Snapshot) {
     );
     for s in &snap.services {
         let l = format!("service=\"{}\"", esc(&s.name));
-        histogram(o, "hopgate_upstream_duration_seconds", &l, &s.stats.upstream);
+        histogram(
+            o,
+            "hopgate_upstream_duration_seconds",
+            &l,
+            &s.stats.upstream,
+        );
     }
 }
 

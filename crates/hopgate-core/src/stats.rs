@@ -116,7 +116,11 @@ mod tests {
         for s in [101, 200, 204, 302, 404, 503, 599, 0, 999] {
             r.record(s, Duration::ZERO);
         }
-        let got: Vec<u64> = r.responses.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        let got: Vec<u64> = r
+            .responses
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .collect();
         assert_eq!(got, [2, 2, 1, 1, 3]);
     }
 }

@@ -155,11 +155,18 @@ mod tests {
     #[test]
     fn valid_values_parse() {
         let p = parse(VALID.as_bytes()).unwrap();
-        assert_eq!(TraceId(p.trace_id).to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
-        assert_eq!(p.parent_id, [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]);
+        assert_eq!(
+            TraceId(p.trace_id).to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert_eq!(
+            p.parent_id,
+            [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]
+        );
         assert_eq!(p.flags, 1);
         // A later version may carry more fields.
-        let future = "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-the-future-holds";
+        let future =
+            "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-the-future-holds";
         assert!(parse(future.as_bytes()).is_some());
     }
 

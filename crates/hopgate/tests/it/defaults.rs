@@ -205,7 +205,10 @@ async fn the_access_lines_of_the_last_requests_before_sigterm_are_written() {
              request_id=\"last-lines-29\" rule=\"all\" service=\"svc\" node=\"n1\" \
              upstream=\"{upstream}\" retries=0 hops=0 status=200 error=\"-\" bytes_in=0 \
              bytes_out=* user_agent=\"-\" trace_id=* latency_us=*",
-            host = gw.url("").trim_start_matches("http://").trim_end_matches('/'),
+            host = gw
+                .url("")
+                .trim_start_matches("http://")
+                .trim_end_matches('/'),
             upstream = b.addr,
         )
     );

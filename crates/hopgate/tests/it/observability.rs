@@ -79,31 +79,75 @@ async fn route_and_service_metrics_count_what_was_sent_and_promtool_accepts_them
     let ra = "route=\"ra\",service=\"sa\"";
     let rb = "route=\"rb\",service=\"sb\"";
     for (series, want) in [
-        (format!("hopgate_route_responses_total{{{ra},class=\"2xx\"}}"), 7.0),
-        (format!("hopgate_route_responses_total{{{ra},class=\"5xx\"}}"), 3.0),
-        (format!("hopgate_route_responses_total{{{ra},class=\"4xx\"}}"), 0.0),
-        (format!("hopgate_route_responses_total{{{rb},class=\"4xx\"}}"), 4.0),
-        (format!("hopgate_route_responses_total{{{rb},class=\"2xx\"}}"), 0.0),
-        (format!("hopgate_request_duration_seconds_count{{{ra}}}"), 10.0),
-        (format!("hopgate_request_duration_seconds_bucket{{{ra},le=\"+Inf\"}}"), 10.0),
-        (format!("hopgate_request_duration_seconds_count{{{rb}}}"), 4.0),
-        ("hopgate_upstream_duration_seconds_count{service=\"sa\"}".into(), 10.0),
-        ("hopgate_upstream_duration_seconds_bucket{service=\"sa\",le=\"+Inf\"}".into(), 10.0),
-        ("hopgate_upstream_duration_seconds_count{service=\"sb\"}".into(), 4.0),
+        (
+            format!("hopgate_route_responses_total{{{ra},class=\"2xx\"}}"),
+            7.0,
+        ),
+        (
+            format!("hopgate_route_responses_total{{{ra},class=\"5xx\"}}"),
+            3.0,
+        ),
+        (
+            format!("hopgate_route_responses_total{{{ra},class=\"4xx\"}}"),
+            0.0,
+        ),
+        (
+            format!("hopgate_route_responses_total{{{rb},class=\"4xx\"}}"),
+            4.0,
+        ),
+        (
+            format!("hopgate_route_responses_total{{{rb},class=\"2xx\"}}"),
+            0.0,
+        ),
+        (
+            format!("hopgate_request_duration_seconds_count{{{ra}}}"),
+            10.0,
+        ),
+        (
+            format!("hopgate_request_duration_seconds_bucket{{{ra},le=\"+Inf\"}}"),
+            10.0,
+        ),
+        (
+            format!("hopgate_request_duration_seconds_count{{{rb}}}"),
+            4.0,
+        ),
+        (
+            "hopgate_upstream_duration_seconds_count{service=\"sa\"}".into(),
+            10.0,
+        ),
+        (
+            "hopgate_upstream_duration_seconds_bucket{service=\"sa\",le=\"+Inf\"}".into(),
+            10.0,
+        ),
+        (
+            "hopgate_upstream_duration_seconds_count{service=\"sb\"}".into(),
+            4.0,
+        ),
         ("hopgate_responses_total{class=\"4xx\"}".into(), 5.0),
-        ("hopgate_build_info{version=\"".to_owned() + env!("CARGO_PKG_VERSION") + "\"}", 1.0),
+        (
+            "hopgate_build_info{version=\"".to_owned() + env!("CARGO_PKG_VERSION") + "\"}",
+            1.0,
+        ),
     ] {
         assert_eq!(sample(&m, &series), want, "{series}");
     }
     // Buckets are cumulative and end at the count.
     let mut last = 0.0;
-    for l in m.lines().filter(|l| l.starts_with("hopgate_request_duration_seconds_bucket{route=\"ra\"")) {
+    for l in m
+        .lines()
+        .filter(|l| l.starts_with("hopgate_request_duration_seconds_bucket{route=\"ra\""))
+    {
         let v: f64 = l.rsplit(' ').next().unwrap().parse().unwrap();
         assert!(v >= last, "{l}");
         last = v;
     }
     assert_eq!(last, 10.0);
-    assert!(sample(&m, "hopgate_request_duration_seconds_sum{route=\"ra\",service=\"sa\"}") > 0.0);
+    assert!(
+        sample(
+            &m,
+            "hopgate_request_duration_seconds_sum{route=\"ra\",service=\"sa\"}"
+        ) > 0.0
+    );
     // Connections and bytes: reqwest keeps its connections, so at least
     // one was accepted and bytes flowed both ways.
     assert!(sample(&m, "hopgate_connections_accepted_total") >= 1.0);
@@ -136,9 +180,18 @@ async fn route_and_service_metrics_count_what_was_sent_and_promtool_accepts_them
     }
     assert_eq!(get(gw.url("/a")).await.status(), 200);
     let m = gw.metrics().await;
-    assert_eq!(sample(&m, &format!("hopgate_request_duration_seconds_count{{{ra}}}")), 11.0);
     assert_eq!(
-        sample(&m, "hopgate_request_duration_seconds_count{route=\"rc\",service=\"sb\"}"),
+        sample(
+            &m,
+            &format!("hopgate_request_duration_seconds_count{{{ra}}}")
+        ),
+        11.0
+    );
+    assert_eq!(
+        sample(
+            &m,
+            "hopgate_request_duration_seconds_count{route=\"rc\",service=\"sb\"}"
+        ),
         0.0
     );
     promtool_check(&m);
@@ -182,7 +235,10 @@ async fn the_json_access_log_goes_to_its_file_with_every_field() {
         .post(gw.url("/some/path?secret=1"))
         .header("x-request-id", "json-fields-1")
         .header("user-agent", "obs-test/1.0 \"quoted\"")
-        .header("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        .header(
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        )
         .body("0123456789")
         .send()
         .await
@@ -212,7 +268,10 @@ async fn the_json_access_log_goes_to_its_file_with_every_field() {
         ("bytes_in", serde_json::json!(10)),
         ("bytes_out", serde_json::json!(body.len())),
         ("user_agent", serde_json::json!("obs-test/1.0 \"quoted\"")),
-        ("trace_id", serde_json::json!("0af7651916cd43dd8448eb211c80319c")),
+        (
+            "trace_id",
+            serde_json::json!("0af7651916cd43dd8448eb211c80319c"),
+        ),
     ] {
         assert_eq!(v[k], want, "{k} in {line}");
     }
@@ -252,7 +311,13 @@ async fn the_text_access_log_goes_to_its_file_with_every_field() {
         assert!(line.contains(want), "{want:?} not in {line}");
     }
     // The trace id the gateway started is the one the backend saw.
-    let trace = line.split("trace_id=").nth(1).unwrap().split(' ').next().unwrap();
+    let trace = line
+        .split("trace_id=")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
     assert_eq!(trace.len(), 32, "{line}");
     assert!(!gw.logs().contains("text-fields-1"));
     let _ = std::fs::remove_file(&log);
@@ -307,13 +372,22 @@ async fn sigusr1_reopens_the_access_log_after_a_rotation_and_loses_no_line() {
     let ids = |lines: &[String]| -> Vec<String> {
         lines
             .iter()
-            .filter_map(|l| l.split("request_id=\"").nth(1)?.split('"').next().map(str::to_owned))
+            .filter_map(|l| {
+                l.split("request_id=\"")
+                    .nth(1)?
+                    .split('"')
+                    .next()
+                    .map(str::to_owned)
+            })
             .collect()
     };
     let (old, new) = (ids(&old_lines), ids(&new_lines));
     // Every line made after the reopen is in the new file.
     for i in 50..100 {
-        assert!(new.contains(&format!("rot-{i}")), "rot-{i} not in the new file");
+        assert!(
+            new.contains(&format!("rot-{i}")),
+            "rot-{i} not in the new file"
+        );
     }
     assert!(old.contains(&"rot-0".to_owned()), "{old:?}");
     let all: BTreeSet<&String> = old.iter().chain(&new).collect();
@@ -349,8 +423,14 @@ async fn reload_switches_the_access_log_off_on_and_to_another_file() {
         let admin = gw.admin_url("/admin/v1/config/versions");
         async move {
             for _ in 0..400 {
-                let v: serde_json::Value =
-                    client().get(&admin).send().await.unwrap().json().await.unwrap();
+                let v: serde_json::Value = client()
+                    .get(&admin)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
                 if v["current"] == version {
                     return;
                 }
@@ -359,13 +439,19 @@ async fn reload_switches_the_access_log_off_on_and_to_another_file() {
             panic!("config version {version} never applied");
         }
     };
-    gw.rewrite_config(&with(format!("{{ enabled: false, path: {} }}", first.display())));
+    gw.rewrite_config(&with(format!(
+        "{{ enabled: false, path: {} }}",
+        first.display()
+    )));
     gw.sighup();
     applied(2).await;
     send("reload-off-1").await;
     // Turned back on, elsewhere, as JSON: the line after it lands there,
     // and the line sent while off is nowhere.
-    gw.rewrite_config(&with(format!("{{ enabled: true, format: json, path: {} }}", second.display())));
+    gw.rewrite_config(&with(format!(
+        "{{ enabled: true, format: json, path: {} }}",
+        second.display()
+    )));
     gw.sighup();
     applied(3).await;
     send("reload-on-2").await;
@@ -379,7 +465,9 @@ async fn reload_switches_the_access_log_off_on_and_to_another_file() {
         gw.logs()
     );
     assert!(!everything.contains("reload-off-1"), "{everything}");
-    assert!(!std::fs::read_to_string(&first).unwrap().contains("reload-on-2"));
+    assert!(!std::fs::read_to_string(&first)
+        .unwrap()
+        .contains("reload-on-2"));
     // Back to stderr.
     gw.rewrite_config(&with("{ format: text }".into()));
     gw.sighup();
@@ -391,7 +479,11 @@ async fn reload_switches_the_access_log_off_on_and_to_another_file() {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    assert!(gw.logs().contains("request_id=\"reload-on-3\""), "{}", gw.logs());
+    assert!(
+        gw.logs().contains("request_id=\"reload-on-3\""),
+        "{}",
+        gw.logs()
+    );
     let _ = std::fs::remove_file(&first);
     let _ = std::fs::remove_file(&second);
 }
@@ -454,7 +546,10 @@ async fn traceparent_is_passed_on_with_a_new_parent_id_or_started_when_absent() 
     assert_ne!(&seen[36..52], &sent[36..52], "a new parent id for the hop");
     assert_ne!(&seen[36..52], "0000000000000000");
     assert_eq!(&seen[52..], "-01", "flags kept");
-    assert_eq!(doc["headers"]["tracestate"], "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7");
+    assert_eq!(
+        doc["headers"]["tracestate"],
+        "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
+    );
 
     // Absent: a trace is started, and its id is the one in the access log.
     let doc: serde_json::Value = c
@@ -473,13 +568,18 @@ async fn traceparent_is_passed_on_with_a_new_parent_id_or_started_when_absent() 
     assert_eq!(parts[1].len(), 32);
     assert_ne!(parts[1], "00000000000000000000000000000000");
     assert_eq!(parts[2].len(), 16);
-    assert!(parts.iter().all(|p| p.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())));
+    assert!(parts.iter().all(|p| p
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())));
 
     // Invalid (an all-zero trace id): replaced, its tracestate dropped.
     let doc: serde_json::Value = c
         .get(gw.url("/"))
         .header("x-request-id", "trace-3")
-        .header("traceparent", "00-00000000000000000000000000000000-00f067aa0ba902b7-01")
+        .header(
+            "traceparent",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        )
         .header("tracestate", "congo=t61rcWkgMzE")
         .send()
         .await
@@ -493,7 +593,10 @@ async fn traceparent_is_passed_on_with_a_new_parent_id_or_started_when_absent() 
 
     let lines = wait_for_line(&log, "trace-3").await;
     let trace_of = |id: &str| -> String {
-        let l = lines.iter().find(|l| l.contains(&format!("\"{id}\""))).unwrap();
+        let l = lines
+            .iter()
+            .find(|l| l.contains(&format!("\"{id}\"")))
+            .unwrap();
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
         v["trace_id"].as_str().unwrap().to_owned()
     };

@@ -43,7 +43,10 @@ impl Validator {
                 None
             }
             Some(p) if p.ends_with('/') => {
-                self.err("access_log.path", format!("{p:?} names a directory, not a file"));
+                self.err(
+                    "access_log.path",
+                    format!("{p:?} names a directory, not a file"),
+                );
                 None
             }
             Some(p) => Some(std::path::PathBuf::from(p)),
@@ -60,7 +63,10 @@ mod tests {
         let raw = parse(doc, Format::Yaml).expect("parses");
         match validate(&raw) {
             Ok(_) => Vec::new(),
-            Err(e) => e.into_iter().map(|e| format!("{}: {}", e.path, e.message)).collect(),
+            Err(e) => e
+                .into_iter()
+                .map(|e| format!("{}: {}", e.path, e.message))
+                .collect(),
         }
     }
 
@@ -75,13 +81,18 @@ mod tests {
         assert!(c.enabled);
         assert_eq!(c.format, None);
         assert_eq!(c.path, None);
-        let doc = format!("{BASE}access_log: {{ enabled: false, format: json, path: /tmp/a.log }}\n");
-        let c = validate(&parse(&doc, Format::Yaml).unwrap()).unwrap().access_log;
+        let doc =
+            format!("{BASE}access_log: {{ enabled: false, format: json, path: /tmp/a.log }}\n");
+        let c = validate(&parse(&doc, Format::Yaml).unwrap())
+            .unwrap()
+            .access_log;
         assert!(!c.enabled);
         assert_eq!(c.format, Some(AccessLogFormat::Json));
         assert_eq!(c.path.as_deref(), Some(std::path::Path::new("/tmp/a.log")));
         let doc = format!("{BASE}access_log: {{ path: null, format: text }}\n");
-        let c = validate(&parse(&doc, Format::Yaml).unwrap()).unwrap().access_log;
+        let c = validate(&parse(&doc, Format::Yaml).unwrap())
+            .unwrap()
+            .access_log;
         assert_eq!((c.path, c.format), (None, Some(AccessLogFormat::Text)));
     }
 
@@ -90,8 +101,16 @@ mod tests {
         let doc = format!("{BASE}access_log: {{ format: jsn, path: \"\" }}\n");
         let e = errors(&doc);
         assert_eq!(e.len(), 2, "{e:?}");
-        assert!(e[0].starts_with("access_log.format: unknown access log format \"jsn\" (did you mean \"json\"?)"), "{e:?}");
-        assert!(e[1].starts_with("access_log.path: must not be empty"), "{e:?}");
+        assert!(
+            e[0].starts_with(
+                "access_log.format: unknown access log format \"jsn\" (did you mean \"json\"?)"
+            ),
+            "{e:?}"
+        );
+        assert!(
+            e[1].starts_with("access_log.path: must not be empty"),
+            "{e:?}"
+        );
         let e = errors(&format!("{BASE}access_log: {{ path: /var/log/ }}\n"));
         assert!(e[0].starts_with("access_log.path: "), "{e:?}");
     }
