@@ -118,7 +118,7 @@ pub(crate) fn render(
         &mut o,
         "hopgate_access_log_dropped_total",
         "counter",
-        "Access log lines dropped because the log's buffer was full (stderr slower than the traffic); requests never wait for the log.",
+        "Access log lines dropped because the log's buffer was full (its destination, stderr or access_log.path, slower than the traffic); requests never wait for the log.",
     );
     let _ = writeln!(
         o,

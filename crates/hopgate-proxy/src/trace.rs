@@ -24,9 +24,7 @@ pub struct TraceId(pub [u8; 16]);
 
 impl std::fmt::Display for TraceId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut buf = [0u8; 32];
-        hex_into(&self.0, &mut buf);
-        f.write_str(std::str::from_utf8(&buf).unwrap_or("-"))
+        f.write_str(self.hex(&mut [0u8; 32]))
     }
 }
 
@@ -121,28 +119,51 @@ fn nonzero<const N: usize>() -> [u8; N] {
 }
 
 /// Sets the upstream request's `traceparent` (see the module doc) and
-/// returns the trace id.
+/// returns the trace id: one lookup of `traceparent`, and one of
+/// `tracestate` when a new trace is started.
 pub fn propagate(headers: &mut HeaderMap) -> TraceId {
+    use http::header::Entry;
     let parent_id: [u8; 8] = nonzero();
-    let incoming = {
-        let mut all = headers.get_all(&TRACEPARENT).iter();
-        match (all.next(), all.next()) {
-            // Exactly one: two `traceparent` lines are invalid.
-            (Some(v), None) => parse(v.as_bytes()),
-            _ => None,
+    let (trace_id, started) = match headers.entry(&TRACEPARENT) {
+        Entry::Occupied(mut e) => {
+            let incoming = {
+                let mut all = e.iter();
+                match (all.next(), all.next()) {
+                    // Exactly one: two `traceparent` lines are invalid.
+                    (Some(v), None) => parse(v.as_bytes()),
+                    _ => None,
+                }
+            };
+            match incoming {
+                Some(p) => {
+                    e.insert(render(&p.trace_id, &parent_id, p.flags));
+                    (p.trace_id, false)
+                }
+                None => {
+                    let t: [u8; 16] = nonzero();
+                    // Replaces every `traceparent` line.
+                    e.insert(render(&t, &parent_id, 0));
+                    (t, true)
+                }
+            }
+        }
+        Entry::Vacant(e) => {
+            let t: [u8; 16] = nonzero();
+            e.insert(render(&t, &parent_id, 0));
+            (t, true)
         }
     };
-    match incoming {
-        Some(p) => {
-            headers.insert(&TRACEPARENT, render(&p.trace_id, &parent_id, p.flags));
-            TraceId(p.trace_id)
-        }
-        None => {
-            let trace_id: [u8; 16] = nonzero();
-            headers.insert(&TRACEPARENT, render(&trace_id, &parent_id, 0));
-            headers.remove(&TRACESTATE);
-            TraceId(trace_id)
-        }
+    if started {
+        headers.remove(&TRACESTATE);
+    }
+    TraceId(trace_id)
+}
+
+impl TraceId {
+    /// The 32 hex digits, written into `buf`.
+    pub fn hex<'a>(&self, buf: &'a mut [u8; 32]) -> &'a str {
+        hex_into(&self.0, buf);
+        std::str::from_utf8(buf).unwrap_or("-")
     }
 }
 

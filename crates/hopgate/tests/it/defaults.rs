@@ -161,7 +161,7 @@ fn access_line_shape(log: &str, id: &str) -> String {
             assert!(l.parse::<u64>().is_ok(), "{line}");
             "bytes_out=*".to_owned()
         } else if let Some(t) = w.strip_prefix("trace_id=") {
-            assert_eq!(t.len(), 32, "{line}");
+            assert_eq!(t.len(), 34, "{line}");
             "trace_id=*".to_owned()
         } else {
             w.to_owned()

@@ -296,6 +296,8 @@ async fn the_text_access_log_goes_to_its_file_with_every_field() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    let doc: serde_json::Value = r.json().await.unwrap();
+    let seen = traceparent_seen(&doc);
     let lines = wait_for_line(&log, "text-fields-1").await;
     let line = lines.iter().find(|l| l.contains("text-fields-1")).unwrap();
     for want in [
@@ -312,13 +314,14 @@ async fn the_text_access_log_goes_to_its_file_with_every_field() {
     }
     // The trace id the gateway started is the one the backend saw.
     let trace = line
-        .split("trace_id=")
+        .split("trace_id=\"")
         .nth(1)
         .unwrap()
-        .split(' ')
+        .split('"')
         .next()
         .unwrap();
     assert_eq!(trace.len(), 32, "{line}");
+    assert_eq!(&seen[3..35], trace, "{line}");
     assert!(!gw.logs().contains("text-fields-1"));
     let _ = std::fs::remove_file(&log);
 }
