@@ -84,22 +84,20 @@ fn main() -> ExitCode {
     }
 }
 
-/// Everything to stderr through `tracing`; access lines through the
-/// buffered writer of [`logwriter`], off the request path.
+/// Event lines to stderr through `tracing`; access lines (formatted by the
+/// data plane) through the buffered writer of [`logwriter`], off the
+/// request path.
 fn init_logging(format: LogFormat) -> logwriter::Flusher {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let (writer, flusher) = logwriter::start();
+    let (writer, flusher) = logwriter::start(matches!(format, LogFormat::Json));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(writer);
     match format {
-        LogFormat::Text => builder.event_format(logwriter::Formats::new(false)).init(),
-        LogFormat::Json => builder
-            .json()
-            .event_format(logwriter::Formats::new(true))
-            .init(),
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
     }
     flusher
 }

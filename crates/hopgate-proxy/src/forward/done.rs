@@ -52,6 +52,7 @@ impl AccessFacts {
     /// The head's facts, or `None` when no access line will be written.
     pub(super) fn of<B>(snap: &Snapshot, req: &Request<B>) -> Option<Box<AccessFacts>> {
         if !snap.config.access_log.enabled
+            || !crate::access_log::has_sink()
             || !tracing::enabled!(target: "hopgate::access", tracing::Level::INFO)
         {
             return None;
@@ -121,7 +122,7 @@ impl Done {
             snap.routes[r].stats.record(status, took);
         }
         if let Some(facts) = &self.access {
-            let line = Line {
+            let line = Inputs {
                 method: &self.method,
                 request_id: &self.request_id,
                 out: &out,
@@ -138,7 +139,7 @@ impl Done {
 }
 
 /// One access line's inputs.
-struct Line<'a> {
+struct Inputs<'a> {
     method: &'a Method,
     request_id: &'a HeaderValue,
     out: &'a Outcome,
@@ -164,7 +165,7 @@ fn text(v: Option<&HeaderValue>) -> &str {
     v.and_then(|v| v.to_str().ok()).unwrap_or("-")
 }
 
-fn log_access(snap: &Snapshot, l: &Line<'_>) {
+fn log_access(snap: &Snapshot, l: &Inputs<'_>) {
     let out = l.out;
     let route = out.route.map(|r| snap.routes[r].id.as_str()).unwrap_or("-");
     let (service, node, upstream) = match (out.service, out.node) {
@@ -186,35 +187,32 @@ fn log_access(snap: &Snapshot, l: &Line<'_>) {
         .and_then(|v| v.to_str().ok())
         .or_else(|| f.uri.authority().map(|a| a.as_str()))
         .unwrap_or("-");
-    // As text (a `&str` field costs less to record than a `Display` one).
     let mut hex = [0u8; 32];
     let trace_id = if out.trace_id.0 == [0; 16] {
         "-"
     } else {
         out.trace_id.hex(&mut hex)
     };
-    tracing::info!(
-        target: "hopgate::access",
-        listener = %l.ctx.listener,
-        peer = %l.peer,
-        method = %l.method,
+    crate::access_log::write(&crate::access_log::Line {
+        listener: &l.ctx.listener,
+        peer: l.peer,
+        method: l.method.as_str(),
         host,
-        path = f.uri.path(),
-        protocol = protocol(f.version),
-        request_id = l.request_id.to_str().unwrap_or("-"),
-        rule = route,
+        path: f.uri.path(),
+        protocol: protocol(f.version),
+        request_id: l.request_id.to_str().unwrap_or("-"),
+        rule: route,
         service,
         node,
         upstream,
-        retries = out.attempts.saturating_sub(1),
-        hops = u8::from(out.hopped),
-        status = out.status,
-        error = out.error.map(|e| e.label()).unwrap_or("-"),
-        bytes_in = f.bytes_in,
-        bytes_out = l.bytes_out,
-        user_agent = text(f.user_agent.as_ref()),
+        retries: out.attempts.saturating_sub(1) as u64,
+        hops: u64::from(out.hopped),
+        status: u64::from(out.status),
+        error: out.error.map(|e| e.label()).unwrap_or("-"),
+        bytes_in: f.bytes_in,
+        bytes_out: l.bytes_out,
+        user_agent: text(f.user_agent.as_ref()),
         trace_id,
-        latency_us = l.took.as_micros() as u64,
-        "access"
-    );
+        latency_us: u64::try_from(l.took.as_micros()).unwrap_or(u64::MAX),
+    });
 }
