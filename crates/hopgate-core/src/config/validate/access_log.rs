@@ -97,6 +97,22 @@ mod tests {
     }
 
     #[test]
+    fn it_is_a_per_process_section_in_fleet_mode() {
+        // The shared etcd document may not carry it...
+        let e = crate::config::fleet::parse_runtime("access_log: { path: /tmp/a.log }\n")
+            .expect_err("a bootstrap section in the etcd document");
+        assert_eq!(e[0].path, "access_log");
+        // ...and the local file's block survives composition.
+        let local = parse(
+            &format!("{BASE}access_log: {{ format: json }}\n"),
+            Format::Yaml,
+        )
+        .unwrap();
+        let composed = crate::config::fleet::compose(&local, &crate::config::RawConfig::default());
+        assert_eq!(composed.access_log, local.access_log);
+    }
+
+    #[test]
     fn every_error_names_its_field() {
         let doc = format!("{BASE}access_log: {{ format: jsn, path: \"\" }}\n");
         let e = errors(&doc);
