@@ -515,8 +515,9 @@ fn histogram(o: &mut String, name: &str, labels: &str, h: &AtomicHistogram) {
     let _ = writeln!(o, "{name}_count{{{labels}}} {count}");
 }
 
-/// The build, connections and bytes, and the per-route and per-service
-/// families (the route and service stats of the running snapshot).
+/// The build, connections and bytes, and the per-route families (the
+/// route stats of the running snapshot, labelled with the route and its
+/// service).
 fn traffic_section(o: &mut String, snap: &hopgate_proxy::Snapshot) {
     let m = &*METRICS;
     head(
@@ -595,16 +596,10 @@ fn traffic_section(o: &mut String, snap: &hopgate_proxy::Snapshot) {
         o,
         "hopgate_upstream_duration_seconds",
         "histogram",
-        "From sending a request to a node to its answer's head or failure, per attempt, by service.",
+        "From sending a request to a node to its answer's head or failure, per attempt, by route and service.",
     );
-    for s in &snap.services {
-        let l = format!("service=\"{}\"", esc(&s.name));
-        histogram(
-            o,
-            "hopgate_upstream_duration_seconds",
-            &l,
-            &s.stats.upstream,
-        );
+    for (r, l) in snap.routes.iter().zip(&labels) {
+        histogram(o, "hopgate_upstream_duration_seconds", l, &r.stats.upstream);
     }
 }
 

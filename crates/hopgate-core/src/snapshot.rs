@@ -43,7 +43,7 @@ use crate::config::{
 use crate::node::{Health, NodeRegistry, NodeState};
 use crate::retry::RetryBudget;
 use crate::route::{Router, RuleSpec};
-use crate::stats::{RouteStats, ServiceStats};
+use crate::stats::RouteStats;
 
 /// The one pointer to the running snapshot. The control plane's single
 /// writer stores into it; the data plane loads it once per request.
@@ -131,9 +131,6 @@ pub struct CompiledService<U = ()> {
     pub maintenance: ServiceMaintenance,
     /// Shared with the same service in the previous snapshot.
     pub retry_budget: Arc<RetryBudget>,
-    /// Upstream durations; shared with the same service in the previous
-    /// snapshot.
-    pub stats: Arc<ServiceStats>,
     pub nodes: Vec<CompiledNode<U>>,
     /// Every node of the service.
     pub all: Group,
@@ -361,7 +358,6 @@ impl<U: Default> Snapshot<U> {
                     maintenance: svc.maintenance.clone(),
                     retry_budget: prev
                         .map_or_else(Default::default, |p| Arc::clone(&p.retry_budget)),
-                    stats: prev.map_or_else(Default::default, |p| Arc::clone(&p.stats)),
                     nodes,
                     all,
                     versions,

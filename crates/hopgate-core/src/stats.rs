@@ -1,13 +1,13 @@
-//! Per-route and per-service request counters, reached from the snapshot.
+//! Per-route request counters, reached from the snapshot.
 //!
-//! Owns [`RouteStats`] (responses by status class and the request-duration
-//! histogram of one route) and [`ServiceStats`] (the upstream-duration
-//! histogram of one service), and the histogram they share,
-//! [`AtomicHistogram`]. The compiler of a snapshot creates them, or carries
-//! them over from the previous snapshot for a route or service of the same
-//! name, so counters survive reloads; the request path reaches them through
-//! the route and service it already holds: a field access and a few
-//! relaxed atomic adds, no lock, no label lookup, no allocation.
+//! Owns [`RouteStats`] (responses by status class, the request-duration and
+//! upstream-duration histograms of one route, whose labels are the route
+//! and its service) and their histogram, [`AtomicHistogram`]. The compiler
+//! of a snapshot creates them, or carries them over from the previous
+//! snapshot for a route of the same id, so counters survive reloads; the
+//! request path reaches them through the route it already holds: a field
+//! access and a few relaxed atomic adds, no lock, no label lookup, no
+//! allocation.
 //!
 //! Must not touch: exposition (the admin API renders these), I/O.
 
@@ -70,6 +70,9 @@ pub struct RouteStats {
     pub responses: [AtomicU64; 5],
     /// From the request's arrival to its response head.
     pub duration: AtomicHistogram,
+    /// From sending the request to a node to its answer's head (or
+    /// failure), per attempt.
+    pub upstream: AtomicHistogram,
 }
 
 impl RouteStats {
@@ -79,14 +82,6 @@ impl RouteStats {
         self.responses[class].fetch_add(1, Ordering::Relaxed);
         self.duration.observe(took);
     }
-}
-
-/// One service's counters.
-#[derive(Debug, Default)]
-pub struct ServiceStats {
-    /// From sending a request to a node to its answer's head (or failure),
-    /// per attempt.
-    pub upstream: AtomicHistogram,
 }
 
 #[cfg(test)]

@@ -275,7 +275,10 @@ impl Forwarder {
                     let result = pool.send(addr, request, &settings, sent_at).await;
                     drop(inflight);
                     let answered = Instant::now();
-                    svc.stats.upstream.observe(answered - sent_at);
+                    snap.routes[flight.route]
+                        .stats
+                        .upstream
+                        .observe(answered - sent_at);
                     let at = Attempted {
                         svc,
                         node,

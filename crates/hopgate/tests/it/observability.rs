@@ -112,15 +112,15 @@ async fn route_and_service_metrics_count_what_was_sent_and_promtool_accepts_them
             4.0,
         ),
         (
-            "hopgate_upstream_duration_seconds_count{service=\"sa\"}".into(),
+            format!("hopgate_upstream_duration_seconds_count{{{ra}}}"),
             10.0,
         ),
         (
-            "hopgate_upstream_duration_seconds_bucket{service=\"sa\",le=\"+Inf\"}".into(),
+            format!("hopgate_upstream_duration_seconds_bucket{{{ra},le=\"+Inf\"}}"),
             10.0,
         ),
         (
-            "hopgate_upstream_duration_seconds_count{service=\"sb\"}".into(),
+            format!("hopgate_upstream_duration_seconds_count{{{rb}}}"),
             4.0,
         ),
         ("hopgate_responses_total{class=\"4xx\"}".into(), 5.0),
