@@ -5,7 +5,8 @@
 # missing. libFuzzer's sanitizer flags are nightly-only; RUSTC_BOOTSTRAP
 # lets the stable toolchain take them, so no second toolchain is needed.
 # Every target in fuzz/Cargo.toml runs (config, route, token, headers,
-# maintenance, h1: the HTTP/1.1 head parsers and the chunked decoder).
+# maintenance, h1: the HTTP/1.1 head parsers and the chunked decoder,
+# traceparent: the W3C trace context parser).
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 

@@ -30,4 +30,5 @@ pub use admin::{serve_admin, Admin};
 pub use control::{ApplyOutcome, Control, Source};
 pub use fleet::{Fleet, SharedStoreStatus};
 pub use maintenance::Maintenance;
+pub use metrics::set_build_commit;
 pub use watch::watch_file;

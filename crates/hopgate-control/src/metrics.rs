@@ -15,6 +15,7 @@ use http_body_util::Full;
 
 use hopgate_core::error::Side;
 use hopgate_core::node::{now_ms, CircuitState, Health};
+use hopgate_core::stats::{AtomicHistogram, DURATION_BUCKETS};
 use hopgate_proxy::metrics::{
     get, TokenRejection, ERROR_KIND_LIST, HOP_BUCKETS, METRICS, QUEUE_WAIT_BUCKETS,
 };
@@ -117,7 +118,7 @@ pub(crate) fn render(
         &mut o,
         "hopgate_access_log_dropped_total",
         "counter",
-        "Access log lines dropped because the log's buffer was full (stderr slower than the traffic); requests never wait for the log.",
+        "Access log lines dropped because the log's buffer was full (its destination, stderr or access_log.path, slower than the traffic); requests never wait for the log.",
     );
     let _ = writeln!(
         o,
@@ -491,6 +492,7 @@ pub(crate) fn render(
         control.reload_failures()
     );
     fleet_section(&mut o, fleet);
+    traffic_section(&mut o, &snap);
 
     let mut r = Response::new(Full::new(Bytes::from(o)));
     *r.status_mut() = StatusCode::OK;
@@ -499,6 +501,117 @@ pub(crate) fn render(
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     r
+}
+
+/// One histogram's series: `labels` (already escaped, comma-joined) on
+/// every sample.
+fn histogram(o: &mut String, name: &str, labels: &str, h: &AtomicHistogram) {
+    let (buckets, count, sum) = h.read();
+    for (le, n) in DURATION_BUCKETS.iter().zip(buckets) {
+        let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{le}\"}} {n}");
+    }
+    let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+    let _ = writeln!(o, "{name}_sum{{{labels}}} {sum}");
+    let _ = writeln!(o, "{name}_count{{{labels}}} {count}");
+}
+
+/// The commit the binary was built from, set once at start
+/// ([`set_build_commit`]).
+static BUILD_COMMIT: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Names the commit in `hopgate_build_info` (the binary knows it; this
+/// crate does not).
+pub fn set_build_commit(commit: &'static str) {
+    let _ = BUILD_COMMIT.set(commit);
+}
+
+/// The build, connections and bytes, and the per-route families (the
+/// route stats of the running snapshot, labelled with the route and its
+/// service).
+fn traffic_section(o: &mut String, snap: &hopgate_proxy::Snapshot) {
+    let m = &*METRICS;
+    head(
+        o,
+        "hopgate_build_info",
+        "gauge",
+        "Always 1; the labels name the running build.",
+    );
+    let _ = writeln!(
+        o,
+        "hopgate_build_info{{version=\"{}\",commit=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        esc(BUILD_COMMIT.get().copied().unwrap_or("unknown"))
+    );
+    let counters = [
+        (
+            "hopgate_connections_accepted_total",
+            "Client connections accepted by the listeners.",
+            &m.connections_accepted,
+        ),
+        (
+            "hopgate_client_bytes_received_total",
+            "Bytes read from client connections (listeners and the admin API), as sent.",
+            &m.client_bytes_received,
+        ),
+        (
+            "hopgate_client_bytes_sent_total",
+            "Bytes written to client connections (listeners and the admin API).",
+            &m.client_bytes_sent,
+        ),
+    ];
+    for (name, help, c) in counters {
+        head(o, name, "counter", help);
+        let _ = writeln!(o, "{name} {}", get(c));
+    }
+    head(
+        o,
+        "hopgate_connections_open",
+        "gauge",
+        "Client connections of the listeners open now.",
+    );
+    let _ = writeln!(o, "hopgate_connections_open {}", get(&m.connections_open));
+
+    head(
+        o,
+        "hopgate_route_responses_total",
+        "counter",
+        "Responses by route, its service and status class (requests that matched a route).",
+    );
+    let labels: Vec<String> = snap
+        .routes
+        .iter()
+        .map(|r| {
+            let svc = snap.services.get(r.service).map_or("", |s| s.name.as_str());
+            format!("route=\"{}\",service=\"{}\"", esc(&r.id), esc(svc))
+        })
+        .collect();
+    for (r, l) in snap.routes.iter().zip(&labels) {
+        for (i, class) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "hopgate_route_responses_total{{{l},class=\"{class}\"}} {}",
+                get(&r.stats.responses[i])
+            );
+        }
+    }
+    head(
+        o,
+        "hopgate_request_duration_seconds",
+        "histogram",
+        "From a request's arrival to its response head, by route and service.",
+    );
+    for (r, l) in snap.routes.iter().zip(&labels) {
+        histogram(o, "hopgate_request_duration_seconds", l, &r.stats.duration);
+    }
+    head(
+        o,
+        "hopgate_upstream_duration_seconds",
+        "histogram",
+        "From sending a request to a node to its answer's head or failure, per attempt, by route and service.",
+    );
+    for (r, l) in snap.routes.iter().zip(&labels) {
+        histogram(o, "hopgate_upstream_duration_seconds", l, &r.stats.upstream);
+    }
 }
 
 /// `hopgate_fleet_*`: 1 up, 0 down; absent when that engine is off.

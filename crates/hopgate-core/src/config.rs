@@ -198,6 +198,34 @@ pub struct Config {
     pub sessions: SessionsConfig,
     pub store: StoreConfig,
     pub maintenance: MaintenanceConfig,
+    pub access_log: AccessLogConfig,
+}
+
+/// `access_log:`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccessLogConfig {
+    pub enabled: bool,
+    /// `None`: the process's `--log-format`.
+    pub format: Option<AccessLogFormat>,
+    /// `None`: stderr.
+    pub path: Option<std::path::PathBuf>,
+}
+
+impl Default for AccessLogConfig {
+    fn default() -> Self {
+        AccessLogConfig {
+            enabled: true,
+            format: None,
+            path: None,
+        }
+    }
+}
+
+/// The access log's line format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessLogFormat {
+    Text,
+    Json,
 }
 
 /// Whether maintenance notifications are acted on.

@@ -20,6 +20,7 @@ pub mod retry;
 pub mod route;
 pub mod session;
 pub mod snapshot;
+pub mod stats;
 pub mod units;
 
 pub use config::{Config, ConfigError};

@@ -43,6 +43,7 @@ use crate::config::{
 use crate::node::{Health, NodeRegistry, NodeState};
 use crate::retry::RetryBudget;
 use crate::route::{Router, RuleSpec};
+use crate::stats::RouteStats;
 
 /// The one pointer to the running snapshot. The control plane's single
 /// writer stores into it; the data plane loads it once per request.
@@ -69,6 +70,9 @@ pub struct CompiledRoute {
     pub service: usize,
     pub target: CompiledTarget,
     pub strict_version: bool,
+    /// Responses and durations; shared with the same route id in the
+    /// previous snapshot.
+    pub stats: Arc<RouteStats>,
     /// When the version-fallback warning was last logged (rate limit).
     fallback_logged_ms: std::sync::atomic::AtomicU64,
     /// When the gRPC-over-HTTP/1.1 warning was last logged (rate limit).
@@ -361,6 +365,9 @@ impl<U: Default> Snapshot<U> {
             })
             .collect();
 
+        let prev_route_stats: std::collections::HashMap<&str, &Arc<RouteStats>> = previous
+            .map(|p| p.routes.iter().map(|r| (r.id.as_str(), &r.stats)).collect())
+            .unwrap_or_default();
         let routes = config
             .routes
             .iter()
@@ -392,6 +399,9 @@ impl<U: Default> Snapshot<U> {
                     service: r.service,
                     target,
                     strict_version: r.strict_version,
+                    stats: prev_route_stats
+                        .get(r.id.as_str())
+                        .map_or_else(Default::default, |s| Arc::clone(s)),
                     fallback_logged_ms: std::sync::atomic::AtomicU64::new(0),
                     protocol_logged_ms: std::sync::atomic::AtomicU64::new(0),
                 }

@@ -31,7 +31,17 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::metrics::METRICS;
 use tokio::time::{Instant, Sleep};
+
+/// Adds `n` bytes to a byte counter (skipped for 0: no atomic traffic
+/// for an empty read).
+fn count(c: &std::sync::atomic::AtomicU64, n: usize) {
+    if n > 0 {
+        c.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+}
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -112,13 +122,16 @@ impl<T: AsyncRead + Unpin> AsyncRead for ClientIo<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if this.first.is_none() {
-            return Pin::new(&mut this.io).poll_read(cx, buf);
-        }
         let before = buf.filled().len();
+        if this.first.is_none() {
+            let r = Pin::new(&mut this.io).poll_read(cx, buf);
+            count(&METRICS.client_bytes_received, buf.filled().len() - before);
+            return r;
+        }
         match Pin::new(&mut this.io).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 let new = &buf.filled()[before..];
+                count(&METRICS.client_bytes_received, new.len());
                 // End of stream settles it too: hyper sees the EOF.
                 if new.is_empty() || this.settles(new) {
                     this.first = None;
@@ -145,6 +158,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ClientIo<T> {
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         let r = Pin::new(&mut this.io).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = r {
+            count(&METRICS.client_bytes_sent, n);
+        }
         this.track(cx, r)
     }
 
@@ -155,6 +171,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ClientIo<T> {
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         let r = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = r {
+            count(&METRICS.client_bytes_sent, n);
+        }
         this.track(cx, r)
     }
 

@@ -275,6 +275,10 @@ impl Forwarder {
                     let result = pool.send(addr, request, &settings, sent_at).await;
                     drop(inflight);
                     let answered = Instant::now();
+                    snap.routes[flight.route]
+                        .stats
+                        .upstream
+                        .observe(answered - sent_at);
                     let at = Attempted {
                         svc,
                         node,
@@ -404,12 +408,14 @@ impl ClientConn {
             }
         };
         METRICS.requests.fetch_add(1, Ordering::Relaxed);
+        let access = done::AccessFacts::of(&snap, &req);
         let mut done = Done {
             method,
             request_id,
             started,
             grpc: facts.grpc,
             out: Outcome::default(),
+            access,
         };
         match fwd.plan(&snap, req, self, &facts, started, &mut done.out) {
             Ok(plan) => Box::pin(Forwarder::forward(

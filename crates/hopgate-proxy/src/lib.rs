@@ -11,6 +11,7 @@
 //! `ArcSwap` that the control plane writes and this crate only loads, once
 //! per request; node live state is read through `hopgate_core::node`.
 
+pub mod access_log;
 mod admission;
 mod body;
 mod client_io;
@@ -23,6 +24,7 @@ mod pool;
 mod respond;
 mod send_watch;
 mod session;
+pub mod trace;
 mod tunnel;
 mod upstream;
 

@@ -248,6 +248,12 @@ struct OpenGuard(Arc<AtomicUsize>);
 impl OpenGuard {
     fn new(open: &Arc<AtomicUsize>) -> OpenGuard {
         open.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::METRICS
+            .connections_accepted
+            .fetch_add(1, Ordering::Relaxed);
+        crate::metrics::METRICS
+            .connections_open
+            .fetch_add(1, Ordering::Relaxed);
         OpenGuard(Arc::clone(open))
     }
 }
@@ -255,6 +261,9 @@ impl OpenGuard {
 impl Drop for OpenGuard {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+        crate::metrics::METRICS
+            .connections_open
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 

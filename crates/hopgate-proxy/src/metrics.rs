@@ -111,6 +111,14 @@ pub struct Metrics {
     /// Access log lines dropped because the log's buffer was full (stderr
     /// slower than the traffic); counted by the binary's log writer.
     pub access_log_dropped: AtomicU64,
+    /// Client connections accepted (all listeners).
+    pub connections_accepted: AtomicU64,
+    /// Client connections open now.
+    pub connections_open: AtomicU64,
+    /// Bytes read from clients' sockets (heads and bodies, as sent).
+    pub client_bytes_received: AtomicU64,
+    /// Bytes written to clients' sockets.
+    pub client_bytes_sent: AtomicU64,
     hops: Mutex<HopStats>,
 }
 

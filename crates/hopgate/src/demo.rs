@@ -118,7 +118,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("Ctrl-C to stop.");
-    wait_for_signals(&gw).await;
+    wait_for_signals(&gw, crate::gateway::Signals::install()).await;
     gw.shutdown().await;
     for n in &mut nodes {
         if let Some(s) = n.stop.take() {

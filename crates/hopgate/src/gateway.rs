@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -324,6 +324,10 @@ impl Gateway {
             ),
             None => None,
         };
+        crate::logwriter::configure(&cfg.access_log).with_context(|| {
+            let p = cfg.access_log.path.as_deref().unwrap_or(Path::new("-"));
+            format!("access_log.path: cannot open {}", p.display())
+        })?;
         let nofile = crate::fdlimit::raise_nofile();
         crate::fdlimit::check_fits(cfg.listeners.len(), cfg.limits.max_connections, nofile)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -406,6 +410,10 @@ impl Gateway {
                     tracing::warn!(
                         "admin.address changed by reload: takes effect at the next restart"
                     );
+                }
+                if let Err(e) = crate::logwriter::configure(&snap.config.access_log) {
+                    let p = snap.config.access_log.path.as_deref().unwrap_or(Path::new("-"));
+                    tracing::error!(path = %p.display(), error = %e, "access_log.path: cannot open the file; access lines still go where they went");
                 }
                 l.reconcile(&snap.config).await;
                 maint.set_config(snap.config.maintenance);
@@ -586,23 +594,43 @@ fn next_stop_signal() -> impl std::future::Future<Output = ()> {
     }
 }
 
-/// Waits for SIGTERM or SIGINT; reloads the config file on SIGHUP meanwhile.
-pub(crate) async fn wait_for_signals(gw: &Gateway) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
+/// The signals the gateway answers, registered before it says it is
+/// ready (a signal sent right after the ready lines must not find the
+/// default action: SIGUSR1's would end the process).
+pub(crate) struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// `None` when the handlers cannot be installed.
+    pub(crate) fn install() -> Option<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Some(Signals {
+            term: signal(SignalKind::terminate()).ok()?,
+            int: signal(SignalKind::interrupt()).ok()?,
+            hup: signal(SignalKind::hangup()).ok()?,
+            usr1: signal(SignalKind::user_defined1()).ok()?,
+        })
+    }
+}
+
+/// Waits for SIGTERM or SIGINT; reloads the config file on SIGHUP and
+/// reopens the access log's file on SIGUSR1 meanwhile.
+pub(crate) async fn wait_for_signals(gw: &Gateway, signals: Option<Signals>) {
+    let Some(mut s) = signals else {
         tracing::error!("cannot install signal handlers; running until killed");
         std::future::pending::<()>().await;
         return;
     };
     loop {
         tokio::select! {
-            _ = term.recv() => { tracing::info!("SIGTERM"); return; }
-            _ = int.recv() => { tracing::info!("SIGINT"); return; }
-            _ = hup.recv() => { tracing::info!("SIGHUP: reloading the config file"); gw.reload_file(); }
+            _ = s.term.recv() => { tracing::info!("SIGTERM"); return; }
+            _ = s.int.recv() => { tracing::info!("SIGINT"); return; }
+            _ = s.hup.recv() => { tracing::info!("SIGHUP: reloading the config file"); gw.reload_file(); }
+            _ = s.usr1.recv() => { tracing::info!("SIGUSR1: reopening the access log file"); crate::logwriter::reopen(); }
         }
     }
 }

@@ -112,6 +112,7 @@ struct RunArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    hopgate_control::set_build_commit(env!("HOPGATE_COMMIT"));
     let command = match (cli.command, cli.check) {
         (Some(_), true) => {
             eprintln!("hopgate: -t/--check takes no subcommand (hopgate -t -c FILE)");
@@ -154,23 +155,22 @@ fn main() -> ExitCode {
     }
 }
 
-/// Everything to stderr through `tracing`; access lines through the
-/// buffered writer of [`logwriter`], off the request path.
+/// Event lines to stderr through `tracing`; access lines (formatted by the
+/// data plane) through the buffered writer of [`logwriter`], off the
+/// request path.
 fn init_logging(format: LogFormat, level: Option<&str>) -> logwriter::Flusher {
     let filter = match level {
         Some(l) => tracing_subscriber::EnvFilter::new(l),
         None => tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
     };
-    let (writer, flusher) = logwriter::start();
+    let (writer, flusher) = logwriter::start(matches!(format, LogFormat::Json));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(writer);
     match format {
-        LogFormat::Text => builder
-            .event_format(logwriter::TextFormat::default())
-            .init(),
+        LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
     flusher
@@ -349,8 +349,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut gw = gateway::Gateway::start(cfg, source, path).await?;
     let replica_id = gateway::replica_id(&gw.control.snapshot().load().config, gw.admin_addr);
     gw.start_fleet(replica_id, fleet);
+    let signals = gateway::Signals::install();
     gw.print_ready();
-    gateway::wait_for_signals(&gw).await;
+    gateway::wait_for_signals(&gw, signals).await;
     gw.shutdown().await;
     Ok(())
 }

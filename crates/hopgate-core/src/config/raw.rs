@@ -93,6 +93,24 @@ pub struct RawConfig {
     pub store: Option<RawStore>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<RawMaintenance>,
+    /// The access log: on or off, text or JSON, stderr or a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_log: Option<RawAccessLog>,
+}
+
+/// `access_log:` — one line per request.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawAccessLog {
+    /// Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// `text` or `json`; default: the `--log-format` of the process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
+    /// A file to append to; stderr when absent or null.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// An address clients connect to.

@@ -306,6 +306,7 @@ impl Forwarder {
         parts
             .headers
             .insert(X_ROUTE_RULE_ID.clone(), route.id_header.clone());
+        out.trace_id = crate::trace::propagate(&mut parts.headers);
         if !parts.headers.contains_key(HOST) {
             if let Some(a) = parts.uri.authority() {
                 if let Ok(v) = HeaderValue::from_str(a.as_str()) {

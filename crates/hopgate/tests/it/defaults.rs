@@ -157,6 +157,12 @@ fn access_line_shape(log: &str, id: &str) -> String {
         } else if let Some(l) = w.strip_prefix("latency_us=") {
             assert!(l.parse::<u64>().is_ok(), "{line}");
             "latency_us=*".to_owned()
+        } else if let Some(l) = w.strip_prefix("bytes_out=") {
+            assert!(l.parse::<u64>().is_ok(), "{line}");
+            "bytes_out=*".to_owned()
+        } else if let Some(t) = w.strip_prefix("trace_id=") {
+            assert_eq!(t.len(), 34, "{line}");
+            "trace_id=*".to_owned()
         } else {
             w.to_owned()
         };
@@ -193,9 +199,18 @@ async fn the_access_lines_of_the_last_requests_before_sigterm_are_written() {
     // The line is exactly what it was before it went through the buffer.
     assert_eq!(
         access_line_shape(&logs, "last-lines-29"),
-        "<time>  INFO hopgate::access: access listener=public peer=127.0.0.1:* method=GET \
-         request_id=\"last-lines-29\" rule=\"all\" service=\"svc\" node=\"n1\" retries=0 hops=0 \
-         status=200 error=\"-\" latency_us=*"
+        format!(
+            "<time>  INFO hopgate::access: access listener=public peer=127.0.0.1:* method=GET \
+             host=\"{host}\" path=\"/\" protocol=\"HTTP/1.1\" \
+             request_id=\"last-lines-29\" rule=\"all\" service=\"svc\" node=\"n1\" \
+             upstream=\"{upstream}\" retries=0 hops=0 status=200 error=\"-\" bytes_in=0 \
+             bytes_out=* user_agent=\"-\" trace_id=* latency_us=*",
+            host = gw
+                .url("")
+                .trim_start_matches("http://")
+                .trim_end_matches('/'),
+            upstream = b.addr,
+        )
     );
     // Access lines and event lines keep their order: the last access line
     // comes before the shutdown's own lines.
@@ -237,11 +252,17 @@ async fn json_access_lines_keep_their_format_and_are_flushed_at_exit() {
     let v: serde_json::Value = serde_json::from_str(line).unwrap();
     let expected = format!(
         "{{\"timestamp\":\"{}\",\"level\":\"INFO\",\"message\":\"access\",\"listener\":\"public\",\
-         \"peer\":\"{}\",\"method\":\"GET\",\"request_id\":\"json-line-1\",\"rule\":\"all\",\
-         \"service\":\"svc\",\"node\":\"n1\",\"retries\":0,\"hops\":0,\"status\":200,\"error\":\"-\",\
+         \"peer\":\"{}\",\"method\":\"GET\",\"host\":\"{}\",\"path\":\"/\",\"protocol\":\"HTTP/1.1\",\
+         \"request_id\":\"json-line-1\",\"rule\":\"all\",\
+         \"service\":\"svc\",\"node\":\"n1\",\"upstream\":\"{}\",\"retries\":0,\"hops\":0,\"status\":200,\
+         \"error\":\"-\",\"bytes_in\":0,\"bytes_out\":{},\"user_agent\":\"-\",\"trace_id\":\"{}\",\
          \"latency_us\":{},\"target\":\"hopgate::access\"}}",
         v["timestamp"].as_str().unwrap(),
         v["peer"].as_str().unwrap(),
+        v["host"].as_str().unwrap(),
+        b.addr,
+        v["bytes_out"].as_u64().unwrap(),
+        v["trace_id"].as_str().unwrap(),
         v["latency_us"].as_u64().unwrap(),
     );
     assert_eq!(line, expected);

@@ -22,6 +22,7 @@ mod hardening;
 mod interop_nginx;
 mod maintenance;
 mod maintenance_guard;
+mod observability;
 mod reload;
 mod resilience;
 mod routing;

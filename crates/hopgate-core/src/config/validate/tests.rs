@@ -1789,6 +1789,11 @@ fn nasty_values_never_panic() {
                 breaker_failures: t(),
                 breaker_reset: t(),
             }),
+            access_log: Some(crate::config::raw::RawAccessLog {
+                enabled: Some(true),
+                format: Some(s.into()),
+                path: Some(s.into()),
+            }),
         };
         let errs = validate(&raw).expect_err("every field is nonsense");
         for e in &errs {
