@@ -24,10 +24,12 @@ mod fleet;
 mod health;
 mod maintenance;
 mod metrics;
+mod tls_watch;
 mod watch;
 
 pub use admin::{serve_admin, Admin};
 pub use control::{ApplyOutcome, Control, Source};
 pub use fleet::{Fleet, SharedStoreStatus};
 pub use maintenance::Maintenance;
+pub use tls_watch::watch_tls_files;
 pub use watch::watch_file;

@@ -491,6 +491,7 @@ pub(crate) fn render(
         control.reload_failures()
     );
     fleet_section(&mut o, fleet);
+    hopgate_proxy::tls::metrics::render(&mut o);
 
     let mut r = Response::new(Full::new(Bytes::from(o)));
     *r.status_mut() = StatusCode::OK;

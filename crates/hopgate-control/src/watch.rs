@@ -22,13 +22,13 @@ use crate::control::{Control, Source};
 
 /// What identifies one version of the file on disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Stamp {
+pub(crate) struct Stamp {
     len: u64,
     mtime_ns: i128,
     inode: u64,
 }
 
-fn stamp(path: &PathBuf) -> Option<Stamp> {
+pub(crate) fn stamp(path: &PathBuf) -> Option<Stamp> {
     let m = std::fs::metadata(path).ok()?;
     Some(Stamp {
         len: m.len(),

@@ -23,6 +23,7 @@ mod pool;
 mod respond;
 mod send_watch;
 mod session;
+pub mod tls;
 mod tunnel;
 mod upstream;
 

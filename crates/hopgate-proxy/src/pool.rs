@@ -52,6 +52,7 @@ use tokio::net::TcpStream;
 use crate::admission::{Admission, Grant, Permit};
 use crate::body::ProxyBody;
 use crate::h1::client as h1;
+use crate::tls::{UpstreamConnector, UpstreamIo};
 
 mod admit;
 use admit::Handoff;
@@ -161,7 +162,7 @@ impl ConnMeta {
 #[derive(Debug)]
 pub(crate) struct H1Conn {
     pub meta: Arc<ConnMeta>,
-    pub io: TcpStream,
+    pub io: UpstreamIo,
     pub buf: BytesMut,
     _live: LiveGuard,
 }
@@ -169,7 +170,7 @@ pub(crate) struct H1Conn {
 impl H1Conn {
     /// The socket and its unread bytes, leaving the pool for good (an
     /// upgrade): the connection no longer counts as open.
-    pub(crate) fn into_upgraded(self) -> (TcpStream, Bytes) {
+    pub(crate) fn into_upgraded(self) -> (UpstreamIo, Bytes) {
         let H1Conn { io, buf, .. } = self;
         (io, buf.freeze())
     }
@@ -239,6 +240,8 @@ pub struct Pool {
     dial_failures: AtomicU64,
     /// Connection slots and the queue of requests waiting for one.
     admission: Admission<Handoff>,
+    /// The service's TLS client (`services[].tls`), read once per dial.
+    tls: ArcSwapOption<UpstreamConnector>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -269,6 +272,24 @@ impl Pool {
             dialed: AtomicU64::new(0),
             dial_failures: AtomicU64::new(0),
             admission: Admission::new(&PoolLimits::default()),
+            tls: ArcSwapOption::empty(),
+        }
+    }
+
+    /// Sets how new connections are made: over TLS with `tls`, or plain.
+    /// A change (other files, other settings, TLS turned on or off) marks
+    /// the open connections for replacement; the same files and settings
+    /// keep them.
+    pub fn set_tls(&self, tls: Option<Arc<UpstreamConnector>>) {
+        let old = self.tls.load();
+        let same = match (old.as_deref(), tls.as_deref()) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.same_as(b),
+            _ => false,
+        };
+        if !same {
+            self.tls.store(tls);
+            self.mark_all_for_replacement();
         }
     }
 
@@ -516,7 +537,7 @@ impl Pool {
         }
     }
 
-    async fn dial(&self, addr: SocketAddr, s: &PoolSettings) -> Result<TcpStream, ProxyError> {
+    async fn dial(&self, addr: SocketAddr, s: &PoolSettings) -> Result<UpstreamIo, ProxyError> {
         let res = tokio::time::timeout(s.connect_timeout, TcpStream::connect(addr)).await;
         let stream = match res {
             Err(_) => Err(ProxyError::with_detail(ErrorKind::ConnectTimeout, addr)),
@@ -526,9 +547,31 @@ impl Pool {
             )),
             Ok(Ok(s)) => Ok(s),
         };
+        let stream = match stream {
+            Ok(tcp) => {
+                let _ = tcp.set_nodelay(true);
+                match self.tls.load_full() {
+                    None => Ok(UpstreamIo::Plain(tcp)),
+                    Some(tls) => {
+                        let hs = tokio::time::timeout(s.connect_timeout, tls.connect(addr, tcp));
+                        match hs.await {
+                            Ok(Ok(t)) => Ok(UpstreamIo::Tls(Box::new(t))),
+                            Ok(Err(e)) => Err(ProxyError::with_detail(
+                                ErrorKind::ConnectFailed,
+                                format_args!("{addr}: tls: {e}"),
+                            )),
+                            Err(_) => Err(ProxyError::with_detail(
+                                ErrorKind::ConnectTimeout,
+                                format_args!("{addr}: tls handshake"),
+                            )),
+                        }
+                    }
+                }
+            }
+            Err(e) => Err(e),
+        };
         match stream {
             Ok(s) => {
-                let _ = s.set_nodelay(true);
                 self.dialed.fetch_add(1, Ordering::Relaxed);
                 Ok(s)
             }

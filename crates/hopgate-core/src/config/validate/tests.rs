@@ -786,14 +786,8 @@ fn node_addresses() {
     let p = "services[0].nodes[0].address";
     let bad = [
         ("", "required"),
-        (
-            "https://127.0.0.1:8443",
-            "https upstreams are not supported yet",
-        ),
-        (
-            "HTTPS://127.0.0.1:8443",
-            "https upstreams are not supported yet",
-        ),
+        ("https://127.0.0.1:8443", "https:// is not a node address"),
+        ("HTTPS://127.0.0.1:8443", "https:// is not a node address"),
         ("ftp://127.0.0.1:21", "unsupported scheme \"ftp\""),
         ("http://127.0.0.1:8081/api", "URL path \"/api\""),
         ("127.0.0.1:8081/api", "URL path"),
