@@ -276,6 +276,11 @@ impl Pool {
         }
     }
 
+    /// The TLS client new connections are made with, if any.
+    pub fn tls(&self) -> Option<Arc<UpstreamConnector>> {
+        self.tls.load_full()
+    }
+
     /// Sets how new connections are made: over TLS with `tls`, or plain.
     /// A change (other files, other settings, TLS turned on or off) marks
     /// the open connections for replacement; the same files and settings

@@ -52,7 +52,7 @@ impl UpstreamConnector {
 
     /// The TLS handshake on a connected socket to `addr`: the configured
     /// `server_name`, else the node's IP address, is sent and checked.
-    pub(crate) async fn connect(
+    pub async fn connect(
         &self,
         addr: SocketAddr,
         tcp: TcpStream,

@@ -133,7 +133,7 @@ async fn upstream_mutual_tls_presents_the_client_certificate() {
     let ca_path = pki.path("ca.pem");
     let backend = tls_backend("mtls-1", &cert, &key, Some(&ca_path)).await;
     let ca = ca_path.display().to_string();
-    let gw = Gateway::start(&config(
+    let yaml = config(
         backend.addr,
         "http1",
         &[
@@ -144,8 +144,24 @@ async fn upstream_mutual_tls_presents_the_client_certificate() {
             ),
             format!("{{ ca: \"{ca}\", server_name: api.internal }}"),
         ],
-    ))
-    .await;
+    )
+    // Active health checks go over TLS too, with the client certificate.
+    .replacen(
+        "  - name: s0\n",
+        "  - name: s0\n    health: { path: /health, interval: 200ms, rise: 1 }\n",
+        1,
+    );
+    let gw = Gateway::start(&yaml).await;
+    let mut healthy = false;
+    for _ in 0..200 {
+        let nodes = gw.admin_json("/admin/v1/nodes").await;
+        if nodes.to_string().contains("\"health\":\"healthy\"") {
+            healthy = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(healthy, "the TLS health check never passed: {}", gw.logs());
     let c = client();
     let r = c.get(gw.url("/s0/x")).send().await.unwrap();
     assert_eq!(r.status(), 200);

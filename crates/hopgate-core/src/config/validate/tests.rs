@@ -1637,6 +1637,13 @@ fn nasty_values_never_panic() {
                 address: s.into(),
                 debug_headers: true,
                 normalize_path: Some(false),
+                tls: Some(crate::config::raw::RawListenerTls {
+                    certificates: vec![crate::config::raw::RawCertificate {
+                        cert: s.into(),
+                        key: s.into(),
+                        sni: vec![s.into(), format!("*.{s}")],
+                    }],
+                }),
             }],
             admin: Some(RawAdmin {
                 address: s.into(),
@@ -1685,6 +1692,12 @@ fn nasty_values_never_panic() {
                     deadline: t(),
                 }),
                 maintenance: None,
+                tls: Some(crate::config::raw::RawUpstreamTls {
+                    ca: Some(s.into()),
+                    server_name: Some(s.into()),
+                    client_cert: Some(s.into()),
+                    client_key: None,
+                }),
                 nodes: vec![RawNode {
                     id: s.into(),
                     address: s.into(),
@@ -1824,6 +1837,7 @@ fn random_documents_never_panic() {
                 address: v(),
                 debug_headers: false,
                 normalize_path: None,
+                tls: None,
             }],
             admin: None,
             services: vec![RawService {
@@ -1843,6 +1857,7 @@ fn random_documents_never_panic() {
                 circuit: None,
                 drain: None,
                 maintenance: None,
+                tls: None,
                 nodes: vec![RawNode {
                     id: v(),
                     address: v(),
