@@ -1,7 +1,9 @@
 //! Listeners: accept loops and the hyper server of each client connection.
 //!
 //! Owns accepting (with the `max_connections` limit), the per-connection
-//! HTTP/1.1 + h2c server (protocol picked from the first bytes), the
+//! HTTP/1.1 + h2c server (protocol picked from the first bytes), on TLS
+//! listeners after the handshake ([`crate::tls::accept`], in the
+//! connection's task, bounded by `timeouts.header_read`), the
 //! server-side limits hyper enforces (header bytes → 431, header read
 //! timeout), and graceful shutdown: stop accepting, let in-flight requests
 //! finish up to a deadline, HTTP/2 GOAWAY and HTTP/1.1 `Connection: close`.
@@ -209,9 +211,11 @@ pub async fn serve_listener(
         let guard = OpenGuard::new(&open);
         let (builder, watcher) = (Arc::clone(&builder), graceful.watcher());
         let (first_bytes, stall) = (current.header_read_timeout, current.idle_timeout);
-        // TLS when the listener's settings say so and its certificates are
-        // in (both follow reloads).
-        let tls = (current.tls && ctx.tls.enabled()).then(|| Arc::clone(&ctx.tls));
+        // TLS when the listener's settings say so (they follow reloads; the
+        // certificates are installed before the settings change). A TLS
+        // listener never falls back to cleartext: without certificates the
+        // handshake fails.
+        let tls = current.tls.then(|| Arc::clone(&ctx.tls));
         tokio::spawn(async move {
             let _guard = guard;
             let Some(tls) = tls else {

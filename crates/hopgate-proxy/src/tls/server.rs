@@ -124,7 +124,7 @@ impl ListenerTlsState {
         }
     }
 
-    /// Whether the listener terminates TLS now.
+    /// Whether certificates are installed.
     pub fn enabled(&self) -> bool {
         self.certs.load().is_some()
     }
@@ -152,14 +152,22 @@ impl TlsListeners {
     /// turn plain) and its expiry figures.
     pub fn install(&self, material: &TlsMaterial) {
         let mut by_name = self.by_name.lock();
-        for state in by_name.values() {
-            state.certs.store(None);
+        // Each listener's map is stored once: a handshake running meanwhile
+        // sees the old certificates or the new ones, never none.
+        for (name, state) in by_name.iter() {
+            let map = material
+                .listeners
+                .iter()
+                .find(|(n, _)| n == name)
+                .and_then(|(_, m)| m.clone());
+            state.certs.store(map);
         }
         for (name, map) in &material.listeners {
-            let state = by_name
+            by_name
                 .entry(name.clone())
-                .or_insert_with(|| Arc::new(ListenerTlsState::new()));
-            state.certs.store(map.clone());
+                .or_insert_with(|| Arc::new(ListenerTlsState::new()))
+                .certs
+                .store(map.clone());
         }
         TLS_METRICS.set_expiry(material.expiry.clone());
     }

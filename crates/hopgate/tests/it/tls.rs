@@ -115,8 +115,19 @@ async fn https_picks_the_certificate_by_sni_and_speaks_h2_and_http1() {
     let plain = crate::harness::client().get(gw.url("/")).send().await;
     assert!(plain.is_err() || !plain.unwrap().status().is_success());
 
-    let m = gw.metrics().await;
-    assert!(metric(&m, "hopgate_tls_handshakes_total ") >= 5.0, "{m}");
+    // Counted once the connection's task has seen the failure.
+    let mut m = gw.metrics().await;
+    for _ in 0..200 {
+        if metric(
+            &m,
+            "hopgate_tls_handshake_failures_total{reason=\"protocol\"} ",
+        ) >= 1.0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        m = gw.metrics().await;
+    }
     assert!(
         metric(
             &m,
@@ -124,6 +135,7 @@ async fn https_picks_the_certificate_by_sni_and_speaks_h2_and_http1() {
         ) >= 1.0,
         "{m}"
     );
+    assert!(metric(&m, "hopgate_tls_handshakes_total ") >= 5.0, "{m}");
     for i in 0..3 {
         let expiry = metric(
             &m,
@@ -324,4 +336,59 @@ fn validate_reads_the_files_relative_to_the_config_directory() {
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
+}
+
+#[tokio::test]
+async fn a_reload_turns_tls_on_and_adds_certificates() {
+    let pki = Pki::new();
+    let (site, site_key) = pki.issue("site", "DNS:example.com");
+    let (wild, wild_key) = pki.issue("wild", "DNS:*.wild.test");
+    let backend = Backend::start("b1").await;
+    let plain = tls_config("[]", &backend).replace("\n    tls:\n      certificates: []", "");
+    let gw = Gateway::start(&plain).await;
+    let port = gw.addr.port();
+    let r = crate::harness::client()
+        .get(gw.url("/"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.json::<Value>().await.unwrap()["forwarded_proto"], "http");
+
+    // The same listener (name and address) turns HTTPS with one certificate.
+    let one = format!("[ {} ]", cert_entry(&site, &site_key, "example.com"));
+    gw.rewrite_config(&tls_config(&one, &backend));
+    let ca = pki.path("ca.pem");
+    let mut served = None;
+    for _ in 0..200 {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "5", "--noproxy", "*", "--cacert"])
+            .arg(&ca)
+            .args(["--resolve", &format!("example.com:{port}:127.0.0.1")])
+            .arg(format!("https://example.com:{port}/"))
+            .output()
+            .unwrap();
+        if out.status.success() {
+            served = Some(String::from_utf8_lossy(&out.stdout).into_owned());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let doc: Value = serde_json::from_str(&served.expect("HTTPS within 20 s")).unwrap();
+    assert_eq!(doc["forwarded_proto"], "https");
+
+    // A second certificate added by reload answers its names.
+    let two = format!(
+        "[ {}, {} ]",
+        cert_entry(&site, &site_key, "example.com"),
+        cert_entry(&wild, &wild_key, "\"*.wild.test\"")
+    );
+    gw.rewrite_config(&tls_config(&two, &backend));
+    eventually("the added certificate answers its names", || {
+        curl(None, "api.wild.test", port, "/", &[]).subject == "CN=wild"
+    })
+    .await;
+    assert_eq!(
+        curl(Some(&ca), "example.com", port, "/", &[]).subject,
+        "CN=site"
+    );
 }
