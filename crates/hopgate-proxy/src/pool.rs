@@ -10,6 +10,13 @@
 //! their response body has been read to the end; HTTP/2 (h2c) connections
 //! are shared and multiplexed.
 //!
+//! A pool whose service has a `tls` block dials through the service's
+//! [`UpstreamConnector`] (handed over by the control plane with each
+//! applied config, [`Pool::set_tls`]): HTTP/1.1 sockets are then
+//! [`UpstreamIo::Tls`], HTTP/2 connections run over TLS with ALPN `h2`. The
+//! handshake is part of dialling (within `timeouts.connect`); connections
+//! are pooled the same way.
+//!
 //! Classifies failures by whether the request could have reached the
 //! backend ([`SendFailure::NotSent`] hands the request back untouched, so any
 //! method may be retried elsewhere).

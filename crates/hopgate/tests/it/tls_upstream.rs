@@ -111,6 +111,28 @@ async fn upstream_tls_with_a_private_ca_checks_the_name_and_pools() {
         1.0,
         "{m}"
     );
+    // A reload that leaves the TLS settings and files alone keeps the
+    // pooled TLS connection.
+    let text = std::fs::read_to_string(&gw.config_path).unwrap();
+    gw.rewrite_config(&text.replace(
+        "retries: { attempts: 1 }",
+        "retries: { attempts: 1, budget: 0.5 }",
+    ));
+    for _ in 0..200 {
+        if metric(&gw.metrics().await, "hopgate_config_version ") >= 2.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(metric(&gw.metrics().await, "hopgate_config_version "), 2.0);
+    let r = c.get(gw.url("/s0/x")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, "hopgate_tls_upstream_handshakes_total "),
+        1.0,
+        "{m}"
+    );
     let r = c.get(gw.url("/s1/x")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     for bad in ["/s2/x", "/s3/x"] {
