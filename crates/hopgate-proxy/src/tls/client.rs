@@ -4,9 +4,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use rustls::client::ResolvesClientCert;
-use rustls::pki_types::ServerName;
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, SignatureScheme};
+use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
