@@ -13,7 +13,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::harness::{addr_after, client, Gateway, BIN};
-use crate::tls_pki::{curl, Pki};
+use crate::tls_pki::{curl, rustls_client, tls_connect, Pki};
 
 /// `hopgate backend` serving TLS; killed on drop.
 struct TlsBackend {
@@ -305,4 +305,51 @@ async fn grpc_over_tls_end_to_end_with_grpcio() {
     assert_eq!(seen["unary_fail"]["details"], "the cart is locked");
     let m = gw.metrics().await;
     assert!(metric(&m, "hopgate_tls_upstream_handshakes_total ") >= 1.0);
+}
+
+#[tokio::test]
+async fn websocket_over_tls_on_both_sides() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let pki = Pki::new();
+    let (cert, key) = pki.issue("node", "DNS:api.internal");
+    let (site, site_key) = pki.issue("site", "DNS:example.com");
+    let backend = tls_backend("ws-tls", &cert, &key, None).await;
+    let ca = pki.path("ca.pem");
+    let yaml = config(
+        backend.addr,
+        "http1",
+        &[format!("{{ ca: \"{}\", server_name: api.internal }}", ca.display())],
+    )
+    .replacen(
+        "  - { name: public, address: 127.0.0.1:0 }",
+        &format!(
+            "  - name: public\n    address: 127.0.0.1:0\n    tls: {{ certificates: [ {{ cert: \"{}\", key: \"{}\", sni: [example.com] }} ] }}",
+            site.display(),
+            site_key.display()
+        ),
+        1,
+    )
+    .replace("path_prefix: /s0/", "path_prefix: /");
+    let gw = Gateway::start(&yaml).await;
+    let port = gw.addr.port();
+    let stream = tls_connect(&rustls_client(&ca), "example.com", port).await;
+    let (mut ws, resp) =
+        tokio_tungstenite::client_async(format!("wss://example.com:{port}/ws"), stream)
+            .await
+            .unwrap();
+    assert_eq!(resp.status(), 101);
+    for i in 0..20 {
+        ws.send(Message::text(format!("over tls {i}")))
+            .await
+            .unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(20), ws.next())
+            .await
+            .expect("an echo in time")
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, Message::text(format!("over tls {i}")));
+    }
+    ws.send(Message::Close(None)).await.unwrap();
 }
