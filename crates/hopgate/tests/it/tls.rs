@@ -392,3 +392,76 @@ async fn a_reload_turns_tls_on_and_adds_certificates() {
         "CN=site"
     );
 }
+
+#[tokio::test]
+async fn failed_handshakes_are_counted_by_reason_and_bounded_in_time() {
+    use tokio::io::AsyncWriteExt;
+
+    let pki = Pki::new();
+    let (site, site_key) = pki.issue("site", "DNS:example.com");
+    let backend = Backend::start("b1").await;
+    let certs = format!("[ {} ]", cert_entry(&site, &site_key, "example.com"));
+    let yaml = tls_config(&certs, &backend) + "timeouts: { header_read: 300ms }\n";
+    let gw = Gateway::start(&yaml).await;
+
+    // Silent: connects and sends nothing; closed at the deadline.
+    let mut silent = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::io::AsyncReadExt::read(&mut silent, &mut buf),
+    )
+    .await
+    .expect("the gateway closes a silent connection")
+    .unwrap_or(0);
+    assert_eq!(n, 0, "closed without an answer");
+
+    // Gone: half a ClientHello, then the client closes.
+    let mut gone = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    gone.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        .await
+        .unwrap();
+    drop(gone);
+
+    // Not TLS at all.
+    let mut http = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    http.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+
+    let want = [("timeout", 1.0), ("closed", 1.0), ("protocol", 1.0)];
+    let mut m = String::new();
+    for _ in 0..200 {
+        m = gw.metrics().await;
+        let all = want.iter().all(|(r, n)| {
+            metric(
+                &m,
+                &format!("hopgate_tls_handshake_failures_total{{reason=\"{r}\"}} "),
+            ) >= *n
+        });
+        if all {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (r, n) in want {
+        let got = metric(
+            &m,
+            &format!("hopgate_tls_handshake_failures_total{{reason=\"{r}\"}} "),
+        );
+        assert!(got >= n, "{r}: {got}\n{m}");
+    }
+    assert_eq!(metric(&m, "hopgate_tls_handshakes_total "), 0.0, "{m}");
+    // The gateway still serves.
+    assert_eq!(
+        curl(
+            Some(&pki.path("ca.pem")),
+            "example.com",
+            gw.addr.port(),
+            "/",
+            &[]
+        )
+        .status,
+        200
+    );
+}
