@@ -21,7 +21,10 @@
 #                       (default: all but hopgate-log; floor = HAProxy in mode
 #                       tcp, a pure L4 forward; hopgate-log = hopgate with its
 #                       access log on, written to a file)
-#   --scenario S        matrix | restart | all (default all; --quick: matrix)
+#   --scenario S        matrix | restart | all | https (default all; --quick:
+#                       matrix). https: TLS termination beside nginx and
+#                       haproxy (bench/https.sh; takes --duration, --no-build,
+#                       --keep)
 #   --no-build          do not run `cargo build --release -p hopgate`
 #   --strict            exit 1 when a requested target cannot run
 #                       (default: warn and skip it, e.g. hopgate not built yet)
@@ -98,7 +101,13 @@ if [[ $QUICK == 1 ]]; then
   [[ -n $SCENARIO ]] || SCENARIO=matrix
 fi
 [[ -n $SCENARIO ]] || SCENARIO=all
-case "$SCENARIO" in matrix|restart|all) ;; *) echo "run.sh: --scenario must be matrix, restart or all" >&2; exit 2 ;; esac
+if [[ $SCENARIO == https ]]; then
+  https_args=(--duration "$DURATION")
+  [[ $NO_BUILD == 1 ]] && https_args+=(--no-build)
+  [[ $KEEP == 1 ]] && https_args+=(--keep)
+  exec bash "$BENCH_DIR/https.sh" "${https_args[@]}"
+fi
+case "$SCENARIO" in matrix|restart|all) ;; *) echo "run.sh: --scenario must be matrix, restart, all or https" >&2; exit 2 ;; esac
 [[ $REPEAT =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --repeat must be a positive integer" >&2; exit 2; }
 [[ -z $RETRY_NOISY || $RETRY_NOISY =~ ^[0-9]+$ ]] || { echo "run.sh: --retry-noisy must be a whole percentage" >&2; exit 2; }
 [[ $WAIT_QUIET =~ ^[0-9]+$ ]] || { echo "run.sh: --wait-quiet must be whole seconds" >&2; exit 2; }

@@ -5,6 +5,10 @@ set -euo pipefail
 
 need=()
 command -v curl    >/dev/null 2>&1 || need+=(curl)
+# TLS tests: certificates made with the openssl command; the system roots
+# (services[].tls without ca) read from /etc/ssl/certs.
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+[ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 command -v nginx   >/dev/null 2>&1 || need+=(nginx-light)
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 command -v wrk     >/dev/null 2>&1 || need+=(wrk)

@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 use hopgate_core::config::{self, Config, ConfigError, Format, RawConfig};
 use hopgate_core::node::NodeKey;
+use hopgate_proxy::tls::{TlsListeners, TlsMaterial};
 use hopgate_proxy::{NodeRegistry, SharedSnapshot, Snapshot};
 
 use crate::health::HealthChecker;
@@ -36,6 +37,9 @@ pub enum Source {
     Rollback(u64),
     /// The shared document and discovered nodes in etcd (fleet mode).
     Etcd,
+    /// Changed certificate, key or CA files, re-read without a config
+    /// change.
+    Certificates,
 }
 
 impl std::fmt::Display for Source {
@@ -47,6 +51,7 @@ impl std::fmt::Display for Source {
             Source::Admin => f.write_str("admin"),
             Source::Rollback(v) => write!(f, "rollback:{v}"),
             Source::Etcd => f.write_str("etcd"),
+            Source::Certificates => f.write_str("certificates"),
         }
     }
 }
@@ -97,6 +102,11 @@ pub struct Control {
     /// applied from etcd. While set, every other source supplies only the
     /// bootstrap sections.
     runtime_layer: Mutex<Option<RawConfig>>,
+    /// TLS: the listeners' certificates, where relative paths start (the
+    /// config file's directory) and the files last read.
+    tls: Arc<TlsListeners>,
+    tls_base: Mutex<std::path::PathBuf>,
+    tls_files: Mutex<Vec<std::path::PathBuf>>,
 }
 
 impl std::fmt::Debug for Control {
@@ -140,6 +150,9 @@ impl Control {
             health: HealthChecker::default(),
             applied: tokio::sync::watch::Sender::new(1),
             runtime_layer: Mutex::new(None),
+            tls: Arc::default(),
+            tls_base: Mutex::new(std::path::PathBuf::from(".")),
+            tls_files: Mutex::new(Vec::new()),
         };
         control.health.reconcile(&control.snapshot.load());
         control.versions.lock().push_back(VersionRecord {
@@ -243,35 +256,91 @@ impl Control {
         self.apply_locked(result, Source::Rollback(version))
     }
 
+    /// The listeners' TLS state (the wiring hands each listener its own).
+    pub fn tls_listeners(&self) -> &Arc<TlsListeners> {
+        &self.tls
+    }
+
+    /// The certificate, key and CA files the running config read
+    /// (resolved), for the file watcher.
+    pub fn tls_files(&self) -> Vec<std::path::PathBuf> {
+        self.tls_files.lock().clone()
+    }
+
+    /// Sets the directory relative TLS paths start from (the config file's)
+    /// and reads the running config's files: at start, before the
+    /// listeners are bound. An error is the config's.
+    pub fn start_tls(&self, base: std::path::PathBuf) -> Result<(), Vec<ConfigError>> {
+        let _writer = self.writer.lock();
+        *self.tls_base.lock() = base;
+        let snap = self.snapshot.load_full();
+        let material = self.load_tls(&snap.config)?;
+        self.install_tls(&material, &snap);
+        Ok(())
+    }
+
+    /// Re-reads the running config's TLS files (they changed on disk). A
+    /// bad file is a rejected reload: counted, remembered, logged, and the
+    /// certificates in use stay.
+    pub fn reload_tls(&self) -> Result<(), Vec<ConfigError>> {
+        let _writer = self.writer.lock();
+        let snap = self.snapshot.load_full();
+        match self.load_tls(&snap.config) {
+            Ok(material) => {
+                self.install_tls(&material, &snap);
+                tracing::info!("tls: certificate files re-read");
+                Ok(())
+            }
+            Err(errors) => Err(self.reject(errors, &Source::Certificates)),
+        }
+    }
+
+    fn load_tls(&self, config: &Config) -> Result<TlsMaterial, Vec<ConfigError>> {
+        let base = self.tls_base.lock().clone();
+        TlsMaterial::load(config, &base)
+    }
+
+    fn install_tls(&self, material: &TlsMaterial, snap: &Snapshot) {
+        material.install(&self.tls, snap);
+        *self.tls_files.lock() = material.files().to_vec();
+    }
+
+    /// Counts, remembers and logs a refused config.
+    fn reject(&self, errors: Vec<ConfigError>, source: &Source) -> Vec<ConfigError> {
+        self.reload_failures.fetch_add(1, Ordering::Relaxed);
+        // One line per rejected document, every error in it.
+        let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        tracing::error!(
+            source = %source,
+            errors = errors.len(),
+            "config rejected; keeping the running config: {}",
+            all.join("; ")
+        );
+        *self.last_error.lock() = Some(LastError {
+            source: source.to_string(),
+            at: unix_now(),
+            errors: errors.clone(),
+        });
+        errors
+    }
+
     fn apply_locked(
         &self,
         result: Result<Config, Vec<ConfigError>>,
         source: Source,
     ) -> Result<ApplyOutcome, Vec<ConfigError>> {
-        let config = match result {
-            Ok(c) => c,
-            Err(errors) => {
-                self.reload_failures.fetch_add(1, Ordering::Relaxed);
-                // One line per rejected document, every error in it.
-                let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                tracing::error!(
-                    source = %source,
-                    errors = errors.len(),
-                    "config rejected; keeping the running config: {}",
-                    all.join("; ")
-                );
-                *self.last_error.lock() = Some(LastError {
-                    source: source.to_string(),
-                    at: unix_now(),
-                    errors: errors.clone(),
-                });
-                return Err(errors);
-            }
+        // The TLS files are read with every apply (a SIGHUP re-reads
+        // rotated certificates); a bad one refuses the config.
+        let loaded = result.and_then(|c| self.load_tls(&c).map(|m| (c, m)));
+        let (config, tls) = match loaded {
+            Ok(x) => x,
+            Err(errors) => return Err(self.reject(errors, &source)),
         };
         let hash = content_hash(&config.raw);
         let current = self.snapshot.load_full();
         if let Some(last) = self.versions.lock().back() {
             if last.hash == hash {
+                self.install_tls(&tls, &current);
                 return Ok(ApplyOutcome {
                     version: current.version,
                     hash,
@@ -313,6 +382,7 @@ impl Control {
         // Compiling wrote no live state; the nodes take the new parameters
         // now, as the snapshot goes in.
         snap.configure_nodes();
+        self.install_tls(&tls, &snap);
         self.snapshot.store(Arc::clone(&snap));
         self.reloads.fetch_add(1, Ordering::Relaxed);
         self.health.reconcile(&snap);

@@ -1,7 +1,9 @@
 //! Active health checks.
 //!
 //! Owns one checking task per node of every service that has a `health`
-//! section: an HTTP GET of the configured path on a fresh connection every
+//! section: an HTTP GET of the configured path on a fresh connection (over
+//! TLS, with the connector the node's pool dials with, when the service
+//! has a `tls` block) every
 //! `interval` (jittered ±10 % so checks of many nodes do not align), bounded
 //! by `timeout`; `rise` consecutive passes make a node healthy, `fall`
 //! consecutive failures make it unhealthy. Results go into the node's live
@@ -24,7 +26,8 @@ use tokio::task::JoinHandle;
 
 use hopgate_core::config::HealthConfig;
 use hopgate_core::node::{Health, NodeKey, NodeState};
-use hopgate_proxy::Snapshot;
+use hopgate_proxy::tls::UpstreamConnector;
+use hopgate_proxy::{Snapshot, Upstream};
 
 /// The running checks, keyed by node identity.
 #[derive(Default)]
@@ -51,7 +54,7 @@ impl HealthChecker {
     /// Starts, keeps, restarts or stops tasks to match `snap`. Must be
     /// called from within a tokio runtime.
     pub(crate) fn reconcile(&self, snap: &Snapshot) {
-        let mut wanted: HashMap<NodeKey, (Probe, Arc<NodeState>)> = HashMap::new();
+        let mut wanted: HashMap<NodeKey, (Probe, Arc<NodeState>, Arc<Upstream>)> = HashMap::new();
         for svc in &snap.services {
             let Some(cfg) = &svc.health else { continue };
             for n in &svc.nodes {
@@ -63,13 +66,14 @@ impl HealthChecker {
                             cfg: cfg.clone(),
                         },
                         Arc::clone(&n.state),
+                        Arc::clone(&n.upstream),
                     ),
                 );
             }
         }
         let mut tasks = self.tasks.lock();
         tasks.retain(|key, (probe, handle)| {
-            let keep = wanted.get(key).is_some_and(|(p, _)| p == probe);
+            let keep = wanted.get(key).is_some_and(|(p, _, _)| p == probe);
             if !keep {
                 handle.abort();
                 // No longer checked: forget the verdict rather than keep a
@@ -88,11 +92,11 @@ impl HealthChecker {
             }
             keep
         });
-        for (key, (probe, state)) in wanted {
+        for (key, (probe, state, upstream)) in wanted {
             if tasks.contains_key(&key) {
                 continue;
             }
-            let handle = tokio::spawn(run(probe.clone(), state));
+            let handle = tokio::spawn(run(probe.clone(), state, upstream));
             tasks.insert(key, (probe, handle));
         }
     }
@@ -106,7 +110,7 @@ impl Drop for HealthChecker {
     }
 }
 
-async fn run(probe: Probe, state: Arc<NodeState>) {
+async fn run(probe: Probe, state: Arc<NodeState>, upstream: Arc<Upstream>) {
     let cfg = &probe.cfg;
     let mut passes = 0u32;
     let mut failures = 0u32;
@@ -115,7 +119,10 @@ async fn run(probe: Probe, state: Arc<NodeState>) {
     loop {
         // A node moved by maintenance is checked where it lives now.
         let addr = state.moved_to().unwrap_or(probe.addr);
-        let result = tokio::time::timeout(cfg.timeout, check(addr, &cfg.path)).await;
+        // Over TLS when the service's nodes are (`services[].tls`), with
+        // the connector its pool dials with.
+        let tls = upstream.pool_if_set().and_then(|p| p.tls());
+        let result = tokio::time::timeout(cfg.timeout, check(addr, &cfg.path, tls)).await;
         let ok = match &result {
             Ok(Ok(status)) => (cfg.expect_status.0..=cfg.expect_status.1).contains(status),
             _ => false,
@@ -156,11 +163,32 @@ fn jitter(d: Duration) -> Duration {
     d.mul_f64(0.9 + fastrand::f64() * 0.2)
 }
 
-/// One check: GET `path` on a new connection; the status, or why it failed.
-async fn check(addr: SocketAddr, path: &str) -> Result<u16, String> {
+/// One check: GET `path` on a new connection (TLS with `tls`); the
+/// status, or why it failed.
+async fn check(
+    addr: SocketAddr,
+    path: &str,
+    tls: Option<Arc<UpstreamConnector>>,
+) -> Result<u16, String> {
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
+    match tls {
+        None => get(stream, addr, path).await,
+        Some(tls) => {
+            let stream = tls
+                .connect(addr, stream)
+                .await
+                .map_err(|e| format!("tls: {e}"))?;
+            get(stream, addr, path).await
+        }
+    }
+}
+
+async fn get<I>(stream: I, addr: SocketAddr, path: &str) -> Result<u16, String>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| format!("handshake: {e}"))?;

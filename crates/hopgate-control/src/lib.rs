@@ -24,6 +24,7 @@ mod fleet;
 mod health;
 mod maintenance;
 mod metrics;
+mod tls_watch;
 mod watch;
 
 pub use admin::{serve_admin, Admin};
@@ -31,4 +32,5 @@ pub use control::{ApplyOutcome, Control, Source};
 pub use fleet::{Fleet, SharedStoreStatus};
 pub use maintenance::Maintenance;
 pub use metrics::set_build_commit;
+pub use tls_watch::watch_tls_files;
 pub use watch::watch_file;

@@ -30,13 +30,13 @@ const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What identifies one version of the file on disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Stamp {
+pub(crate) struct Stamp {
     len: u64,
     mtime_ns: i128,
     inode: u64,
 }
 
-fn stamp(path: &PathBuf) -> Option<Stamp> {
+pub(crate) fn stamp(path: &PathBuf) -> Option<Stamp> {
     let m = std::fs::metadata(path).ok()?;
     Some(Stamp {
         len: m.len(),

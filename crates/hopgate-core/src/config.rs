@@ -10,6 +10,7 @@ mod bound;
 pub mod fleet;
 pub mod raw;
 pub mod summary;
+mod tls;
 mod unknown;
 pub mod validate;
 
@@ -22,6 +23,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 pub use raw::RawConfig;
+pub use tls::{CertificateConfig, ListenerTls, UpstreamTls};
 pub use validate::validate;
 
 use crate::route::MatchSpec;
@@ -424,6 +426,8 @@ pub struct ListenerConfig {
     /// ([`crate::route::normalize_path`]); a path with an encoded slash is
     /// refused.
     pub normalize_path: bool,
+    /// HTTPS: the certificates this listener terminates TLS with.
+    pub tls: Option<ListenerTls>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -486,6 +490,8 @@ pub struct ServiceConfig {
     pub drain: DrainConfig,
     /// `Hop-Maintenance` from this service's backends.
     pub maintenance: ServiceMaintenance,
+    /// TLS to the nodes, when configured.
+    pub tls: Option<UpstreamTls>,
     pub nodes: Vec<NodeConfig>,
 }
 

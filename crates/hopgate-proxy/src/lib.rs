@@ -24,6 +24,7 @@ mod pool;
 mod respond;
 mod send_watch;
 mod session;
+pub mod tls;
 pub mod trace;
 mod tunnel;
 mod upstream;

@@ -1,7 +1,9 @@
 //! Listeners: accept loops and the hyper server of each client connection.
 //!
 //! Owns accepting (with the `max_connections` limit), the per-connection
-//! HTTP/1.1 + h2c server (protocol picked from the first bytes), the
+//! HTTP/1.1 + h2c server (protocol picked from the first bytes), on TLS
+//! listeners after the handshake ([`crate::tls::accept`], in the
+//! connection's task, bounded by `timeouts.header_read`), the
 //! server-side limits hyper enforces (header bytes → 431, header read
 //! timeout), and graceful shutdown: stop accepting, let in-flight requests
 //! finish up to a deadline, HTTP/2 GOAWAY and HTTP/1.1 `Connection: close`.
@@ -30,6 +32,7 @@ use tokio::sync::watch;
 use crate::body::ProxyBody;
 use crate::client_io::ClientIo;
 use crate::forward::{ClientConn, Forwarder, RequestCtx, ResponseFuture};
+use crate::tls::ListenerTlsState;
 
 /// What one listener needs to serve.
 #[derive(Debug, Clone)]
@@ -39,6 +42,9 @@ pub struct ListenerCtx {
     /// Read at each accept; the control plane stores new settings on reload
     /// without restarting the listener.
     pub settings: Arc<ArcSwap<ListenerSettings>>,
+    /// The listener's TLS (`crate::tls::TlsListeners::listener`): while it
+    /// holds certificates, each connection starts with a TLS handshake.
+    pub tls: Arc<ListenerTlsState>,
 }
 
 /// The per-listener knobs a reload may change without re-binding.
@@ -46,6 +52,8 @@ pub struct ListenerCtx {
 pub struct ListenerSettings {
     pub debug_headers: bool,
     pub normalize_path: bool,
+    /// Terminates TLS (`X-Forwarded-Proto: https`).
+    pub tls: bool,
     pub max_connections: usize,
     pub max_header_bytes: usize,
     pub max_headers: usize,
@@ -60,6 +68,7 @@ impl ListenerSettings {
         ListenerSettings {
             debug_headers: l.debug_headers,
             normalize_path: l.normalize_path,
+            tls: l.tls.is_some(),
             max_connections: cfg.limits.max_connections,
             max_header_bytes: cfg.limits.max_header_bytes,
             max_headers: cfg.limits.max_headers,
@@ -146,7 +155,7 @@ pub async fn serve_listener(
         listener: ctx.name.clone(),
         debug_headers: current.debug_headers,
         normalize_path: current.normalize_path,
-        tls: false,
+        tls: current.tls,
     });
 
     let mut refusing = false;
@@ -176,7 +185,7 @@ pub async fn serve_listener(
                 listener: ctx.name.clone(),
                 debug_headers: current.debug_headers,
                 normalize_path: current.normalize_path,
-                tls: false,
+                tls: current.tls,
             });
         }
         if open.load(Ordering::Relaxed) >= current.max_connections {
@@ -199,31 +208,24 @@ pub async fn serve_listener(
             Arc::clone(&req_ctx),
         )));
         let close = Arc::clone(&svc.0.close);
-        let conn = builder
-            .serve_connection_with_upgrades(
-                TokioIo::new(ClientIo::new(
-                    stream,
-                    current.header_read_timeout,
-                    current.idle_timeout,
-                )),
-                svc,
-            )
-            .into_owned();
-        let conn = graceful.watch(conn);
         let guard = OpenGuard::new(&open);
+        let (builder, watcher) = (Arc::clone(&builder), graceful.watcher());
+        let (first_bytes, stall) = (current.header_read_timeout, current.idle_timeout);
+        // TLS when the listener's settings say so (they follow reloads; the
+        // certificates are installed before the settings change). A TLS
+        // listener never falls back to cleartext: without certificates the
+        // handshake fails.
+        let tls = current.tls.then(|| Arc::clone(&ctx.tls));
         tokio::spawn(async move {
             let _guard = guard;
-            tokio::select! {
-                r = conn => {
-                    if let Err(e) = r {
-                        tracing::debug!(%peer, error = %e, "client connection ended with an error");
-                    }
-                }
-                // An HTTP/2 stream stalled past the send limit: the
-                // connection is dropped, which closes it.
-                () = close.notified() => {
-                    tracing::info!(%peer, "client connection closed: an HTTP/2 stream accepted no response data for the stall limit");
-                }
+            let Some(tls) = tls else {
+                let io = ClientIo::new(stream, first_bytes, stall);
+                return serve_conn(&builder, io, svc, watcher, close, peer).await;
+            };
+            // The handshake shares the first-bytes deadline.
+            if let Some(stream) = crate::tls::accept(&tls, stream, first_bytes).await {
+                let io = ClientIo::new(stream, first_bytes, stall);
+                serve_conn(&builder, io, svc, watcher, close, peer).await;
             }
         });
     }
@@ -235,6 +237,36 @@ pub async fn serve_listener(
         .is_err()
     {
         tracing::warn!(listener = %ctx.name, "shutdown deadline passed with connections still open");
+    }
+}
+
+/// Serves one client connection (plain or TLS) until it ends, shutdown
+/// closes it, or an HTTP/2 stream stalls past the send limit.
+async fn serve_conn<I>(
+    builder: &auto::Builder<TokioExecutor>,
+    io: ClientIo<I>,
+    svc: ConnService,
+    watcher: hyper_util::server::graceful::Watcher,
+    close: Arc<tokio::sync::Notify>,
+    peer: SocketAddr,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let conn = builder
+        .serve_connection_with_upgrades(TokioIo::new(io), svc)
+        .into_owned();
+    let conn = watcher.watch(conn);
+    tokio::select! {
+        r = conn => {
+            if let Err(e) = r {
+                tracing::debug!(%peer, error = %e, "client connection ended with an error");
+            }
+        }
+        // An HTTP/2 stream stalled past the send limit: the connection is
+        // dropped, which closes it.
+        () = close.notified() => {
+            tracing::info!(%peer, "client connection closed: an HTTP/2 stream accepted no response data for the stall limit");
+        }
     }
 }
 

@@ -10,6 +10,13 @@
 //! their response body has been read to the end; HTTP/2 (h2c) connections
 //! are shared and multiplexed.
 //!
+//! A pool whose service has a `tls` block dials through the service's
+//! [`UpstreamConnector`] (handed over by the control plane with each
+//! applied config, [`Pool::set_tls`]): HTTP/1.1 sockets are then
+//! [`UpstreamIo::Tls`], HTTP/2 connections run over TLS with ALPN `h2`. The
+//! handshake is part of dialling (within `timeouts.connect`); connections
+//! are pooled the same way.
+//!
 //! Classifies failures by whether the request could have reached the
 //! backend ([`SendFailure::NotSent`] hands the request back untouched, so any
 //! method may be retried elsewhere).
@@ -52,6 +59,7 @@ use tokio::net::TcpStream;
 use crate::admission::{Admission, Grant, Permit};
 use crate::body::ProxyBody;
 use crate::h1::client as h1;
+use crate::tls::{UpstreamConnector, UpstreamIo};
 
 mod admit;
 use admit::Handoff;
@@ -161,7 +169,7 @@ impl ConnMeta {
 #[derive(Debug)]
 pub(crate) struct H1Conn {
     pub meta: Arc<ConnMeta>,
-    pub io: TcpStream,
+    pub io: UpstreamIo,
     pub buf: BytesMut,
     _live: LiveGuard,
 }
@@ -169,7 +177,7 @@ pub(crate) struct H1Conn {
 impl H1Conn {
     /// The socket and its unread bytes, leaving the pool for good (an
     /// upgrade): the connection no longer counts as open.
-    pub(crate) fn into_upgraded(self) -> (TcpStream, Bytes) {
+    pub(crate) fn into_upgraded(self) -> (UpstreamIo, Bytes) {
         let H1Conn { io, buf, .. } = self;
         (io, buf.freeze())
     }
@@ -239,6 +247,8 @@ pub struct Pool {
     dial_failures: AtomicU64,
     /// Connection slots and the queue of requests waiting for one.
     admission: Admission<Handoff>,
+    /// The service's TLS client (`services[].tls`), read once per dial.
+    tls: ArcSwapOption<UpstreamConnector>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -269,6 +279,29 @@ impl Pool {
             dialed: AtomicU64::new(0),
             dial_failures: AtomicU64::new(0),
             admission: Admission::new(&PoolLimits::default()),
+            tls: ArcSwapOption::empty(),
+        }
+    }
+
+    /// The TLS client new connections are made with, if any.
+    pub fn tls(&self) -> Option<Arc<UpstreamConnector>> {
+        self.tls.load_full()
+    }
+
+    /// Sets how new connections are made: over TLS with `tls`, or plain.
+    /// A change (other files, other settings, TLS turned on or off) marks
+    /// the open connections for replacement; the same files and settings
+    /// keep them.
+    pub fn set_tls(&self, tls: Option<Arc<UpstreamConnector>>) {
+        let old = self.tls.load();
+        let same = match (old.as_deref(), tls.as_deref()) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.same_as(b),
+            _ => false,
+        };
+        if !same {
+            self.tls.store(tls);
+            self.mark_all_for_replacement();
         }
     }
 
@@ -516,7 +549,7 @@ impl Pool {
         }
     }
 
-    async fn dial(&self, addr: SocketAddr, s: &PoolSettings) -> Result<TcpStream, ProxyError> {
+    async fn dial(&self, addr: SocketAddr, s: &PoolSettings) -> Result<UpstreamIo, ProxyError> {
         let res = tokio::time::timeout(s.connect_timeout, TcpStream::connect(addr)).await;
         let stream = match res {
             Err(_) => Err(ProxyError::with_detail(ErrorKind::ConnectTimeout, addr)),
@@ -526,9 +559,31 @@ impl Pool {
             )),
             Ok(Ok(s)) => Ok(s),
         };
+        let stream = match stream {
+            Ok(tcp) => {
+                let _ = tcp.set_nodelay(true);
+                match self.tls.load_full() {
+                    None => Ok(UpstreamIo::Plain(tcp)),
+                    Some(tls) => {
+                        let hs = tokio::time::timeout(s.connect_timeout, tls.connect(addr, tcp));
+                        match hs.await {
+                            Ok(Ok(t)) => Ok(UpstreamIo::Tls(Box::new(t))),
+                            Ok(Err(e)) => Err(ProxyError::with_detail(
+                                ErrorKind::ConnectFailed,
+                                format_args!("{addr}: tls: {e}"),
+                            )),
+                            Err(_) => Err(ProxyError::with_detail(
+                                ErrorKind::ConnectTimeout,
+                                format_args!("{addr}: tls handshake"),
+                            )),
+                        }
+                    }
+                }
+            }
+            Err(e) => Err(e),
+        };
         match stream {
             Ok(s) => {
-                let _ = s.set_nodelay(true);
                 self.dialed.fetch_add(1, Ordering::Relaxed);
                 Ok(s)
             }

@@ -33,10 +33,10 @@ use http::{Request, Response};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::body::ProxyBody;
+use crate::tls::UpstreamIo;
 
 use hopgate_core::node::{now_ms, InFlight, NodeState};
 
@@ -111,10 +111,10 @@ pub async fn wait_closed(deadline: Duration) {
 /// with the bytes read past the head, carried in the response's
 /// extensions (which want `Clone`, hence the shared slot).
 #[derive(Clone, Debug)]
-pub(crate) struct RawUpgrade(Arc<parking_lot::Mutex<Option<(TcpStream, Bytes)>>>);
+pub(crate) struct RawUpgrade(Arc<parking_lot::Mutex<Option<(UpstreamIo, Bytes)>>>);
 
 impl RawUpgrade {
-    pub(crate) fn new(io: TcpStream, read_ahead: Bytes) -> RawUpgrade {
+    pub(crate) fn new(io: UpstreamIo, read_ahead: Bytes) -> RawUpgrade {
         RawUpgrade(Arc::new(parking_lot::Mutex::new(Some((io, read_ahead)))))
     }
 }
@@ -122,7 +122,7 @@ impl RawUpgrade {
 /// The backend's side of an upgrade.
 pub(crate) enum UpstreamUpgrade {
     /// A raw socket from hopgate's client, when there is one.
-    Raw(Option<(TcpStream, Bytes)>),
+    Raw(Option<(UpstreamIo, Bytes)>),
     Hyper(OnUpgrade),
 }
 
@@ -174,7 +174,7 @@ pub(crate) fn spawn(client: OnUpgrade, upstream: UpstreamUpgrade, ctx: TunnelCtx
 /// first.
 struct ReadAhead {
     read_ahead: Bytes,
-    io: TcpStream,
+    io: UpstreamIo,
 }
 
 impl AsyncRead for ReadAhead {

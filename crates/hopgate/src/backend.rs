@@ -16,7 +16,11 @@
 //! - its own graceful shutdown: stop accepting, let in-flight requests finish
 //!   for up to [`GRACE`], close WebSockets with 1001 (going away).
 //!
-//! What it must not touch: gateway internals. It speaks plain HTTP only and
+//! With `--tls-cert`/`--tls-key` it serves TLS instead (ALPN `h2` and
+//! `http/1.1`), and with `--tls-client-ca` requires client certificates
+//! (`backend/tls.rs`).
+//!
+//! What it must not touch: gateway internals. It speaks HTTP only and
 //! knows hopgate's headers by name, exactly as a third-party backend would;
 //! it never imports `hopgate-core`, `-proxy`, `-control` or `-store`.
 //!
@@ -77,6 +81,7 @@ mod body;
 mod knobs;
 #[cfg(test)]
 mod tests;
+mod tls;
 mod ws;
 
 use body::{Fnv, RespBody};
@@ -100,6 +105,15 @@ pub(crate) struct BackendArgs {
     /// per line, written before answering (survives `kill -9`).
     #[arg(long)]
     pub(crate) record: Option<std::path::PathBuf>,
+    /// Serve TLS with this certificate chain (PEM); needs `--tls-key`.
+    #[arg(long, requires = "tls_key")]
+    pub(crate) tls_cert: Option<std::path::PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub(crate) tls_key: Option<std::path::PathBuf>,
+    /// With TLS: require client certificates signed by this CA (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub(crate) tls_client_ca: Option<std::path::PathBuf>,
 }
 
 /// Binds, prints exactly one line `hopgate backend <id> listening on <addr>`
@@ -129,7 +143,11 @@ pub(crate) async fn run(args: BackendArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    serve_state(listener, State::new(args.id, record), signals.recv()).await
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => Some(tls::acceptor(c, k, args.tls_client_ca.as_deref())?),
+        _ => None,
+    };
+    serve_state(listener, State::new(args.id, record), tls, signals.recv()).await
 }
 
 /// Serves on an already-bound listener until `shutdown` resolves, then shuts
@@ -140,12 +158,13 @@ pub(crate) async fn serve(
     id: String,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    serve_state(listener, State::new(id, None), shutdown).await
+    serve_state(listener, State::new(id, None), None, shutdown).await
 }
 
 async fn serve_state(
     listener: TcpListener,
     state: State,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let state = Arc::new(state);
@@ -167,6 +186,25 @@ async fn serve_state(
                     let _ = stream.set_nodelay(true);
                     let conn_state = Arc::clone(&state);
                     let service = service_fn(move |req| handle(Arc::clone(&conn_state), req));
+                    if let Some(acceptor) = &tls {
+                        let (acceptor, builder) = (acceptor.clone(), builder.clone());
+                        let watcher = graceful.watcher();
+                        connections.spawn(async move {
+                            let stream = match acceptor.accept(stream).await {
+                                Ok(s) => s,
+                                Err(error) => {
+                                    tracing::debug!(%error, "backend tls handshake failed");
+                                    return;
+                                }
+                            };
+                            let conn = builder
+                                .serve_connection_with_upgrades(TokioIo::new(stream), service);
+                            if let Err(error) = watcher.watch(conn.into_owned()).await {
+                                tracing::debug!(%error, "backend connection ended with an error");
+                            }
+                        });
+                        continue;
+                    }
                     let conn = builder
                         .serve_connection_with_upgrades(TokioIo::new(stream), service)
                         .into_owned();

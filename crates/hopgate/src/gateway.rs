@@ -15,7 +15,8 @@ use tokio::task::JoinHandle;
 
 use hopgate_control::etcd::{Boot, EtcdHandle, EtcdSource};
 use hopgate_control::{
-    serve_admin, watch_file, Admin, Control, Fleet, Maintenance, SharedStoreStatus, Source,
+    serve_admin, watch_file, watch_tls_files, Admin, Control, Fleet, Maintenance,
+    SharedStoreStatus, Source,
 };
 use hopgate_core::config::{Config, EtcdSourceConfig, ListenerConfig};
 use hopgate_core::session::unix_now;
@@ -37,6 +38,7 @@ struct Running {
 /// The listeners, reconciled with every applied config.
 struct Listeners {
     forwarder: Forwarder,
+    tls: Arc<hopgate_proxy::tls::TlsListeners>,
     running: Mutex<Vec<Running>>,
 }
 
@@ -52,6 +54,7 @@ impl Listeners {
             name: Arc::from(l.name.as_str()),
             forwarder: self.forwarder.clone(),
             settings: Arc::clone(&settings),
+            tls: self.tls.listener(&l.name),
         };
         let task = tokio::spawn(serve_listener(sock, ctx, rx));
         Ok(Running {
@@ -276,6 +279,15 @@ pub(crate) fn replica_id(cfg: &Config, admin: SocketAddr) -> String {
     format!("{host}-{}", admin.port())
 }
 
+/// The directory a config file's relative paths (TLS files) start from:
+/// the file's own, or the working directory for the embedded default.
+pub(crate) fn config_dir(config: Option<&std::path::Path>) -> PathBuf {
+    config
+        .and_then(std::path::Path::parent)
+        .filter(|d| !d.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), std::path::Path::to_path_buf)
+}
+
 fn print_line(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
@@ -332,6 +344,14 @@ impl Gateway {
         crate::fdlimit::check_fits(cfg.listeners.len(), cfg.limits.max_connections, nofile)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let control = Control::new(cfg.clone(), source);
+        // TLS files are read before anything is bound: a bad one stops the
+        // start like any config error.
+        if let Err(errors) = control.start_tls(config_dir(config_path.as_deref())) {
+            for e in &errors {
+                eprintln!("config error: {e}");
+            }
+            anyhow::bail!("the config has {} error(s); not starting", errors.len());
+        }
         let (shutdown, rx) = watch::channel(false);
         // Sessions stop after the listeners have drained, so the final save
         // includes the bindings of the last requests.
@@ -356,6 +376,7 @@ impl Gateway {
             forwarder: Forwarder::new(Arc::clone(control.snapshot()), Some(Arc::clone(&sessions)))
                 .with_stopping(rx.clone())
                 .with_maintenance(maint_tx),
+            tls: Arc::clone(control.tls_listeners()),
             running: Mutex::new(Vec::new()),
         });
         let mut listeners = Vec::new();
@@ -419,6 +440,10 @@ impl Gateway {
                 maint.set_config(snap.config.maintenance);
             }
         }));
+        tasks.push(tokio::spawn(watch_tls_files(
+            Arc::clone(&control),
+            rx.clone(),
+        )));
         if let Some(path) = &config_path {
             tasks.push(tokio::spawn(watch_file(
                 Arc::clone(&control),

@@ -281,6 +281,10 @@ fn validate(file: &Path) -> ExitCode {
         Some(_) => config::fleet::check_bootstrap(&cfg.raw).map(|()| cfg),
         None => Ok(cfg),
     });
+    // The certificate, key and CA files the `tls` blocks name.
+    let loaded = loaded.and_then(|cfg| {
+        hopgate_proxy::tls::TlsMaterial::load(&cfg, &gateway::config_dir(Some(file))).map(|_| cfg)
+    });
     match loaded {
         Ok(cfg) => {
             println!(

@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize};
 
+mod tls;
+pub use tls::{RawCertificate, RawListenerTls, RawUpstreamTls};
+
 /// A scalar kept as text (`2s`, `64KiB`, `10`): YAML may write it as a string
 /// or a number; validation decides what it means.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -128,6 +131,9 @@ pub struct RawListener {
     /// true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub normalize_path: Option<bool>,
+    /// Terminate TLS (HTTPS) with these certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<RawListenerTls>,
 }
 
 /// The admin listener.
@@ -175,6 +181,9 @@ pub struct RawService {
     /// maintenance in a `Hop-Maintenance` response header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<RawServiceMaintenance>,
+    /// Speak TLS to the nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<RawUpstreamTls>,
     #[serde(default)]
     pub nodes: Vec<RawNode>,
 }

@@ -31,6 +31,7 @@ mod routes;
 mod services;
 #[cfg(test)]
 mod tests;
+mod tls;
 mod values;
 
 use values::check_label;

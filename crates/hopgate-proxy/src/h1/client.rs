@@ -26,13 +26,13 @@ use hopgate_core::error::{ErrorKind, ProxyError};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
-use tokio::net::TcpStream;
 
 use super::chunked::{ChunkedDecoder, Step};
 use super::head::{self, BodyKind, Head, ResponseKind};
 use super::write::{self, Digits, Out};
 use crate::body::{BodyTooLarge, BoxError, ProxyBody};
 use crate::pool::{H1Conn, Pool, SendFailure};
+use crate::tls::UpstreamIo;
 
 /// Bytes asked of the kernel per read of a head.
 const HEAD_READ: usize = 8 * 1024;
@@ -41,7 +41,7 @@ const BODY_READ: usize = 64 * 1024;
 
 /// Reads what the socket has into `buf`: `Ok(0)` at end of stream.
 fn poll_fill(
-    io: &TcpStream,
+    io: &mut UpstreamIo,
     buf: &mut BytesMut,
     want: usize,
     cx: &mut Context<'_>,
@@ -49,13 +49,7 @@ fn poll_fill(
     if buf.capacity() - buf.len() < 512 {
         buf.reserve(want);
     }
-    loop {
-        ready!(io.poll_read_ready(cx))?;
-        match io.try_read_buf(buf) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            other => return Poll::Ready(other),
-        }
-    }
+    io.poll_read_buf(buf, cx)
 }
 
 /// Has the backend closed an idle connection, or sent bytes nobody asked
@@ -66,10 +60,7 @@ pub(crate) fn is_stale(conn: &mut H1Conn) -> bool {
         return true;
     }
     conn.buf.reserve(HEAD_READ);
-    match conn.io.try_read_buf(&mut conn.buf) {
-        Err(e) => e.kind() != io::ErrorKind::WouldBlock,
-        Ok(_) => true,
-    }
+    conn.io.has_news(&mut conn.buf)
 }
 
 /// The request body on its way to the backend.
@@ -110,7 +101,7 @@ impl Pump {
         }
     }
 
-    fn poll(&mut self, io: &mut TcpStream, cx: &mut Context<'_>) -> Poll<Result<(), PumpError>> {
+    fn poll(&mut self, io: &mut UpstreamIo, cx: &mut Context<'_>) -> Poll<Result<(), PumpError>> {
         loop {
             ready!(self.out.poll_write(io, cx)).map_err(PumpError::Io)?;
             if self.ended {
@@ -327,7 +318,7 @@ fn poll_head(
                 Err(e) => return Poll::Ready(Err(HeadFail::Invalid(e))),
             }
         }
-        match ready!(poll_fill(&conn.io, &mut conn.buf, HEAD_READ, cx)) {
+        match ready!(poll_fill(&mut conn.io, &mut conn.buf, HEAD_READ, cx)) {
             Ok(0) => return Poll::Ready(Err(HeadFail::Closed(write_error.take()))),
             Ok(_) => {}
             Err(e) => return Poll::Ready(Err(HeadFail::Io(e))),
@@ -532,7 +523,7 @@ impl ResponseBody {
                     BODY_READ
                 }
             };
-            match poll_fill(&conn.io, &mut conn.buf, want, cx) {
+            match poll_fill(&mut conn.io, &mut conn.buf, want, cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(0)) => {
                     if matches!(self.reading, Reading::Close) {

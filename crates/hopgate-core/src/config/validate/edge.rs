@@ -61,12 +61,17 @@ impl Validator {
                     );
                 }
             }
+            let tls = l
+                .tls
+                .as_ref()
+                .map(|t| self.listener_tls(&format!("{p}.tls"), t));
             out.push((
                 ListenerConfig {
                     name: l.name.clone(),
                     address: address.unwrap_or(PLACEHOLDER_ADDR),
                     debug_headers: l.debug_headers,
                     normalize_path: l.normalize_path.unwrap_or(true),
+                    tls,
                 },
                 address.is_some(),
             ));

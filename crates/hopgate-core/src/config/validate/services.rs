@@ -120,6 +120,10 @@ impl Validator {
         let drain = self.drain(&format!("{p}.drain"), s.drain.as_ref());
         let maintenance =
             self.service_maintenance(&format!("{p}.maintenance"), s.maintenance.as_ref());
+        let tls = s
+            .tls
+            .as_ref()
+            .map(|t| self.upstream_tls(&format!("{p}.tls"), t));
 
         if s.nodes.is_empty() && !fleet {
             self.err(
@@ -157,6 +161,7 @@ impl Validator {
             circuit,
             drain,
             maintenance,
+            tls,
             nodes,
         }
     }
@@ -260,7 +265,7 @@ fn parse_upstream_addr(s: &str) -> Result<SocketAddr, String> {
     let mut authority = match s.split_once("://") {
         Some((scheme, _)) if scheme.eq_ignore_ascii_case("https") => {
             return Err(format!(
-                "https upstreams are not supported yet ({s:?}): use http:// or a bare ip:port"
+                "https:// is not a node address ({s:?}): give a bare ip:port and set the service's tls block (tls: {{ ca: ca.pem, server_name: api.internal }})"
             ))
         }
         Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,

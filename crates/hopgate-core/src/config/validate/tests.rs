@@ -786,14 +786,8 @@ fn node_addresses() {
     let p = "services[0].nodes[0].address";
     let bad = [
         ("", "required"),
-        (
-            "https://127.0.0.1:8443",
-            "https upstreams are not supported yet",
-        ),
-        (
-            "HTTPS://127.0.0.1:8443",
-            "https upstreams are not supported yet",
-        ),
+        ("https://127.0.0.1:8443", "https:// is not a node address"),
+        ("HTTPS://127.0.0.1:8443", "https:// is not a node address"),
         ("ftp://127.0.0.1:21", "unsupported scheme \"ftp\""),
         ("http://127.0.0.1:8081/api", "URL path \"/api\""),
         ("127.0.0.1:8081/api", "URL path"),
@@ -1643,6 +1637,13 @@ fn nasty_values_never_panic() {
                 address: s.into(),
                 debug_headers: true,
                 normalize_path: Some(false),
+                tls: Some(crate::config::raw::RawListenerTls {
+                    certificates: vec![crate::config::raw::RawCertificate {
+                        cert: s.into(),
+                        key: s.into(),
+                        sni: vec![s.into(), format!("*.{s}")],
+                    }],
+                }),
             }],
             admin: Some(RawAdmin {
                 address: s.into(),
@@ -1691,6 +1692,12 @@ fn nasty_values_never_panic() {
                     deadline: t(),
                 }),
                 maintenance: None,
+                tls: Some(crate::config::raw::RawUpstreamTls {
+                    ca: Some(s.into()),
+                    server_name: Some(s.into()),
+                    client_cert: Some(s.into()),
+                    client_key: None,
+                }),
                 nodes: vec![RawNode {
                     id: s.into(),
                     address: s.into(),
@@ -1835,6 +1842,7 @@ fn random_documents_never_panic() {
                 address: v(),
                 debug_headers: false,
                 normalize_path: None,
+                tls: None,
             }],
             admin: None,
             services: vec![RawService {
@@ -1854,6 +1862,7 @@ fn random_documents_never_panic() {
                 circuit: None,
                 drain: None,
                 maintenance: None,
+                tls: None,
                 nodes: vec![RawNode {
                     id: v(),
                     address: v(),

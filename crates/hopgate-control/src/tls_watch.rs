@@ -1,0 +1,75 @@
+//! Watching the certificate, key and CA files of the running config's
+//! `tls` blocks.
+//!
+//! Owns the poll loop that notices a rotated file the way the config
+//! watcher does ([`crate::watch`]: size, modification time and inode, so
+//! a new file renamed over the old one is seen), waits until every file
+//! has held still for one more interval (a certificate written before its
+//! key is never loaded half-way), and asks [`Control::reload_tls`] to
+//! re-read them. A bad pair is refused there and the running certificates
+//! keep serving; the files are looked at again at the next change.
+//!
+//! The set of files follows the running config: after a reload the new
+//! set is taken as it is (the reload has just read it).
+//!
+//! Must not touch: the snapshot or the certificates (only through
+//! `Control`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::control::Control;
+use crate::watch::{stamp, Stamp};
+
+type Stamps = Vec<(PathBuf, Option<Stamp>)>;
+
+fn stamps(files: &[PathBuf]) -> Stamps {
+    files.iter().map(|f| (f.clone(), stamp(f))).collect()
+}
+
+/// Watches the TLS files until `shutdown` turns true, at
+/// `sources.file.interval` (read at every tick). Runs whether or not
+/// `sources.file.watch` is on: certificates rotate under a fixed config.
+pub async fn watch_tls_files(control: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
+    let mut files = control.tls_files();
+    let mut applied = stamps(&files);
+    let mut pending: Option<Stamps> = None;
+    loop {
+        let interval = control.snapshot().load().config.sources.file_interval;
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        let now_files = control.tls_files();
+        if now_files != files {
+            // A reload changed the set and read it: start from there.
+            files = now_files;
+            applied = stamps(&files);
+            pending = None;
+            continue;
+        }
+        if files.is_empty() {
+            continue;
+        }
+        let now = stamps(&files);
+        if now == applied || now.iter().any(|(_, s)| s.is_none()) {
+            // Unchanged, or a file missing (mid-rename).
+            pending = None;
+            continue;
+        }
+        if pending.as_ref() != Some(&now) {
+            // Changed since the last look: wait until it holds still.
+            pending = Some(now);
+            continue;
+        }
+        pending = None;
+        applied = now;
+        let c = Arc::clone(&control);
+        let _ = tokio::task::spawn_blocking(move || c.reload_tls()).await;
+        // The reload may have read a different set (it cannot, for the
+        // same config, but keep the two in step).
+        files = control.tls_files();
+    }
+}
