@@ -117,14 +117,32 @@ fn expected_names(message: &str) -> Vec<&str> {
     list.split('`').skip(1).step_by(2).collect()
 }
 
-/// The known name closest to `typo`, when close enough to be a typo.
+/// The known name closest to `typo`, when close enough to be a typo (a
+/// few letters off, or an abbreviation: `certs` for `certificates`).
 fn closest<'a>(typo: &str, known: &[&'a str]) -> Option<&'a str> {
-    known
+    let near = known
         .iter()
         .map(|k| (strsim::damerau_levenshtein(typo, k), *k))
         .filter(|(d, k)| *d <= 1.max(k.len().min(typo.len()) / 3))
         .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
+        .map(|(_, k)| k);
+    near.or_else(|| {
+        let mut prefixed = known.iter().filter(|k| abbreviates(typo, k));
+        match (prefixed.next(), prefixed.next()) {
+            (Some(k), None) => Some(*k),
+            _ => None,
+        }
+    })
+}
+
+/// `typo` starts like `name` (three letters) and its letters appear in
+/// `name` in order: `certs` → `certificates`, `hdrs` no.
+fn abbreviates(typo: &str, name: &str) -> bool {
+    if typo.len() < 3 || typo.len() >= name.len() || name.get(..3) != typo.get(..3) {
+        return false;
+    }
+    let mut rest = name.chars();
+    typo.chars().all(|c| rest.any(|n| n == c))
 }
 
 /// Puts "(did you mean `x`?)" after the unknown name when one is close.
@@ -208,6 +226,13 @@ mod tests {
         assert_eq!(errors.len(), 2, "{errors:?}");
         assert_eq!(errors[0].path, "listeners[0].debug_header");
         assert_eq!(errors[1].path, "routes");
+    }
+
+    #[test]
+    fn an_abbreviation_gets_its_full_name() {
+        assert_eq!(closest("certs", &["certificates"]), Some("certificates"));
+        assert_eq!(closest("path", &["path_prefix", "path_regex"]), None);
+        assert_eq!(closest("ab", &["abc_long"]), None);
     }
 
     #[test]
