@@ -16,6 +16,7 @@ mod body;
 mod client_io;
 mod forward;
 mod h1;
+mod handover;
 mod headers;
 mod listener;
 pub mod metrics;
@@ -27,6 +28,7 @@ mod tunnel;
 mod upstream;
 
 pub use client_io::ClientIo;
+pub use handover::begin_handover;
 pub use forward::{Forwarder, RequestCtx};
 /// hopgate's HTTP/1.1 codec, public for the fuzz targets and benches.
 pub mod http1 {

@@ -4,12 +4,12 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 use arc_swap::ArcSwap;
-use tokio::net::TcpListener;
 use tokio::sync::{watch, Mutex};
 use tokio::task::JoinHandle;
 
@@ -23,6 +23,8 @@ use hopgate_core::session::SessionKeys;
 use hopgate_proxy::{serve_listener, Forwarder, ListenerCtx, ListenerSettings};
 use hopgate_store::{MemoryStore, RedisOptions, RedisStore, SessionStore, Sessions};
 
+use crate::listenfd::{obtain, Inherited, Kind};
+
 /// One running listener.
 struct Running {
     name: String,
@@ -32,19 +34,22 @@ struct Running {
     settings: Arc<ArcSwap<ListenerSettings>>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    /// A duplicate of the listening socket, to hand to a new process
+    /// (closed with this value).
+    fd: OwnedFd,
 }
 
 /// The listeners, reconciled with every applied config.
 struct Listeners {
     forwarder: Forwarder,
     running: Mutex<Vec<Running>>,
+    /// Sockets from systemd or the previous process, claimed at start.
+    inherited: parking_lot::Mutex<Inherited>,
 }
 
 impl Listeners {
     async fn start(&self, l: &ListenerConfig, cfg: &Config) -> anyhow::Result<Running> {
-        let sock = TcpListener::bind(l.address)
-            .await
-            .with_context(|| format!("cannot listen on {} (listener {:?})", l.address, l.name))?;
+        let (sock, fd) = obtain(&self.inherited, Kind::Listener, &l.name, l.address).await?;
         let bound = sock.local_addr()?;
         let settings = Arc::new(ArcSwap::from_pointee(ListenerSettings::from_config(l, cfg)));
         let (stop, rx) = watch::channel(false);
@@ -61,6 +66,7 @@ impl Listeners {
             settings,
             stop,
             task,
+            fd,
         })
     }
 
@@ -110,6 +116,70 @@ impl Listeners {
         }
         *running = keep;
     }
+
+    /// Stops every accept loop and closes this process's duplicates of the
+    /// sockets; returns the listeners' tasks, which end once drained.
+    async fn stop_all(&self) -> Vec<JoinHandle<()>> {
+        self.running
+            .lock()
+            .await
+            .drain(..)
+            .map(|r| {
+                let _ = r.stop.send(true);
+                r.task
+            })
+            .collect()
+    }
+}
+
+/// What the upgrade socket gives a new process: the listening sockets and
+/// the session bindings.
+pub(crate) struct HandoverSource {
+    live: Arc<Listeners>,
+    /// The admin API's configured address (as at start) and socket.
+    admin: (SocketAddr, Arc<OwnedFd>),
+    memory: Option<(Arc<MemoryStore>, PathBuf)>,
+}
+
+impl HandoverSource {
+    /// Duplicates of every listening socket: (kind, configured address,
+    /// name, descriptor).
+    pub(crate) async fn sockets(&self) -> anyhow::Result<Vec<(Kind, SocketAddr, String, OwnedFd)>> {
+        let running = self.live.running.lock().await;
+        let mut out = Vec::with_capacity(running.len() + 1);
+        for r in running.iter() {
+            out.push((
+                Kind::Listener,
+                r.configured,
+                r.name.clone(),
+                r.fd.try_clone()?,
+            ));
+        }
+        out.push((
+            Kind::Admin,
+            self.admin.0,
+            "admin".to_owned(),
+            self.admin.1.try_clone()?,
+        ));
+        Ok(out)
+    }
+
+    /// Saves the memory store to `store.path` now, so the new process
+    /// loads what this one knows; the number of bindings saved.
+    pub(crate) async fn save_sessions(&self) -> Option<usize> {
+        let (store, path) = self.memory.clone()?;
+        match tokio::task::spawn_blocking(move || store.save(&path)).await {
+            Ok(Ok(n)) => Some(n),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "upgrade: cannot save the session bindings for the new process");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "upgrade: session save task failed");
+                None
+            }
+        }
+    }
 }
 
 /// Session keys (from the environment) and the store (the memory store,
@@ -125,7 +195,7 @@ async fn start_sessions(
     cfg: &Config,
     replica_id: &str,
     mut stop: watch::Receiver<bool>,
-) -> anyhow::Result<(Arc<Sessions>, JoinHandle<()>)> {
+) -> anyhow::Result<(Arc<Sessions>, JoinHandle<()>, Option<Arc<MemoryStore>>)> {
     let scfg = &cfg.sessions;
     let previous: Vec<Vec<u8>> = scfg
         .previous_secrets_env
@@ -223,6 +293,7 @@ async fn start_sessions(
     });
     let path = cfg.store.path.clone();
     let interval = cfg.store.persist_interval;
+    let handover = saved.clone();
     let task = tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval.min(std::time::Duration::from_secs(60)));
         tick.tick().await;
@@ -258,7 +329,7 @@ async fn start_sessions(
             }
         }
     });
-    Ok((sessions, task))
+    Ok((sessions, task, handover))
 }
 
 /// This replica's id: `replica_id` from the config, else hostname and the
@@ -303,12 +374,25 @@ pub(crate) struct Gateway {
     config_path: Option<PathBuf>,
     live: Arc<Listeners>,
     shutdown: watch::Sender<bool>,
+    /// Ends tunnels (WebSockets get 1012): with `shutdown` on SIGTERM, at
+    /// the drain deadline after a handover.
+    tunnel_stop: watch::Sender<bool>,
+    /// The admin API's socket (a duplicate, for a handover).
+    admin_fd: Arc<OwnedFd>,
+    /// The memory store, saved for a new process at a handover.
+    memory: Option<Arc<MemoryStore>>,
     tasks: Vec<JoinHandle<()>>,
     session_stop: watch::Sender<bool>,
     session_task: JoinHandle<()>,
     admin_stop: watch::Sender<bool>,
     admin_task: JoinHandle<()>,
+    /// `admin.address` as configured at start.
+    admin_configured: SocketAddr,
 }
+
+/// How long tunnels get to send their 1012 close frames after the drain
+/// deadline of a handover.
+const TUNNEL_CLOSE_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Gateway {
     /// Binds every listener and the admin API and starts serving.
@@ -316,6 +400,7 @@ impl Gateway {
         cfg: Config,
         source: Source,
         config_path: Option<PathBuf>,
+        inherited: Inherited,
     ) -> anyhow::Result<Gateway> {
         let token = match &cfg.admin.token_env {
             Some(var) => Some(
@@ -332,12 +417,13 @@ impl Gateway {
         // Sessions stop after the listeners have drained, so the final save
         // includes the bindings of the last requests.
         // The admin socket is bound first: its port names this replica.
-        let admin_sock = TcpListener::bind(cfg.admin.address)
-            .await
-            .with_context(|| format!("cannot listen on {} (admin)", cfg.admin.address))?;
+        let inherited = parking_lot::Mutex::new(inherited);
+        let (admin_sock, admin_fd) =
+            obtain(&inherited, Kind::Admin, "admin", cfg.admin.address).await?;
         let admin_addr = admin_sock.local_addr()?;
+        let admin_configured = cfg.admin.address;
         let (session_stop, session_rx) = watch::channel(false);
-        let (sessions, session_task) =
+        let (sessions, session_task, memory) =
             start_sessions(&cfg, &replica_id(&cfg, admin_addr), session_rx).await?;
         let pool_size = cfg
             .services
@@ -348,11 +434,13 @@ impl Gateway {
         let maintenance =
             Maintenance::new(Arc::clone(control.snapshot()), cfg.maintenance, pool_size);
         let (maint_tx, mut maint_rx) = tokio::sync::mpsc::channel(1024);
+        let (tunnel_stop, tunnel_rx) = watch::channel(false);
         let live = Arc::new(Listeners {
             forwarder: Forwarder::new(Arc::clone(control.snapshot()), Some(Arc::clone(&sessions)))
-                .with_stopping(rx.clone())
+                .with_stopping(tunnel_rx)
                 .with_maintenance(maint_tx),
             running: Mutex::new(Vec::new()),
+            inherited,
         });
         let mut listeners = Vec::new();
         {
@@ -363,6 +451,7 @@ impl Gateway {
                 running.push(r);
             }
         }
+        live.inherited.lock().close_rest();
         let admin = Admin::with_maintenance(
             Arc::clone(&control),
             token,
@@ -428,11 +517,15 @@ impl Gateway {
             config_path,
             live,
             shutdown,
+            tunnel_stop,
+            admin_fd: Arc::new(admin_fd),
+            memory,
             tasks,
             session_stop,
             session_task,
             admin_stop,
             admin_task,
+            admin_configured,
         })
     }
 
@@ -517,6 +610,62 @@ impl Gateway {
         }
     }
 
+    /// The sockets and sessions the upgrade socket hands over.
+    pub(crate) fn handover_source(&self) -> HandoverSource {
+        let cfg = &self.control.snapshot().load().config;
+        let memory = match (&self.memory, &cfg.store.path) {
+            (Some(m), Some(p)) => Some((Arc::clone(m), p.clone())),
+            _ => None,
+        };
+        HandoverSource {
+            live: Arc::clone(&self.live),
+            admin: (self.admin_configured, Arc::clone(&self.admin_fd)),
+            memory,
+        }
+    }
+
+    /// After a new process took the sockets: stops accepting at once (the
+    /// new process already accepts from the same sockets, so there is no
+    /// `shutdown_delay`), answers every HTTP/1.x request with
+    /// `Connection: close`, lets in-flight requests finish and keeps
+    /// tunnels open up to `timeouts.shutdown`, then closes the tunnels
+    /// (WebSockets with 1012) and returns. Session bindings were saved for
+    /// the new process at the handover; the memory store's file is the new
+    /// process's from then on, so this one does not write it again.
+    pub(crate) async fn handover_drain(self) {
+        hopgate_proxy::begin_handover();
+        self.admin.set_ready(false);
+        let timeout = self.control.snapshot().load().config.timeouts.shutdown;
+        let deadline = tokio::time::Instant::now() + timeout;
+        tracing::info!(
+            timeout_ms = timeout.as_millis() as u64,
+            "handed over to the new process: no new connections here; finishing in-flight requests and streams"
+        );
+        let _ = self.admin_stop.send(true);
+        drop(self.admin_fd);
+        let _ = self.shutdown.send(true);
+        for task in self.live.stop_all().await {
+            let _ = task.await;
+        }
+        // Tunnels (WebSockets) may run until the deadline; then 1012.
+        hopgate_proxy::wait_closed(deadline.saturating_duration_since(tokio::time::Instant::now()))
+            .await;
+        let _ = self.tunnel_stop.send(true);
+        hopgate_proxy::wait_closed(TUNNEL_CLOSE_BOUND).await;
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        if self.memory.is_some() && self.control.snapshot().load().config.store.path.is_some() {
+            self.session_task.abort();
+        } else {
+            // Redis: queued writes are flushed for the new process.
+            let _ = self.session_stop.send(true);
+            let _ = self.session_task.await;
+        }
+        let _ = self.admin_task.await;
+        tracing::info!("drained after the handover; exiting");
+    }
+
     /// Turns `/readyz` to 503 and keeps serving for
     /// `timeouts.shutdown_delay` (a second SIGTERM/SIGINT cuts it short),
     /// then stops accepting, lets in-flight requests finish (up to
@@ -543,13 +692,10 @@ impl Gateway {
         }
         tracing::info!("shutting down: no new connections; finishing in-flight requests");
         let _ = self.shutdown.send(true);
-        let running: Vec<Running> = self.live.running.lock().await.drain(..).collect();
-        for r in &running {
-            let _ = r.stop.send(true);
-        }
+        let _ = self.tunnel_stop.send(true);
         let deadline = self.control.snapshot().load().config.timeouts.shutdown;
-        for r in running {
-            let _ = r.task.await;
+        for task in self.live.stop_all().await {
+            let _ = task.await;
         }
         // Upgraded connections (WebSockets) are not part of hyper's graceful
         // shutdown: give them time to send their 1012 close frames.

@@ -18,7 +18,10 @@ mod backend;
 mod demo;
 mod fdlimit;
 mod gateway;
+mod listenfd;
 mod logwriter;
+mod sdnotify;
+mod upgrade;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -42,6 +45,15 @@ struct Cli {
 enum LogFormat {
     Text,
     Json,
+}
+
+impl LogFormat {
+    fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -68,6 +80,11 @@ struct RunArgs {
     /// embedded default (listener 127.0.0.1:8080, admin 127.0.0.1:9901).
     #[arg(long, short)]
     config: Option<PathBuf>,
+    /// Take over from the hopgate running with this config: receive its
+    /// listening sockets over `upgrade.socket` once this process has
+    /// started, then tell it to drain (a zero-downtime binary upgrade).
+    #[arg(long)]
+    upgrade: bool,
 }
 
 fn main() -> ExitCode {
@@ -76,7 +93,7 @@ fn main() -> ExitCode {
     let _flusher = init_logging(cli.log_format);
     match cli.command {
         Command::Validate { file } => validate(&file),
-        Command::Run(args) => block_on(run(args)),
+        Command::Run(args) => block_on(run(args, cli.log_format)),
         #[cfg(feature = "demo")]
         Command::Demo(args) => block_on(demo::run(args)),
         #[cfg(feature = "demo")]
@@ -197,7 +214,7 @@ fn validate(file: &Path) -> ExitCode {
     }
 }
 
-async fn run(args: RunArgs) -> anyhow::Result<()> {
+async fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
     let (text, format, source, path) = match args.config {
         Some(p) => {
             let text = std::fs::read_to_string(&p)
@@ -243,12 +260,65 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => (cfg, source, None),
         Some(etcd) => fleet_boot(cfg, source, etcd, path.as_deref()).await?,
     };
-    let mut gw = gateway::Gateway::start(cfg, source, path).await?;
+    // Sockets: from the running process (--upgrade), else from systemd.
+    let socket = upgrade::socket_path(cfg.upgrade.socket.as_deref(), path.as_deref());
+    let (taking, inherited) = if args.upgrade {
+        let (t, i) = upgrade::connect(&socket).await?;
+        (Some(t), i)
+    } else {
+        (None, listenfd::Inherited::from_systemd())
+    };
+    let mut gw = match gateway::Gateway::start(cfg, source, path.clone(), inherited).await {
+        Ok(gw) => gw,
+        Err(e) => {
+            if let Some(t) = taking {
+                t.fail(format!("{e:#}")).await;
+            }
+            return Err(e);
+        }
+    };
     let replica_id = gateway::replica_id(&gw.control.snapshot().load().config, gw.admin_addr);
     gw.start_fleet(replica_id, fleet);
+    if let Some(t) = taking {
+        if let Err(e) = t.take_over().await {
+            // This process serves either way; the old one may linger.
+            tracing::warn!(error = %format!("{e:#}"), "upgrade: the previous process did not confirm the drain");
+        }
+    }
+    let (handed_tx, mut handed_rx) = tokio::sync::oneshot::channel();
+    let server = upgrade::Server::start(&socket, gw.handover_source(), handed_tx);
     gw.print_ready();
-    gateway::wait_for_signals(&gw).await;
-    gw.shutdown().await;
+    if args.upgrade {
+        sdnotify::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
+    } else {
+        sdnotify::notify("READY=1");
+    }
+    let handed = loop {
+        let usr2 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2());
+        let usr2 = async move {
+            match usr2 {
+                Ok(mut s) => s.recv().await,
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = gateway::wait_for_signals(&gw) => break false,
+            Ok(()) = &mut handed_rx => break true,
+            _ = usr2 => {
+                tracing::info!("SIGUSR2: starting a new process to take over");
+                upgrade::spawn_new(path.as_deref(), log_format.as_str());
+            }
+        }
+    };
+    if handed {
+        gw.handover_drain().await;
+    } else {
+        if let Some(s) = server {
+            s.stop();
+        }
+        sdnotify::notify("STOPPING=1");
+        gw.shutdown().await;
+    }
     Ok(())
 }
 

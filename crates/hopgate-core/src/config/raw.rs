@@ -80,6 +80,18 @@ pub struct RawConfig {
     pub store: Option<RawStore>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<RawMaintenance>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<RawUpgrade>,
+}
+
+/// Zero-downtime binary upgrades (`hopgate run --upgrade`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpgrade {
+    /// The Unix socket the running process hands its listeners over on
+    /// (default `hopgate-upgrade.sock` next to the config file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
 }
 
 /// An address clients connect to.

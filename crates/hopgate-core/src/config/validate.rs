@@ -28,6 +28,7 @@ mod pool_limits;
 mod resilience;
 mod routes;
 mod services;
+mod upgrade;
 #[cfg(test)]
 mod tests;
 mod values;
@@ -66,6 +67,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
     let sessions = v.sessions(raw.sessions.as_ref());
     let store = v.store(raw.store.as_ref());
     let maintenance = v.maintenance(raw.maintenance.as_ref());
+    let upgrade = v.upgrade(raw.upgrade.as_ref());
     if !v.errors.is_empty() {
         return Err(v.errors);
     }
@@ -84,6 +86,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         sessions,
         store,
         maintenance,
+        upgrade,
     })
 }
 

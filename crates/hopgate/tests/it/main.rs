@@ -29,5 +29,6 @@ mod sessions;
 mod sessions_lazy;
 mod shutdown;
 mod transparency;
+mod upgrade;
 mod validate_cli;
 mod websocket;

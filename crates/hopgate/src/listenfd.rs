@@ -1,0 +1,182 @@
+//! Where listening sockets come from: inherited ones first — from systemd
+//! socket activation (`LISTEN_FDS`) or from the running process during a
+//! binary upgrade ([`crate::upgrade`]) — else a fresh `bind`.
+//!
+//! Owns matching inherited sockets to the config's listeners and admin API
+//! and closing the ones no listener claims. Must not touch: serving (the
+//! gateway starts the accept loops on whatever this returns).
+
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+/// What an inherited socket serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Listener,
+    Admin,
+}
+
+impl Kind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Kind::Listener => "listener",
+            Kind::Admin => "admin",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Kind> {
+        match s {
+            "listener" => Some(Kind::Listener),
+            "admin" => Some(Kind::Admin),
+            _ => None,
+        }
+    }
+}
+
+/// One listening socket this process did not bind.
+pub(crate) struct Handed {
+    pub(crate) kind: Kind,
+    /// The listener's name (`admin` for the admin API).
+    pub(crate) name: String,
+    /// The address the previous process's config gave it (port 0 included);
+    /// `None` from systemd, where only the name or the bound address count.
+    pub(crate) configured: Option<SocketAddr>,
+    pub(crate) sock: std::net::TcpListener,
+}
+
+/// Sockets inherited at start, taken one by one as listeners claim them.
+#[derive(Default)]
+pub(crate) struct Inherited {
+    socks: Vec<Handed>,
+    /// Where they came from, for the log.
+    from: &'static str,
+}
+
+impl Inherited {
+    pub(crate) fn none() -> Inherited {
+        Inherited::default()
+    }
+
+    pub(crate) fn handed_over(socks: Vec<Handed>) -> Inherited {
+        Inherited {
+            socks,
+            from: "the previous process",
+        }
+    }
+
+    /// systemd socket activation: `LISTEN_FDS` sockets from fd 3 on, for
+    /// this process (`LISTEN_PID`), named by `LISTEN_FDNAMES`. A socket
+    /// named like a listener serves it; one named `admin` serves the admin
+    /// API; an unnamed one (systemd names it after the .socket unit) serves
+    /// the listener whose configured address it is bound to.
+    pub(crate) fn from_systemd() -> Inherited {
+        let mut fds = listenfd::ListenFd::from_env();
+        if fds.len() == 0 {
+            return Inherited::none();
+        }
+        let names: Vec<String> = std::env::var("LISTEN_FDNAMES")
+            .map(|v| v.split(':').map(str::to_owned).collect())
+            .unwrap_or_default();
+        let mut socks = Vec::new();
+        for i in 0..fds.len() {
+            let name = names.get(i).cloned().unwrap_or_default();
+            match fds.take_tcp_listener(i) {
+                Ok(Some(sock)) => {
+                    // Not for the processes this one starts (an upgrade's
+                    // new process gets its sockets over the upgrade socket).
+                    if let Err(e) =
+                        rustix::io::fcntl_setfd(&sock, rustix::io::FdFlags::CLOEXEC)
+                    {
+                        tracing::warn!(fd = 3 + i, error = %e, "systemd socket: cannot set close-on-exec");
+                    }
+                    let kind = if name == "admin" {
+                        Kind::Admin
+                    } else {
+                        Kind::Listener
+                    };
+                    socks.push(Handed {
+                        kind,
+                        name,
+                        configured: None,
+                        sock,
+                    });
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(fd = 3 + i, name = %name, error = %e, "systemd socket: not a TCP listening socket; ignored")
+                }
+            }
+        }
+        tracing::info!(sockets = socks.len(), "systemd socket activation");
+        Inherited {
+            socks,
+            from: "systemd",
+        }
+    }
+
+    /// The inherited socket for this listener or the admin API, if any:
+    /// from a handover, the one with the same name and the same configured
+    /// address; from systemd, the one with the name, else the one bound to
+    /// `addr`.
+    fn take(&mut self, kind: Kind, name: &str, addr: SocketAddr) -> Option<std::net::TcpListener> {
+        let by_name = self.socks.iter().position(|h| {
+            h.kind == kind
+                && (kind == Kind::Admin || h.name == name)
+                && h.configured.is_none_or(|c| c == addr)
+        });
+        let i = by_name.or_else(|| {
+            self.socks.iter().position(|h| {
+                h.configured.is_none()
+                    && addr.port() != 0
+                    && h.sock.local_addr().is_ok_and(|a| a == addr)
+            })
+        })?;
+        Some(self.socks.swap_remove(i).sock)
+    }
+
+    /// Closes every socket no listener claimed (a listener the new config
+    /// dropped or moved to another address).
+    pub(crate) fn close_rest(&mut self) {
+        for h in self.socks.drain(..) {
+            let addr = h
+                .sock
+                .local_addr()
+                .map_or_else(|_| "?".to_owned(), |a| a.to_string());
+            tracing::info!(kind = h.kind.as_str(), name = %h.name, %addr, from = self.from, "inherited socket not in the config; closed");
+        }
+    }
+}
+
+/// The listening socket of a listener (or, with [`Kind::Admin`], of the
+/// admin API): the inherited one when there is one, else a fresh bind.
+/// Also returns a duplicate of its descriptor, for a later handover.
+pub(crate) async fn obtain(
+    inherited: &parking_lot::Mutex<Inherited>,
+    kind: Kind,
+    name: &str,
+    addr: SocketAddr,
+) -> anyhow::Result<(TcpListener, OwnedFd)> {
+    let what = match kind {
+        Kind::Admin => "admin".to_owned(),
+        Kind::Listener => format!("listener {name:?}"),
+    };
+    let taken = inherited.lock().take(kind, name, addr);
+    let sock = match taken {
+        Some(sock) => {
+            sock.set_nonblocking(true)
+                .with_context(|| format!("inherited socket of {what}"))?;
+            tracing::debug!(%what, "using an inherited socket");
+            TcpListener::from_std(sock).with_context(|| format!("inherited socket of {what}"))?
+        }
+        None => TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} ({what})"))?,
+    };
+    let dup = std::os::fd::AsFd::as_fd(&sock)
+        .try_clone_to_owned()
+        .with_context(|| format!("cannot duplicate the socket of {what}"))?;
+    Ok((sock, dup))
+}
