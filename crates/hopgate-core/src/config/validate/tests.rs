@@ -1789,6 +1789,9 @@ fn nasty_values_never_panic() {
                 breaker_failures: t(),
                 breaker_reset: t(),
             }),
+            upgrade: Some(crate::config::raw::RawUpgrade {
+                socket: Some(s.into()),
+            }),
         };
         let errs = validate(&raw).expect_err("every field is nonsense");
         for e in &errs {
