@@ -412,3 +412,110 @@ fn temp_config(text: &str) -> PathBuf {
     std::fs::write(&p, text).unwrap();
     p
 }
+
+#[tokio::test]
+async fn session_bindings_move_to_the_new_process() {
+    let backends = [
+        Backend::start("n1").await,
+        Backend::start("n2").await,
+        Backend::start("n3").await,
+    ];
+    let socket = temp_path("sock");
+    let store = temp_path("sessions");
+    let config = temp_path("yaml");
+    let nodes: String = backends
+        .iter()
+        .map(|b| format!("{{ id: {}, address: \"{}\" }}, ", b.id, b.addr))
+        .collect();
+    // persist_interval far beyond the test: only the handover saves.
+    std::fs::write(
+        &config,
+        format!(
+            "listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\n\
+             timeouts: {{ shutdown: 2s }}\nupgrade: {{ socket: {} }}\n\
+             sessions: {{ secret_env: HG_SECRET, ttl: 1h }}\nstore: {{ path: {}, persist_interval: 1h }}\n\
+             services:\n  - {{ name: app, nodes: [ {nodes} ] }}\n\
+             routes:\n  - {{ id: all, match: {{ path_prefix: / }}, service: app }}\n",
+            socket.display(),
+            store.display()
+        ),
+    )
+    .unwrap();
+    let env = [("HG_SECRET", "upgrade-test-secret-0123456789abcdef")];
+    let mut old = Proc::start(&config, false, &env).await.expect("starts");
+    let c = client();
+    let get = |addr: SocketAddr, token: Option<String>| {
+        let c = c.clone();
+        async move {
+            let mut req = c.get(format!("http://{addr}/"));
+            if let Some(t) = token {
+                req = req.header("hop-session", t);
+            }
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            let token = r
+                .headers()
+                .get("hop-session")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let v: serde_json::Value = r.json().await.unwrap();
+            (v["node"].as_str().unwrap().to_owned(), token)
+        }
+    };
+    let mut sessions = Vec::new();
+    for _ in 0..6 {
+        let (node, token) = get(old.addr, None).await;
+        let token = token.expect("a session is issued");
+        // Bound when the client comes back with its token.
+        assert_eq!(get(old.addr, Some(token.clone())).await.0, node);
+        sessions.push((node, token));
+    }
+    let next = Proc::start(&config, true, &env).await.expect("upgrade");
+    assert!(
+        next.logs().contains("loaded 6 sessions"),
+        "the new process loads what the old one saved at the handover:\n{}\nold:\n{}",
+        next.logs(),
+        old.logs()
+    );
+    assert_eq!(old.exit_code().await, Some(0));
+    for (node, token) in &sessions {
+        let (served, _) = get(next.addr, Some(token.clone())).await;
+        assert_eq!(&served, node, "the binding moved with the handover");
+    }
+    let _ = std::fs::remove_file(&config);
+    let _ = std::fs::remove_file(&store);
+}
+
+#[tokio::test]
+async fn systemd_socket_activation_and_readiness() {
+    let b = Backend::start("n1").await;
+    let config = temp_config(&yaml(b.addr, &temp_path("sock"), None));
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        Command::new("python3")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/py/systemd_activate.py"))
+            .arg(BIN)
+            .arg(&config)
+            .output(),
+    )
+    .await
+    .expect("the systemd stand-in finishes")
+    .expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let value = |key: &str| {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(&format!("{key}=")))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let port = value("port").first().cloned().unwrap_or_default();
+    assert!(!port.is_empty(), "{text}");
+    let listening = value("listening").first().cloned().unwrap_or_default();
+    assert!(
+        listening.ends_with(&format!("addr=127.0.0.1:{port}")),
+        "the listener serves the socket systemd passed: {text}"
+    );
+    assert_eq!(value("notify"), ["READY=1", "STOPPING=1"], "{text}");
+    assert_eq!(value("status"), ["200"], "{text}");
+    assert_eq!(value("exit"), ["0"], "{text}");
+    let _ = std::fs::remove_file(&config);
+}
