@@ -287,6 +287,10 @@ async fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
     }
     let (handed_tx, mut handed_rx) = tokio::sync::oneshot::channel();
     let server = upgrade::Server::start(&socket, gw.handover_source(), handed_tx);
+    // Installed before the ready lines: a SIGUSR2 right after them is
+    // never the default action (exit).
+    let mut usr2 =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2()).ok();
     gw.print_ready();
     if args.upgrade {
         sdnotify::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
@@ -294,11 +298,10 @@ async fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
         sdnotify::notify("READY=1");
     }
     let handed = loop {
-        let usr2 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2());
-        let usr2 = async move {
-            match usr2 {
-                Ok(mut s) => s.recv().await,
-                Err(_) => std::future::pending().await,
+        let usr2 = async {
+            match usr2.as_mut() {
+                Some(s) => s.recv().await,
+                None => std::future::pending().await,
             }
         };
         tokio::select! {

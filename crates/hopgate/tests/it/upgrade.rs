@@ -519,3 +519,44 @@ async fn systemd_socket_activation_and_readiness() {
     assert_eq!(value("exit"), ["0"], "{text}");
     let _ = std::fs::remove_file(&config);
 }
+
+#[tokio::test]
+async fn sigusr2_starts_the_new_process_itself() {
+    let b = Backend::start("n1").await;
+    let socket = temp_path("sock");
+    let config = temp_config(&yaml(b.addr, &socket, None));
+    let mut old = Proc::start(&config, false, &[]).await.expect("starts");
+    old.signal("USR2");
+    // The new process is the old one's child: its pid is in the old log.
+    assert_eq!(old.exit_code().await, Some(0), "{}", old.logs());
+    let logs = old.logs();
+    let pid: u32 = logs
+        .lines()
+        .find(|l| l.contains("SIGUSR2: started the new process"))
+        .and_then(|l| l.split("pid=").nth(1))
+        .and_then(|p| p.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no new pid in {logs}"));
+    assert!(logs.contains("handed over to the new process"), "{logs}");
+    // It serves on the same socket, and the old one is gone.
+    let r = client().get(format!("http://{}/", old.addr)).send().await;
+    let kill = |sig: &str| {
+        std::process::Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    let status = r.map(|r| r.status().as_u16());
+    assert!(kill("TERM"), "the new process runs");
+    assert_eq!(status.ok(), Some(200));
+    for _ in 0..200 {
+        if !kill("0") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!kill("0"), "the new process exits on SIGTERM");
+    let _ = std::fs::remove_file(&config);
+}
