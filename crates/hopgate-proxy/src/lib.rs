@@ -28,8 +28,8 @@ mod tunnel;
 mod upstream;
 
 pub use client_io::ClientIo;
-pub use handover::begin_handover;
 pub use forward::{Forwarder, RequestCtx};
+pub use handover::begin_handover;
 /// hopgate's HTTP/1.1 codec, public for the fuzz targets and benches.
 pub mod http1 {
     pub use crate::h1::*;

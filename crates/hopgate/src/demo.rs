@@ -91,7 +91,13 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
                 .join("; ")
         )
     })?;
-    let gw = Gateway::start(cfg, Source::Embedded, None, crate::listenfd::Inherited::none()).await?;
+    let gw = Gateway::start(
+        cfg,
+        Source::Embedded,
+        None,
+        crate::listenfd::Inherited::none(),
+    )
+    .await?;
     gw.print_ready();
     let public = gw.listeners[0].1;
     println!();

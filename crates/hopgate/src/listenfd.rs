@@ -87,9 +87,7 @@ impl Inherited {
                 Ok(Some(sock)) => {
                     // Not for the processes this one starts (an upgrade's
                     // new process gets its sockets over the upgrade socket).
-                    if let Err(e) =
-                        rustix::io::fcntl_setfd(&sock, rustix::io::FdFlags::CLOEXEC)
-                    {
+                    if let Err(e) = rustix::io::fcntl_setfd(&sock, rustix::io::FdFlags::CLOEXEC) {
                         tracing::warn!(fd = 3 + i, error = %e, "systemd socket: cannot set close-on-exec");
                     }
                     let kind = if name == "admin" {

@@ -107,7 +107,12 @@ impl Wire {
             return Err(std::io::Error::other("too many sockets for one message"));
         }
         let bytes = text.as_bytes();
-        let n = sendmsg(&self.s, &[IoSlice::new(bytes)], &mut control, SendFlags::empty())?;
+        let n = sendmsg(
+            &self.s,
+            &[IoSlice::new(bytes)],
+            &mut control,
+            SendFlags::empty(),
+        )?;
         self.s.write_all(&bytes[n..])
     }
 
@@ -204,7 +209,8 @@ pub(crate) async fn connect(path: &Path) -> anyhow::Result<(Taking, Inherited)> 
             else {
                 anyhow::bail!("--upgrade: bad socket line {l:?}");
             };
-            let kind = Kind::parse(kind).with_context(|| format!("--upgrade: bad kind in {l:?}"))?;
+            let kind =
+                Kind::parse(kind).with_context(|| format!("--upgrade: bad kind in {l:?}"))?;
             let addr: SocketAddr = addr
                 .parse()
                 .with_context(|| format!("--upgrade: bad address in {l:?}"))?;
@@ -226,7 +232,11 @@ pub(crate) async fn connect(path: &Path) -> anyhow::Result<(Taking, Inherited)> 
                 sock: std::net::TcpListener::from(fd),
             })
             .collect::<Vec<_>>();
-        tracing::info!(sockets = socks.len(), old_pid, "upgrade: received the listening sockets");
+        tracing::info!(
+            sockets = socks.len(),
+            old_pid,
+            "upgrade: received the listening sockets"
+        );
         Ok((Taking { wire, old_pid }, Inherited::handed_over(socks)))
     })
     .await?
@@ -260,7 +270,10 @@ impl Taking {
                 })
         })
         .await??;
-        tracing::info!(old_pid, "upgrade: serving; the previous process is draining");
+        tracing::info!(
+            old_pid,
+            "upgrade: serving; the previous process is draining"
+        );
         Ok(())
     }
 }
@@ -432,7 +445,10 @@ async fn hand_over(
     };
     tracing::info!(new_pid = %new_pid, "upgrade: a new process asks for the listening sockets");
     if let Some(n) = source.save_sessions().await {
-        tracing::info!(bindings = n, "upgrade: session bindings saved for the new process");
+        tracing::info!(
+            bindings = n,
+            "upgrade: session bindings saved for the new process"
+        );
     }
     let socks = source.sockets().await?;
     let mut text = format!("FDS {}\n", socks.len());
@@ -486,7 +502,10 @@ pub(crate) fn spawn_new(config: Option<&Path>, log_format: &str) {
         }
     };
     let mut cmd = tokio::process::Command::new(&exe);
-    cmd.arg("--log-format").arg(log_format).arg("run").arg("--upgrade");
+    cmd.arg("--log-format")
+        .arg(log_format)
+        .arg("run")
+        .arg("--upgrade");
     if let Some(c) = config {
         cmd.arg("--config").arg(c);
     }

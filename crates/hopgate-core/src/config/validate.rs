@@ -28,9 +28,9 @@ mod pool_limits;
 mod resilience;
 mod routes;
 mod services;
-mod upgrade;
 #[cfg(test)]
 mod tests;
+mod upgrade;
 mod values;
 
 use values::check_label;

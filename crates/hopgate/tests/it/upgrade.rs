@@ -20,8 +20,11 @@ use crate::harness::{addr_after, client, temp_path, Backend, BIN};
 /// A `hopgate run` process started on a config file.
 struct Proc {
     child: Child,
+    /// The first listener's address.
     addr: SocketAddr,
     admin: SocketAddr,
+    /// Every listener: (name, address).
+    listeners: Vec<(String, SocketAddr)>,
     log: PathBuf,
 }
 
@@ -48,9 +51,15 @@ impl Proc {
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut got = Vec::new();
         let read = async {
-            while got.len() < 2 {
+            loop {
                 match lines.next_line().await {
-                    Ok(Some(l)) => got.push(l),
+                    Ok(Some(l)) => {
+                        let admin = l.starts_with("hopgate admin listening");
+                        got.push(l);
+                        if admin {
+                            break;
+                        }
+                    }
                     _ => break,
                 }
             }
@@ -58,7 +67,10 @@ impl Proc {
         tokio::time::timeout(Duration::from_secs(60), read)
             .await
             .expect("the process neither started nor exited");
-        if got.len() < 2 {
+        if !got
+            .last()
+            .is_some_and(|l| l.starts_with("hopgate admin listening"))
+        {
             let code = tokio::time::timeout(Duration::from_secs(30), child.wait())
                 .await
                 .expect("exits")
@@ -69,12 +81,28 @@ impl Proc {
             return Err(format!("exit {code:?}\n{stderr}"));
         }
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let listeners = got[..got.len() - 1]
+            .iter()
+            .map(|l| {
+                let name = l.split("name=").nth(1).unwrap().split(' ').next().unwrap();
+                (name.to_owned(), addr_after(l, "addr="))
+            })
+            .collect::<Vec<_>>();
         Ok(Proc {
             child,
-            addr: addr_after(&got[0], "addr="),
-            admin: addr_after(&got[1], "addr="),
+            addr: listeners[0].1,
+            admin: addr_after(got.last().unwrap(), "addr="),
+            listeners,
             log,
         })
+    }
+
+    fn listener(&self, name: &str) -> SocketAddr {
+        self.listeners
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no listener {name} in {:?}", self.listeners))
+            .1
     }
 
     fn logs(&self) -> String {
@@ -133,7 +161,10 @@ struct Tally {
 }
 
 impl Tally {
-    fn record(&self, r: Result<reqwest::Response, reqwest::Error>) -> impl std::future::Future<Output = ()> + '_ {
+    fn record(
+        &self,
+        r: Result<reqwest::Response, reqwest::Error>,
+    ) -> impl std::future::Future<Output = ()> + '_ {
         async move {
             match r {
                 Ok(resp) if resp.status() == 200 => match resp.bytes().await {
@@ -160,7 +191,12 @@ impl Tally {
 
 /// Clients looping on `url` until `stop`: keep-alive ones (a pooled
 /// client) and ones opening a new connection per request.
-fn load(url: String, stop: Arc<AtomicBool>, tally: Arc<Tally>, keep_alive: bool) -> tokio::task::JoinHandle<()> {
+fn load(
+    url: String,
+    stop: Arc<AtomicBool>,
+    tally: Arc<Tally>,
+    keep_alive: bool,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let c = reqwest::Client::builder()
             .no_proxy()
@@ -174,10 +210,13 @@ fn load(url: String, stop: Arc<AtomicBool>, tally: Arc<Tally>, keep_alive: bool)
     })
 }
 
-type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 async fn echo(ws: &mut Ws, text: &str) {
-    ws.send(Message::text(text)).await.expect("send on the WebSocket");
+    ws.send(Message::text(text))
+        .await
+        .expect("send on the WebSocket");
     let answer = tokio::time::timeout(Duration::from_secs(10), async {
         while let Some(m) = ws.next().await {
             match m.expect("WebSocket message") {
@@ -220,7 +259,8 @@ async fn five_upgrades_under_load_lose_nothing() {
     let addr = current.addr;
     let admin = current.admin;
     // The handover socket is the owner's only.
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&socket).unwrap().permissions());
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&socket).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600, "upgrade socket mode {mode:o}");
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -228,12 +268,25 @@ async fn five_upgrades_under_load_lose_nothing() {
     let fresh = Arc::new(Tally::default());
     let mut loads = Vec::new();
     for _ in 0..3 {
-        loads.push(load(format!("http://{addr}/k"), Arc::clone(&stop), Arc::clone(&keep), true));
-        loads.push(load(format!("http://{addr}/n"), Arc::clone(&stop), Arc::clone(&fresh), false));
+        loads.push(load(
+            format!("http://{addr}/k"),
+            Arc::clone(&stop),
+            Arc::clone(&keep),
+            true,
+        ));
+        loads.push(load(
+            format!("http://{addr}/n"),
+            Arc::clone(&stop),
+            Arc::clone(&fresh),
+            false,
+        ));
     }
     let stop_file = temp_path("stop");
     let py = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/py/new_conn_loop.py"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/it/py/new_conn_loop.py"
+        ))
         .args(["127.0.0.1", &addr.port().to_string()])
         .arg(&stop_file)
         .stdout(Stdio::piped())
@@ -254,7 +307,9 @@ async fn five_upgrades_under_load_lose_nothing() {
         // Let the slow request reach the backend.
         tokio::time::sleep(Duration::from_millis(200)).await;
 
-        let next = Proc::start(&config, true, &[]).await.unwrap_or_else(|e| panic!("round {round}: upgrade failed: {e}"));
+        let next = Proc::start(&config, true, &[])
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: upgrade failed: {e}"));
         let ready_at = std::time::Instant::now();
         assert_eq!(next.addr, addr, "the new process serves the same socket");
         assert_eq!(next.admin, admin, "and the same admin socket");
@@ -269,9 +324,16 @@ async fn five_upgrades_under_load_lose_nothing() {
         );
         let slow = slow.await.unwrap().expect("the slow request completes");
         assert_eq!(slow.status(), 200, "round {round}");
-        assert_eq!(current.exit_code().await, Some(0), "round {round}: old process exit");
+        assert_eq!(
+            current.exit_code().await,
+            Some(0),
+            "round {round}: old process exit"
+        );
         let old_logs = current.logs();
-        assert!(old_logs.contains("handed over to the new process"), "{old_logs}");
+        assert!(
+            old_logs.contains("handed over to the new process"),
+            "{old_logs}"
+        );
         current = next;
         assert!(current.running());
         // The new process took the handover socket over.
@@ -292,14 +354,31 @@ async fn five_upgrades_under_load_lose_nothing() {
     let py_out = String::from_utf8_lossy(&out.stdout).into_owned();
     let _ = std::fs::remove_file(&stop_file);
 
-    for (what, t) in [("keep-alive", &keep), ("new connection per request", &fresh)] {
+    for (what, t) in [
+        ("keep-alive", &keep),
+        ("new connection per request", &fresh),
+    ] {
         let errors = t.errors.lock().clone();
-        assert_eq!(t.refused.load(Ordering::Relaxed), 0, "{what}: refused: {errors:?}");
-        assert_eq!(t.failed.load(Ordering::Relaxed), 0, "{what}: failed: {errors:?}");
-        assert!(t.ok.load(Ordering::Relaxed) > 100, "{what}: too little traffic");
+        assert_eq!(
+            t.refused.load(Ordering::Relaxed),
+            0,
+            "{what}: refused: {errors:?}"
+        );
+        assert_eq!(
+            t.failed.load(Ordering::Relaxed),
+            0,
+            "{what}: failed: {errors:?}"
+        );
+        assert!(
+            t.ok.load(Ordering::Relaxed) > 100,
+            "{what}: too little traffic"
+        );
     }
     let first = py_out.lines().next().unwrap_or_default();
-    assert!(first.starts_with("ok=") && first.contains(" failed=0 refused=0"), "python client: {py_out}");
+    assert!(
+        first.starts_with("ok=") && first.contains(" failed=0 refused=0"),
+        "python client: {py_out}"
+    );
     let py_ok: u64 = first
         .trim_start_matches("ok=")
         .split(' ')
@@ -340,15 +419,25 @@ async fn a_new_process_that_fails_leaves_the_old_one_serving() {
     // ever contacts the old one.
     let broken = good.replace("address: 127.0.0.1:0 }\nadmin", "address: nowhere }\nadmin");
     std::fs::write(&config, &broken).unwrap();
-    let e = Proc::start(&config, true, &[]).await.err().expect("refuses a broken config");
+    let e = Proc::start(&config, true, &[])
+        .await
+        .err()
+        .expect("refuses a broken config");
     assert!(e.contains("config error: listeners[0].address"), "{e}");
     assert_eq!(serves(&old).await, Some(200));
 
     // A config whose new listener cannot bind: the new process received
     // the sockets, fails to start, and says why to the old one.
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    std::fs::write(&config, yaml(b.addr, &socket, Some(busy.local_addr().unwrap()))).unwrap();
-    let e = Proc::start(&config, true, &[]).await.err().expect("cannot bind");
+    std::fs::write(
+        &config,
+        yaml(b.addr, &socket, Some(busy.local_addr().unwrap())),
+    )
+    .unwrap();
+    let e = Proc::start(&config, true, &[])
+        .await
+        .err()
+        .expect("cannot bind");
     assert!(e.contains("cannot listen on"), "{e}");
     for _ in 0..100 {
         if old.logs().contains("upgrade aborted") {
@@ -358,12 +447,18 @@ async fn a_new_process_that_fails_leaves_the_old_one_serving() {
     }
     let logs = old.logs();
     assert!(
-        logs.contains("upgrade aborted") && logs.contains("failed to start") && logs.contains("cannot listen on"),
+        logs.contains("upgrade aborted")
+            && logs.contains("failed to start")
+            && logs.contains("cannot listen on"),
         "{logs}"
     );
     assert!(old.running());
     assert_eq!(serves(&old).await, Some(200));
-    let ready = c.get(format!("http://{}/readyz", old.admin)).send().await.unwrap();
+    let ready = c
+        .get(format!("http://{}/readyz", old.admin))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ready.status(), 200);
 
     // The handover socket still works: a good new process takes over.
@@ -385,23 +480,35 @@ async fn a_stale_socket_file_is_replaced_and_a_live_one_is_left_alone() {
     // A socket file nobody listens on (a process that crashed).
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
     let mut first = Proc::start(&config, false, &[]).await.expect("starts");
-    assert!(first.logs().contains("removing a stale socket"), "{}", first.logs());
+    assert!(
+        first.logs().contains("removing a stale socket"),
+        "{}",
+        first.logs()
+    );
     // A second instance on the same socket path does not steal it.
-    let second = Proc::start(
-        &temp_config(&yaml(b.addr, &socket, None)),
-        false,
-        &[],
-    )
-    .await
-    .expect("starts");
-    assert!(second.logs().contains("another running process listens on it"), "{}", second.logs());
+    let second = Proc::start(&temp_config(&yaml(b.addr, &socket, None)), false, &[])
+        .await
+        .expect("starts");
+    assert!(
+        second
+            .logs()
+            .contains("another running process listens on it"),
+        "{}",
+        second.logs()
+    );
     // SIGKILL leaves the file behind; the next start replaces it.
     first.signal("KILL");
     let _ = first.exit_code().await;
     assert!(socket.exists());
     let third = Proc::start(&config, false, &[]).await.expect("starts");
-    assert!(third.logs().contains("removing a stale socket"), "{}", third.logs());
-    let next = Proc::start(&config, true, &[]).await.expect("upgrade of the third");
+    assert!(
+        third.logs().contains("removing a stale socket"),
+        "{}",
+        third.logs()
+    );
+    let next = Proc::start(&config, true, &[])
+        .await
+        .expect("upgrade of the third");
     assert_eq!(next.addr, third.addr);
     drop(second);
     let _ = std::fs::remove_file(&config);
@@ -492,7 +599,10 @@ async fn systemd_socket_activation_and_readiness() {
     let out = tokio::time::timeout(
         Duration::from_secs(120),
         Command::new("python3")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/py/systemd_activate.py"))
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/it/py/systemd_activate.py"
+            ))
             .arg(BIN)
             .arg(&config)
             .output(),
@@ -559,4 +669,72 @@ async fn sigusr2_starts_the_new_process_itself() {
     }
     assert!(!kill("0"), "the new process exits on SIGTERM");
     let _ = std::fs::remove_file(&config);
+}
+
+#[tokio::test]
+async fn listeners_added_moved_and_removed_across_an_upgrade() {
+    let b = Backend::start("n1").await;
+    let socket = temp_path("sock");
+    let doc = |listeners: &str| {
+        format!(
+            "listeners:\n{listeners}admin: {{ address: 127.0.0.1:0 }}\n\
+             timeouts: {{ shutdown: 2s }}\nlimits: {{ max_connections: 1000 }}\nupgrade: {{ socket: {} }}\n\
+             services:\n  - {{ name: app, nodes: [ {{ id: n1, address: \"{}\" }} ] }}\n\
+             routes:\n  - {{ id: all, match: {{ path_prefix: / }}, service: app }}\n",
+            socket.display(),
+            b.addr
+        )
+    };
+    let old_config = temp_config(&doc(
+        "  - { name: public, address: 127.0.0.1:0 }\n  - { name: moved, address: 127.0.0.1:0 }\n  - { name: gone, address: 127.0.0.1:0 }\n",
+    ));
+    // No process listens on the socket yet: --upgrade says so and stops.
+    let e = Proc::start(&old_config, true, &[])
+        .await
+        .err()
+        .expect("nothing to upgrade");
+    assert!(e.contains("no running hopgate answers on"), "{e}");
+    let mut old = Proc::start(&old_config, false, &[]).await.expect("starts");
+    // The new process may run another config file with the same socket.
+    let new_config = temp_config(&doc(
+        "  - { name: public, address: 127.0.0.1:0 }\n  - { name: moved, address: 127.0.0.2:0 }\n  - { name: added, address: 127.0.0.1:0 }\n",
+    ));
+    let next = Proc::start(&new_config, true, &[]).await.expect("upgrade");
+    assert_eq!(
+        next.listener("public"),
+        old.listener("public"),
+        "public keeps its socket"
+    );
+    assert_ne!(
+        next.listener("moved"),
+        old.listener("moved"),
+        "moved is bound afresh"
+    );
+    assert_eq!(next.listener("moved").ip().to_string(), "127.0.0.2");
+    assert_eq!(old.exit_code().await, Some(0));
+    let logs = next.logs();
+    assert!(
+        logs.contains("inherited socket not in the config; closed") && logs.contains("name=gone"),
+        "{logs}"
+    );
+    let c = client();
+    for name in ["public", "moved", "added"] {
+        let r = c
+            .get(format!("http://{}/", next.listener(name)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{name}");
+    }
+    // The sockets no listener claimed are closed with the old process.
+    for name in ["moved", "gone"] {
+        assert!(
+            tokio::net::TcpStream::connect(old.listener(name))
+                .await
+                .is_err(),
+            "the old {name} socket still accepts"
+        );
+    }
+    let _ = std::fs::remove_file(&old_config);
+    let _ = std::fs::remove_file(&new_config);
 }

@@ -61,8 +61,15 @@ mod tests {
     fn default_and_explicit_socket() {
         let cfg = load(BASE, Format::Yaml).unwrap();
         assert_eq!(cfg.upgrade.socket, None);
-        let cfg = load(&format!("{BASE}upgrade: {{ socket: /run/hopgate/up.sock }}\n"), Format::Yaml).unwrap();
-        assert_eq!(cfg.upgrade.socket.as_deref(), Some(std::path::Path::new("/run/hopgate/up.sock")));
+        let cfg = load(
+            &format!("{BASE}upgrade: {{ socket: /run/hopgate/up.sock }}\n"),
+            Format::Yaml,
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.upgrade.socket.as_deref(),
+            Some(std::path::Path::new("/run/hopgate/up.sock"))
+        );
     }
 
     #[test]
