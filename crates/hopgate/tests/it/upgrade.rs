@@ -51,16 +51,11 @@ impl Proc {
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut got = Vec::new();
         let read = async {
-            loop {
-                match lines.next_line().await {
-                    Ok(Some(l)) => {
-                        let admin = l.starts_with("hopgate admin listening");
-                        got.push(l);
-                        if admin {
-                            break;
-                        }
-                    }
-                    _ => break,
+            while let Ok(Some(l)) = lines.next_line().await {
+                let admin = l.starts_with("hopgate admin listening");
+                got.push(l);
+                if admin {
+                    break;
                 }
             }
         };
@@ -161,25 +156,20 @@ struct Tally {
 }
 
 impl Tally {
-    fn record(
-        &self,
-        r: Result<reqwest::Response, reqwest::Error>,
-    ) -> impl std::future::Future<Output = ()> + '_ {
-        async move {
-            match r {
-                Ok(resp) if resp.status() == 200 => match resp.bytes().await {
-                    Ok(_) => {
-                        self.ok.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => self.fail(format!("body: {e:?}")),
-                },
-                Ok(resp) => self.fail(format!("status {}", resp.status())),
-                Err(e) if e.is_connect() => {
-                    self.refused.fetch_add(1, Ordering::Relaxed);
-                    self.errors.lock().push(format!("connect: {e:?}"));
+    async fn record(&self, r: Result<reqwest::Response, reqwest::Error>) {
+        match r {
+            Ok(resp) if resp.status() == 200 => match resp.bytes().await {
+                Ok(_) => {
+                    self.ok.fetch_add(1, Ordering::Relaxed);
                 }
-                Err(e) => self.fail(format!("{e:?}")),
+                Err(e) => self.fail(format!("body: {e:?}")),
+            },
+            Ok(resp) => self.fail(format!("status {}", resp.status())),
+            Err(e) if e.is_connect() => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                self.errors.lock().push(format!("connect: {e:?}"));
             }
+            Err(e) => self.fail(format!("{e:?}")),
         }
     }
 
