@@ -93,7 +93,16 @@ fn main() -> ExitCode {
     let _flusher = init_logging(cli.log_format);
     match cli.command {
         Command::Validate { file } => validate(&file),
-        Command::Run(args) => block_on(run(args, cli.log_format)),
+        Command::Run(args) => {
+            // Read (and unset) before the runtime's threads exist: the
+            // variables are removed from the environment.
+            let systemd = if args.upgrade {
+                listenfd::Inherited::none()
+            } else {
+                listenfd::Inherited::from_systemd()
+            };
+            block_on(run(args, cli.log_format, systemd))
+        }
         #[cfg(feature = "demo")]
         Command::Demo(args) => block_on(demo::run(args)),
         #[cfg(feature = "demo")]
@@ -214,7 +223,11 @@ fn validate(file: &Path) -> ExitCode {
     }
 }
 
-async fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
+async fn run(
+    args: RunArgs,
+    log_format: LogFormat,
+    systemd: listenfd::Inherited,
+) -> anyhow::Result<()> {
     let (text, format, source, path) = match args.config {
         Some(p) => {
             let text = std::fs::read_to_string(&p)
@@ -266,7 +279,7 @@ async fn run(args: RunArgs, log_format: LogFormat) -> anyhow::Result<()> {
         let (t, i) = upgrade::connect(&socket).await?;
         (Some(t), i)
     } else {
-        (None, listenfd::Inherited::from_systemd())
+        (None, systemd)
     };
     let mut gw = match gateway::Gateway::start(cfg, source, path.clone(), inherited).await {
         Ok(gw) => gw,

@@ -53,6 +53,9 @@ const MAX_FDS: usize = 64;
 /// How long either side waits for a protocol line (not for the new
 /// process's start-up, see [`START_BOUND`]).
 const LINE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the new process waits for the sockets (the old process saves
+/// its session bindings first, which takes a while for a large store).
+const HANDOVER_BOUND: Duration = Duration::from_secs(60);
 /// How long the old process waits for the new one to start and say
 /// `DRAIN` or `FAIL` before giving up on it and serving on.
 const START_BOUND: Duration = Duration::from_secs(120);
@@ -189,7 +192,7 @@ pub(crate) async fn connect(path: &Path) -> anyhow::Result<(Taking, Inherited)> 
         let old_pid = rustix::net::sockopt::socket_peercred(&s)
             .ok()
             .map(|c| c.pid.as_raw_nonzero().get() as u32);
-        let mut wire = Wire::new(s, LINE_TIMEOUT)?;
+        let mut wire = Wire::new(s, HANDOVER_BOUND)?;
         let step = |e: std::io::Error| anyhow::anyhow!("--upgrade: {}", io_why(&e));
         wire.send(&format!("HELLO {VERSION} {}", std::process::id()))
             .map_err(step)?;

@@ -583,7 +583,7 @@ async fn session_bindings_move_to_the_new_process() {
 }
 
 #[tokio::test]
-async fn systemd_socket_activation_and_readiness() {
+async fn systemd_socket_activation_readiness_and_an_upgrade() {
     let b = Backend::start("n1").await;
     let config = temp_config(&yaml(b.addr, &temp_path("sock"), None));
     let out = tokio::time::timeout(
@@ -614,8 +614,18 @@ async fn systemd_socket_activation_and_readiness() {
         listening.ends_with(&format!("addr=127.0.0.1:{port}")),
         "the listener serves the socket systemd passed: {text}"
     );
-    assert_eq!(value("notify"), ["READY=1", "STOPPING=1"], "{text}");
-    assert_eq!(value("status"), ["200"], "{text}");
+    assert_eq!(
+        value("notify"),
+        ["READY=1", "MAINPID=<new>,READY=1", "STOPPING=1"],
+        "{text}"
+    );
+    let upgraded = value("upgraded").first().cloned().unwrap_or_default();
+    assert!(
+        upgraded.ends_with(&format!("addr=127.0.0.1:{port}")),
+        "the new process serves the socket systemd passed: {text}"
+    );
+    assert_eq!(value("old_exit"), ["0"], "{text}");
+    assert_eq!(value("status"), ["200", "200"], "{text}");
     assert_eq!(value("exit"), ["0"], "{text}");
     let _ = std::fs::remove_file(&config);
 }

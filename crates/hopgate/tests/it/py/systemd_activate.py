@@ -4,8 +4,10 @@ Binds a listening TCP socket on 127.0.0.1:0 and a notify datagram socket,
 starts `hopgate run --config CONFIG` with the listening socket as fd 3
 (LISTEN_FDS=1, LISTEN_PID=<its pid>, LISTEN_FDNAMES=public) and
 NOTIFY_SOCKET set, waits for READY=1, makes one request to the socket it
-bound itself, sends SIGTERM and waits for STOPPING=1 and the exit. Prints
-one `key=value` line per step for the Rust test to check."""
+bound itself, upgrades (`--upgrade`: the new process must report
+MAINPID=<its pid> and READY=1 and serve the same socket), sends SIGTERM to
+the new process and waits for STOPPING=1 and the exit. Prints one
+`key=value` line per step for the Rust test to check."""
 import http.client
 import os
 import signal
@@ -41,22 +43,41 @@ else:
 os.close(3)
 print(f"port={port}", flush=True)
 print("listening=" + child.stdout.readline().decode().strip(), flush=True)
-try:
-    print("notify=" + notify.recv(4096).decode().replace("\n", ","), flush=True)
-except socket.timeout:
-    print("notify=timeout", flush=True)
-conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-conn.request("GET", "/activated")
-resp = conn.getresponse()
-resp.read()
-conn.close()
-print(f"status={resp.status}", flush=True)
-child.send_signal(signal.SIGTERM)
-try:
-    print("notify=" + notify.recv(4096).decode().replace("\n", ","), flush=True)
-except socket.timeout:
-    print("notify=timeout", flush=True)
-print(f"exit={child.wait(timeout=60)}", flush=True)
+
+
+def get(path):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", path)
+    resp = conn.getresponse()
+    resp.read()
+    conn.close()
+    return resp.status
+
+
+def notified():
+    try:
+        return notify.recv(4096).decode().replace("\n", ",")
+    except socket.timeout:
+        return "timeout"
+
+
+print("notify=" + notified(), flush=True)
+print(f"status={get('/activated')}", flush=True)
+# A binary upgrade hands the socket systemd passed on to the new process,
+# which reports itself as the main process.
+new = subprocess.Popen(
+    [binary, "run", "--config", config, "--upgrade"],
+    env=dict(os.environ, NOTIFY_SOCKET=notify_path),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.DEVNULL,
+)
+print("upgraded=" + new.stdout.readline().decode().strip(), flush=True)
+print("notify=" + notified().replace(f"MAINPID={new.pid}", "MAINPID=<new>"), flush=True)
+print(f"old_exit={child.wait(timeout=60)}", flush=True)
+print(f"status={get('/upgraded')}", flush=True)
+new.send_signal(signal.SIGTERM)
+print("notify=" + notified(), flush=True)
+print(f"exit={new.wait(timeout=60)}", flush=True)
 notify.close()
 os.unlink(notify_path)
 os.rmdir(notify_dir)
