@@ -71,10 +71,10 @@ impl Inherited {
     /// this process (`LISTEN_PID`), named by `LISTEN_FDNAMES`. A socket
     /// named like a listener serves it; one named `admin` serves the admin
     /// API; an unnamed one (systemd names it after the .socket unit) serves
-    /// the listener whose configured address it is bound to. Removes
-    /// `LISTEN_FDS` and `LISTEN_PID` from the environment (so processes this
-    /// one starts do not take them for theirs): call it before any other
-    /// thread runs.
+    /// the listener whose configured address it is bound to. The
+    /// `listenfd` crate removes `LISTEN_FDS` and `LISTEN_PID` from the
+    /// environment (so processes this one starts do not take the sockets
+    /// for theirs): call it before any other thread runs.
     pub(crate) fn from_systemd() -> Inherited {
         let mut fds = listenfd::ListenFd::from_env();
         if fds.len() == 0 {
@@ -83,7 +83,6 @@ impl Inherited {
         let names: Vec<String> = std::env::var("LISTEN_FDNAMES")
             .map(|v| v.split(':').map(str::to_owned).collect())
             .unwrap_or_default();
-        std::env::remove_var("LISTEN_FDNAMES");
         let mut socks = Vec::new();
         for i in 0..fds.len() {
             let name = names.get(i).cloned().unwrap_or_default();
