@@ -181,3 +181,70 @@ pub(crate) async fn obtain(
         .with_context(|| format!("cannot duplicate the socket of {what}"))?;
     Ok((sock, dup))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sock() -> std::net::TcpListener {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap()
+    }
+
+    fn handed(kind: Kind, name: &str, configured: Option<&str>) -> Handed {
+        Handed {
+            kind,
+            name: name.to_owned(),
+            configured: configured.map(|c| c.parse().unwrap()),
+            sock: sock(),
+        }
+    }
+
+    #[test]
+    fn a_handover_matches_name_and_configured_address() {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let mut inh = Inherited::handed_over(vec![
+            handed(Kind::Listener, "public", Some("127.0.0.1:0")),
+            handed(Kind::Listener, "moved", Some("127.0.0.1:0")),
+            handed(Kind::Admin, "admin", Some("127.0.0.1:0")),
+        ]);
+        assert!(inh.take(Kind::Listener, "public", any).is_some());
+        // Taken once only.
+        assert!(inh.take(Kind::Listener, "public", any).is_none());
+        // Same name, other address: bound afresh, the old socket stays
+        // unclaimed (closed by `close_rest`).
+        let elsewhere: SocketAddr = "127.0.0.2:0".parse().unwrap();
+        assert!(inh.take(Kind::Listener, "moved", elsewhere).is_none());
+        // An unknown name never takes a handed-over socket, even the admin's.
+        assert!(inh.take(Kind::Listener, "admin", any).is_none());
+        assert!(inh.take(Kind::Admin, "admin", any).is_some());
+        assert_eq!(inh.socks.len(), 1);
+        inh.close_rest();
+        assert!(inh.socks.is_empty());
+    }
+
+    #[test]
+    fn systemd_sockets_match_by_name_then_by_bound_address() {
+        let unnamed = handed(Kind::Listener, "hopgate.socket", None);
+        let bound = unnamed.sock.local_addr().unwrap();
+        let mut inh = Inherited {
+            socks: vec![
+                handed(Kind::Listener, "public", None),
+                handed(Kind::Admin, "admin", None),
+                unnamed,
+            ],
+            from: "systemd",
+        };
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        // By name, whatever the configured address.
+        assert!(inh
+            .take(Kind::Listener, "public", "0.0.0.0:80".parse().unwrap())
+            .is_some());
+        assert!(inh.take(Kind::Admin, "admin", any).is_some());
+        // Port 0 never matches by address.
+        assert!(inh.take(Kind::Listener, "other", any).is_none());
+        let s = inh
+            .take(Kind::Listener, "other", bound)
+            .expect("by address");
+        assert_eq!(s.local_addr().unwrap(), bound);
+    }
+}

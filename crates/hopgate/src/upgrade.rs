@@ -529,3 +529,81 @@ pub(crate) fn spawn_new(config: Option<&Path>, log_format: &str) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_socket_path_sits_next_to_the_config_file() {
+        let cfg = Path::new("/etc/hopgate/hopgate.yaml");
+        assert_eq!(
+            socket_path(None, Some(cfg)),
+            Path::new("/etc/hopgate/hopgate-upgrade.sock")
+        );
+        assert_eq!(
+            socket_path(Some(Path::new("run/up.sock")), Some(cfg)),
+            Path::new("/etc/hopgate/run/up.sock")
+        );
+        assert_eq!(
+            socket_path(Some(Path::new("/run/hopgate/up.sock")), Some(cfg)),
+            Path::new("/run/hopgate/up.sock")
+        );
+        // The embedded default (no file) and a bare file name: the working
+        // directory.
+        assert_eq!(socket_path(None, None), Path::new("hopgate-upgrade.sock"));
+        assert_eq!(
+            socket_path(None, Some(Path::new("hopgate.yaml"))),
+            Path::new("hopgate-upgrade.sock")
+        );
+    }
+
+    /// What the handover relies on: the accept queue belongs to the socket,
+    /// so a connection queued but not yet accepted survives the old
+    /// process closing its descriptor, and the other descriptor accepts it.
+    #[test]
+    fn a_queued_connection_survives_closing_one_descriptor() {
+        let old = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = old.local_addr().unwrap();
+        let new = std::net::TcpListener::from(old.as_fd().try_clone_to_owned().unwrap());
+        let mut client = std::net::TcpStream::connect(addr).unwrap();
+        client.write_all(b"queued").unwrap();
+        drop(old);
+        let (mut served, _) = new.accept().unwrap();
+        let mut buf = [0u8; 6];
+        std::io::Read::read_exact(&mut served, &mut buf).unwrap();
+        assert_eq!(&buf, b"queued");
+        served.write_all(b"ok").unwrap();
+        let mut answer = [0u8; 2];
+        std::io::Read::read_exact(&mut client, &mut answer).unwrap();
+        assert_eq!(&answer, b"ok");
+    }
+
+    #[test]
+    fn descriptors_and_lines_cross_a_socket_pair() {
+        let (a, b) = StdUnixStream::pair().unwrap();
+        let mut tx = Wire::new(a, LINE_TIMEOUT).unwrap();
+        let mut rx = Wire::new(b, LINE_TIMEOUT).unwrap();
+        let l1 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let l2 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addrs = [l1.local_addr().unwrap(), l2.local_addr().unwrap()];
+        let fds = vec![OwnedFd::from(l1), OwnedFd::from(l2)];
+        tx.send_with_fds("FDS 2\nlistener\t127.0.0.1:0\tpublic\n", &fds)
+            .unwrap();
+        tx.send("END").unwrap();
+        assert_eq!(rx.line().unwrap(), "FDS 2");
+        assert_eq!(rx.line().unwrap(), "listener\t127.0.0.1:0\tpublic");
+        assert_eq!(rx.line().unwrap(), "END");
+        let got: Vec<SocketAddr> = rx
+            .fds
+            .drain(..)
+            .map(|fd| std::net::TcpListener::from(fd).local_addr().unwrap())
+            .collect();
+        assert_eq!(got, addrs);
+        drop(tx);
+        assert_eq!(
+            rx.line().unwrap_err().kind(),
+            std::io::ErrorKind::UnexpectedEof
+        );
+    }
+}
