@@ -179,20 +179,33 @@ impl Tally {
     }
 }
 
+#[derive(Clone, Copy)]
+enum Client {
+    /// HTTP/1.1, one pooled connection reused.
+    KeepAlive,
+    /// HTTP/1.1, a new connection per request.
+    NewConnection,
+    /// HTTP/2 over cleartext (prior knowledge), one connection multiplexed.
+    H2c,
+}
+
 /// Clients looping on `url` until `stop`: keep-alive ones (a pooled
 /// client) and ones opening a new connection per request.
 fn load(
     url: String,
     stop: Arc<AtomicBool>,
     tally: Arc<Tally>,
-    keep_alive: bool,
+    kind: Client,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let c = reqwest::Client::builder()
-            .no_proxy()
-            .pool_max_idle_per_host(if keep_alive { 4 } else { 0 })
-            .build()
-            .unwrap();
+        let b = reqwest::Client::builder().no_proxy();
+        let c = match kind {
+            Client::KeepAlive => b.pool_max_idle_per_host(4),
+            Client::NewConnection => b.pool_max_idle_per_host(0),
+            Client::H2c => b.http2_prior_knowledge(),
+        }
+        .build()
+        .unwrap();
         while !stop.load(Ordering::Relaxed) {
             let r = c.get(&url).send().await;
             tally.record(r).await;
@@ -256,20 +269,21 @@ async fn five_upgrades_under_load_lose_nothing() {
     let stop = Arc::new(AtomicBool::new(false));
     let keep = Arc::new(Tally::default());
     let fresh = Arc::new(Tally::default());
+    let h2 = Arc::new(Tally::default());
     let mut loads = Vec::new();
     for _ in 0..3 {
-        loads.push(load(
-            format!("http://{addr}/k"),
-            Arc::clone(&stop),
-            Arc::clone(&keep),
-            true,
-        ));
-        loads.push(load(
-            format!("http://{addr}/n"),
-            Arc::clone(&stop),
-            Arc::clone(&fresh),
-            false,
-        ));
+        for (path, tally, kind) in [
+            ("k", &keep, Client::KeepAlive),
+            ("n", &fresh, Client::NewConnection),
+            ("h2", &h2, Client::H2c),
+        ] {
+            loads.push(load(
+                format!("http://{addr}/{path}"),
+                Arc::clone(&stop),
+                Arc::clone(tally),
+                kind,
+            ));
+        }
     }
     let stop_file = temp_path("stop");
     let py = Command::new("python3")
@@ -347,6 +361,7 @@ async fn five_upgrades_under_load_lose_nothing() {
     for (what, t) in [
         ("keep-alive", &keep),
         ("new connection per request", &fresh),
+        ("HTTP/2", &h2),
     ] {
         let errors = t.errors.lock().clone();
         assert_eq!(
@@ -378,9 +393,10 @@ async fn five_upgrades_under_load_lose_nothing() {
         .unwrap();
     assert!(py_ok > 50, "python client: {py_out}");
     eprintln!(
-        "upgrade under load: keep-alive ok={}, new-connection ok={}, python {first}",
+        "upgrade under load: keep-alive ok={}, new-connection ok={}, h2c ok={}, python {first}",
         keep.ok.load(Ordering::Relaxed),
-        fresh.ok.load(Ordering::Relaxed)
+        fresh.ok.load(Ordering::Relaxed),
+        h2.ok.load(Ordering::Relaxed)
     );
 
     // Exactly one process remains, and it shuts down cleanly.
