@@ -139,9 +139,27 @@ pub(crate) struct HandoverSource {
     /// The admin API's configured address (as at start) and socket.
     admin: (SocketAddr, Arc<OwnedFd>),
     memory: Option<(Arc<MemoryStore>, PathBuf)>,
+    control: Arc<Control>,
 }
 
 impl HandoverSource {
+    /// The health verdicts of actively checked nodes: (service, node id,
+    /// address, health), `unknown` left out.
+    pub(crate) fn health(&self) -> Vec<(String, String, SocketAddr, hopgate_core::config::Health)> {
+        let snap = self.control.snapshot().load();
+        snap.services
+            .iter()
+            .filter(|s| s.health.is_some())
+            .flat_map(|s| {
+                s.nodes.iter().filter_map(|n| {
+                    let h = n.state.health();
+                    (h != hopgate_core::config::Health::Unknown)
+                        .then(|| (s.name.clone(), n.id.clone(), n.address, h))
+                })
+            })
+            .collect()
+    }
+
     /// Duplicates of every listening socket: (kind, configured address,
     /// name, descriptor).
     pub(crate) async fn sockets(&self) -> anyhow::Result<Vec<(Kind, SocketAddr, String, OwnedFd)>> {
@@ -413,6 +431,7 @@ impl Gateway {
         crate::fdlimit::check_fits(cfg.listeners.len(), cfg.limits.max_connections, nofile)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let control = Control::new(cfg.clone(), source);
+        inherited.apply_health(&control.snapshot().load());
         let (shutdown, rx) = watch::channel(false);
         // Sessions stop after the listeners have drained, so the final save
         // includes the bindings of the last requests.
@@ -621,6 +640,7 @@ impl Gateway {
             live: Arc::clone(&self.live),
             admin: (self.admin_configured, Arc::clone(&self.admin_fd)),
             memory,
+            control: Arc::clone(&self.control),
         }
     }
 

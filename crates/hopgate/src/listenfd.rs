@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 
 use anyhow::Context;
+use hopgate_core::config::Health;
 use tokio::net::TcpListener;
 
 /// What an inherited socket serves.
@@ -47,12 +48,18 @@ pub(crate) struct Handed {
     pub(crate) sock: std::net::TcpListener,
 }
 
-/// Sockets inherited at start, taken one by one as listeners claim them.
+/// A node's health verdict from the previous process: service, node id,
+/// node address, health.
+pub(crate) type HandedHealth = (String, String, SocketAddr, Health);
+
+/// Sockets inherited at start, taken one by one as listeners claim them
+/// (and, from a handover, the previous process's health verdicts).
 #[derive(Default)]
 pub(crate) struct Inherited {
     socks: Vec<Handed>,
     /// Where they came from, for the log.
     from: &'static str,
+    health: Vec<HandedHealth>,
 }
 
 impl Inherited {
@@ -60,11 +67,40 @@ impl Inherited {
         Inherited::default()
     }
 
-    pub(crate) fn handed_over(socks: Vec<Handed>) -> Inherited {
+    pub(crate) fn handed_over(socks: Vec<Handed>, health: Vec<HandedHealth>) -> Inherited {
         Inherited {
             socks,
             from: "the previous process",
+            health,
         }
+    }
+
+    /// Starts each node the previous process had a verdict on (same
+    /// service, id and address, still actively checked) with that verdict,
+    /// so a node it knew to be down is not tried again until a check
+    /// passes. Called before this process's first check, so the verdict
+    /// also wins over `health.initial`. Returns how many were applied.
+    pub(crate) fn apply_health<U>(&self, snap: &hopgate_core::snapshot::Snapshot<U>) -> usize {
+        let mut applied = 0;
+        for (service, id, addr, health) in &self.health {
+            let node = snap
+                .services
+                .iter()
+                .filter(|s| &s.name == service && s.health.is_some())
+                .flat_map(|s| s.nodes.iter())
+                .find(|n| &n.id == id && n.address == *addr);
+            if let Some(n) = node {
+                n.state.set_health(*health);
+                applied += 1;
+            }
+        }
+        if applied > 0 {
+            tracing::info!(
+                nodes = applied,
+                "upgrade: node health carried over from the previous process"
+            );
+        }
+        applied
     }
 
     /// systemd socket activation: `LISTEN_FDS` sockets from fd 3 on, for
@@ -115,6 +151,7 @@ impl Inherited {
         Inherited {
             socks,
             from: "systemd",
+            health: Vec::new(),
         }
     }
 
@@ -202,11 +239,14 @@ mod tests {
     #[test]
     fn a_handover_matches_name_and_configured_address() {
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let mut inh = Inherited::handed_over(vec![
-            handed(Kind::Listener, "public", Some("127.0.0.1:0")),
-            handed(Kind::Listener, "moved", Some("127.0.0.1:0")),
-            handed(Kind::Admin, "admin", Some("127.0.0.1:0")),
-        ]);
+        let mut inh = Inherited::handed_over(
+            vec![
+                handed(Kind::Listener, "public", Some("127.0.0.1:0")),
+                handed(Kind::Listener, "moved", Some("127.0.0.1:0")),
+                handed(Kind::Admin, "admin", Some("127.0.0.1:0")),
+            ],
+            Vec::new(),
+        );
         assert!(inh.take(Kind::Listener, "public", any).is_some());
         // Taken once only.
         assert!(inh.take(Kind::Listener, "public", any).is_none());
@@ -233,6 +273,7 @@ mod tests {
                 unnamed,
             ],
             from: "systemd",
+            health: Vec::new(),
         };
         let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
         // By name, whatever the configured address.

@@ -8,10 +8,12 @@
 //! 1. new → old: `HELLO 1 <pid>` — the new process has loaded and checked
 //!    its config (a config that fails never gets this far).
 //! 2. old → new: `FDS <n>`, then `n` lines `<kind>\t<configured address>\t<name>`,
-//!    then `END`, sent with one `sendmsg` carrying the `n` descriptors in the
-//!    same order (the public listeners and the admin API). Before it sends
-//!    them, the old process saves its session bindings (memory store with
-//!    `store.path`), so the new process loads them as it starts.
+//!    then one line `health\t<service>\t<node id>\t<address>\t<healthy|unhealthy>`
+//!    per actively checked node with a verdict, then `END`, sent with one
+//!    `sendmsg` carrying the `n` descriptors in the same order (the public
+//!    listeners and the admin API). Before it sends them, the old process
+//!    saves its session bindings (memory store with `store.path`), so the
+//!    new process loads them as it starts.
 //! 3. The new process starts completely with those sockets (a listener whose
 //!    name and configured address are unchanged reuses its socket; a new or
 //!    moved one is bound fresh) and accepts on them: both processes accept
@@ -42,6 +44,8 @@ use rustix::net::{
 };
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+
+use hopgate_core::config::Health;
 
 use crate::gateway::HandoverSource;
 use crate::listenfd::{Handed, Inherited, Kind};
@@ -171,6 +175,23 @@ fn io_why(e: &std::io::Error) -> String {
     }
 }
 
+/// One `health` line's fields: service, node id, address, verdict.
+fn parse_health(fields: &str) -> Option<(String, String, SocketAddr, Health)> {
+    let mut f = fields.split('\t');
+    let (service, id, addr, h) = (f.next()?, f.next()?, f.next()?, f.next()?);
+    let health = match h {
+        "healthy" => Health::Healthy,
+        "unhealthy" => Health::Unhealthy,
+        _ => return None,
+    };
+    Some((
+        service.to_owned(),
+        id.to_owned(),
+        addr.parse().ok()?,
+        health,
+    ))
+}
+
 // ----- the new process -----
 
 /// The new process's end of a handover in progress.
@@ -202,10 +223,15 @@ pub(crate) async fn connect(path: &Path) -> anyhow::Result<(Taking, Inherited)> 
             None => anyhow::bail!("--upgrade: the running process refused: {head}"),
         };
         let mut meta = Vec::with_capacity(n);
+        let mut health = Vec::new();
         loop {
             let l = wire.line().map_err(step)?;
             if l == "END" {
                 break;
+            }
+            if let Some(h) = l.strip_prefix("health\t") {
+                health.extend(parse_health(h));
+                continue;
             }
             let mut parts = l.splitn(3, '\t');
             let (Some(kind), Some(addr), Some(name)) = (parts.next(), parts.next(), parts.next())
@@ -240,7 +266,10 @@ pub(crate) async fn connect(path: &Path) -> anyhow::Result<(Taking, Inherited)> 
             old_pid,
             "upgrade: received the listening sockets"
         );
-        Ok((Taking { wire, old_pid }, Inherited::handed_over(socks)))
+        Ok((
+            Taking { wire, old_pid },
+            Inherited::handed_over(socks, health),
+        ))
     })
     .await?
 }
@@ -457,6 +486,14 @@ async fn hand_over(
     let mut text = format!("FDS {}\n", socks.len());
     for (kind, configured, name, _) in &socks {
         text.push_str(&format!("{}\t{configured}\t{name}\n", kind.as_str()));
+    }
+    for (service, id, addr, health) in source.health() {
+        let h = if health == Health::Healthy {
+            "healthy"
+        } else {
+            "unhealthy"
+        };
+        text.push_str(&format!("health\t{service}\t{id}\t{addr}\t{h}\n"));
     }
     text.push_str("END\n");
     let fds: Vec<OwnedFd> = socks.into_iter().map(|s| s.3).collect();

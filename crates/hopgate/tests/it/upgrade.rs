@@ -754,3 +754,65 @@ async fn listeners_added_moved_and_removed_across_an_upgrade() {
     let _ = std::fs::remove_file(&old_config);
     let _ = std::fs::remove_file(&new_config);
 }
+
+#[tokio::test]
+async fn node_health_moves_to_the_new_process() {
+    let b1 = Backend::start("n1").await;
+    let mut b2 = Backend::start("n2").await;
+    let socket = temp_path("sock");
+    let (a1, a2) = (b1.addr, b2.addr);
+    let doc = |interval: &str| {
+        format!(
+            "listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\n\
+             timeouts: {{ shutdown: 2s }}\nupgrade: {{ socket: {} }}\n\
+             services:\n  - name: app\n    health: {{ interval: {interval}, timeout: 100ms, rise: 1, fall: 1, initial: healthy }}\n    \
+             nodes: [ {{ id: n1, address: \"{}\" }}, {{ id: n2, address: \"{}\" }} ]\n\
+             routes:\n  - {{ id: all, match: {{ path_prefix: / }}, service: app }}\n",
+            socket.display(),
+            a1,
+            a2
+        )
+    };
+    let old_config = temp_config(&doc("200ms"));
+    let mut old = Proc::start(&old_config, false, &[]).await.expect("starts");
+    b2.kill().await;
+    let health_of = |admin: SocketAddr, id: &'static str| async move {
+        let v: serde_json::Value = client()
+            .get(format!("http://{admin}/admin/v1/nodes"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["id"] == id)
+            .map(|n| n["health"].as_str().unwrap().to_owned())
+            .unwrap()
+    };
+    for _ in 0..200 {
+        if health_of(old.admin, "n2").await == "unhealthy" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(health_of(old.admin, "n2").await, "unhealthy");
+    // The new process checks every hour (its first check in about 15
+    // minutes) and says `initial: healthy`: what it knows at once came
+    // from the old process.
+    let new_config = temp_config(&doc("1h"));
+    let next = Proc::start(&new_config, true, &[]).await.expect("upgrade");
+    assert_eq!(health_of(next.admin, "n2").await, "unhealthy");
+    assert_eq!(health_of(next.admin, "n1").await, "healthy");
+    assert!(
+        next.logs().contains("node health carried over"),
+        "{}",
+        next.logs()
+    );
+    assert_eq!(old.exit_code().await, Some(0));
+    let _ = std::fs::remove_file(&old_config);
+    let _ = std::fs::remove_file(&new_config);
+}
