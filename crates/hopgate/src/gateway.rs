@@ -753,22 +753,27 @@ fn next_stop_signal() -> impl std::future::Future<Output = ()> {
 }
 
 /// Waits for SIGTERM or SIGINT; reloads the config file on SIGHUP meanwhile.
-pub(crate) async fn wait_for_signals(gw: &Gateway) {
+/// The handlers are installed at the call, not at the first poll, so a
+/// signal sent right after the ready lines is never the default action.
+pub(crate) fn wait_for_signals(gw: &Gateway) -> impl std::future::Future<Output = ()> + '_ {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
         signal(SignalKind::hangup()),
-    ) else {
-        tracing::error!("cannot install signal handlers; running until killed");
-        std::future::pending::<()>().await;
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = term.recv() => { tracing::info!("SIGTERM"); return; }
-            _ = int.recv() => { tracing::info!("SIGINT"); return; }
-            _ = hup.recv() => { tracing::info!("SIGHUP: reloading the config file"); gw.reload_file(); }
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int), Ok(mut hup)) = handlers else {
+            tracing::error!("cannot install signal handlers; running until killed");
+            std::future::pending::<()>().await;
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = term.recv() => { tracing::info!("SIGTERM"); return; }
+                _ = int.recv() => { tracing::info!("SIGINT"); return; }
+                _ = hup.recv() => { tracing::info!("SIGHUP: reloading the config file"); gw.reload_file(); }
+            }
         }
     }
 }

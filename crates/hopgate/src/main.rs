@@ -300,29 +300,34 @@ async fn run(
     }
     let (handed_tx, mut handed_rx) = tokio::sync::oneshot::channel();
     let server = upgrade::Server::start(&socket, gw.handover_source(), handed_tx);
-    // Installed before the ready lines: a SIGUSR2 right after them is
-    // never the default action (exit).
-    let mut usr2 =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2()).ok();
-    gw.print_ready();
-    if args.upgrade {
-        sdnotify::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
-    } else {
-        sdnotify::notify("READY=1");
-    }
-    let handed = loop {
-        let usr2 = async {
-            match usr2.as_mut() {
-                Some(s) => s.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = gateway::wait_for_signals(&gw) => break false,
-            Ok(()) = &mut handed_rx => break true,
-            _ = usr2 => {
-                tracing::info!("SIGUSR2: starting a new process to take over");
-                upgrade::spawn_new(path.as_deref(), log_format.as_str());
+    let handed = {
+        // Every handler is installed before the ready lines, so a signal
+        // right after them is never the default action (exit); and one
+        // future across SIGUSR2s, so no SIGTERM falls between two.
+        let signals = gateway::wait_for_signals(&gw);
+        tokio::pin!(signals);
+        let mut usr2 =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2()).ok();
+        gw.print_ready();
+        if args.upgrade {
+            sdnotify::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
+        } else {
+            sdnotify::notify("READY=1");
+        }
+        loop {
+            let usr2 = async {
+                match usr2.as_mut() {
+                    Some(s) => s.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = &mut signals => break false,
+                Ok(()) = &mut handed_rx => break true,
+                _ = usr2 => {
+                    tracing::info!("SIGUSR2: starting a new process to take over");
+                    upgrade::spawn_new(path.as_deref(), log_format.as_str());
+                }
             }
         }
     };

@@ -415,7 +415,11 @@ impl Server {
                     }
                 };
                 match hand_over(stream, &source).await {
-                    Ok(wire) => {
+                    // Another process checking whether the socket is live.
+                    Ok(None) => {
+                        tracing::debug!("upgrade socket: a connection closed without a word");
+                    }
+                    Ok(Some(wire)) => {
                         // Gone before the answer: the new process binds the path.
                         drop(listener);
                         remove_if_ours(&p, ident);
@@ -450,11 +454,12 @@ impl Server {
 }
 
 /// One handover, up to the new process's `DRAIN`; the connection is
-/// returned to confirm it.
+/// returned to confirm it. `None`: the peer closed without a word (another
+/// process checking whether the socket is live, see [`bind`]).
 async fn hand_over(
     stream: tokio::net::UnixStream,
     source: &HandoverSource,
-) -> anyhow::Result<Wire> {
+) -> anyhow::Result<Option<Wire>> {
     let stream = stream.into_std()?;
     let peer = rustix::net::sockopt::socket_peercred(&stream)?;
     let me = rustix::process::geteuid();
@@ -467,7 +472,13 @@ async fn hand_over(
     let mut wire = Wire::new(stream, LINE_TIMEOUT)?;
     let (hello, wire) = tokio::task::spawn_blocking(move || (wire.line(), wire)).await?;
     let mut wire = wire;
-    let hello = hello.map_err(|e| anyhow::anyhow!("{}", io_why(&e)))?;
+    let hello = match hello {
+        Ok(h) => h,
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && wire.buf.is_empty() => {
+            return Ok(None)
+        }
+        Err(e) => anyhow::bail!("{}", io_why(&e)),
+    };
     let new_pid = match hello.split(' ').collect::<Vec<_>>()[..] {
         ["HELLO", v, pid] if v == VERSION.to_string() => pid.to_owned(),
         _ => {
@@ -515,7 +526,7 @@ async fn hand_over(
     })?;
     if answer == "DRAIN" {
         tracing::info!(new_pid = %new_pid, "upgrade: the new process serves; draining this one");
-        return Ok(wire);
+        return Ok(Some(wire));
     }
     match answer.strip_prefix("FAIL ") {
         Some(why) => anyhow::bail!("the new process (pid {new_pid}) failed to start: {why}"),
