@@ -201,6 +201,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub maintenance: MaintenanceConfig,
     pub access_log: AccessLogConfig,
+    pub upgrade: UpgradeConfig,
 }
 
 /// `access_log:`.
@@ -229,6 +230,17 @@ pub enum AccessLogFormat {
     Text,
     Json,
 }
+
+/// `upgrade:`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UpgradeConfig {
+    /// The handover socket as written; `None` = [`DEFAULT_UPGRADE_SOCKET`].
+    /// A relative path is resolved against the config file's directory.
+    pub socket: Option<std::path::PathBuf>,
+}
+
+/// The handover socket's file name when `upgrade.socket` is not set.
+pub const DEFAULT_UPGRADE_SOCKET: &str = "hopgate-upgrade.sock";
 
 /// Whether maintenance notifications are acted on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

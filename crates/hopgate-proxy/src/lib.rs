@@ -17,6 +17,7 @@ mod body;
 mod client_io;
 mod forward;
 mod h1;
+mod handover;
 mod headers;
 mod listener;
 pub mod metrics;
@@ -31,6 +32,7 @@ mod upstream;
 
 pub use client_io::ClientIo;
 pub use forward::{Forwarder, RequestCtx};
+pub use handover::begin_handover;
 /// hopgate's HTTP/1.1 codec, public for the fuzz targets and benches.
 pub mod http1 {
     pub use crate::h1::*;

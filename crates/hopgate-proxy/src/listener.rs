@@ -135,7 +135,8 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
     type Future = Infallibly<ResponseFuture>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        Infallibly(self.0.serve(req))
+        let h1 = req.version() < http::Version::HTTP_2;
+        Infallibly(self.0.serve(req), h1)
     }
 }
 
@@ -232,7 +233,8 @@ pub async fn serve_listener(
     drop(listener);
     tracing::info!(listener = %ctx.name, open = open.load(Ordering::Relaxed), "listener stopped accepting; draining");
     let deadline = ctx.settings.load().shutdown_timeout;
-    if tokio::time::timeout(deadline, graceful.shutdown())
+    let lingered = crate::handover::linger(&open, deadline).await;
+    if tokio::time::timeout(deadline.saturating_sub(lingered), graceful.shutdown())
         .await
         .is_err()
     {
@@ -300,12 +302,26 @@ impl Drop for OpenGuard {
 }
 
 /// Wraps a future that cannot fail in the `Result` hyper's service wants,
-/// without another layer of `async` (and its copy of the future).
-pub(crate) struct Infallibly<F>(F);
+/// without another layer of `async` (and its copy of the future). The flag:
+/// an HTTP/1.x request, whose response says `Connection: close` while the
+/// process hands over to a new one ([`crate::handover`]).
+pub(crate) struct Infallibly<F>(F, bool);
 
-impl<F: Future + Unpin> Future for Infallibly<F> {
-    type Output = Result<F::Output, Infallible>;
+impl<F: Future<Output = Response<ProxyBody>> + Unpin> Future for Infallibly<F> {
+    type Output = Result<Response<ProxyBody>, Infallible>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx).map(Ok)
+        let h1 = self.1;
+        Pin::new(&mut self.0).poll(cx).map(|mut resp| {
+            if h1
+                && crate::handover::handing_over()
+                && resp.status() != http::StatusCode::SWITCHING_PROTOCOLS
+            {
+                resp.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+            }
+            Ok(resp)
+        })
     }
 }

@@ -91,7 +91,13 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
                 .join("; ")
         )
     })?;
-    let gw = Gateway::start(cfg, Source::Embedded, None).await?;
+    let gw = Gateway::start(
+        cfg,
+        Source::Embedded,
+        None,
+        crate::listenfd::Inherited::none(),
+    )
+    .await?;
     gw.print_ready();
     let public = gw.listeners[0].1;
     println!();
@@ -118,7 +124,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("Ctrl-C to stop.");
-    wait_for_signals(&gw, crate::gateway::Signals::install()).await;
+    wait_for_signals(&gw).await;
     gw.shutdown().await;
     for n in &mut nodes {
         if let Some(s) = n.stop.take() {

@@ -4,12 +4,12 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
 use arc_swap::ArcSwap;
-use tokio::net::TcpListener;
 use tokio::sync::{watch, Mutex};
 use tokio::task::JoinHandle;
 
@@ -24,6 +24,11 @@ use hopgate_core::session::SessionKeys;
 use hopgate_proxy::{serve_listener, Forwarder, ListenerCtx, ListenerSettings};
 use hopgate_store::{MemoryStore, RedisOptions, RedisStore, SessionStore, Sessions};
 
+use crate::listenfd::{obtain, Inherited, Kind};
+
+mod handover;
+pub(crate) use handover::HandoverSource;
+
 /// One running listener.
 struct Running {
     name: String,
@@ -33,6 +38,9 @@ struct Running {
     settings: Arc<ArcSwap<ListenerSettings>>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    /// A duplicate of the listening socket, to hand to a new process
+    /// (closed with this value).
+    fd: OwnedFd,
 }
 
 /// The listeners, reconciled with every applied config.
@@ -40,13 +48,13 @@ struct Listeners {
     forwarder: Forwarder,
     tls: Arc<hopgate_proxy::tls::TlsListeners>,
     running: Mutex<Vec<Running>>,
+    /// Sockets from systemd or the previous process, claimed at start.
+    inherited: parking_lot::Mutex<Inherited>,
 }
 
 impl Listeners {
     async fn start(&self, l: &ListenerConfig, cfg: &Config) -> anyhow::Result<Running> {
-        let sock = TcpListener::bind(l.address)
-            .await
-            .with_context(|| format!("cannot listen on {} (listener {:?})", l.address, l.name))?;
+        let (sock, fd) = obtain(&self.inherited, Kind::Listener, &l.name, l.address).await?;
         let bound = sock.local_addr()?;
         let settings = Arc::new(ArcSwap::from_pointee(ListenerSettings::from_config(l, cfg)));
         let (stop, rx) = watch::channel(false);
@@ -64,6 +72,7 @@ impl Listeners {
             settings,
             stop,
             task,
+            fd,
         })
     }
 
@@ -113,6 +122,20 @@ impl Listeners {
         }
         *running = keep;
     }
+
+    /// Stops every accept loop and closes this process's duplicates of the
+    /// sockets; returns the listeners' tasks, which end once drained.
+    async fn stop_all(&self) -> Vec<JoinHandle<()>> {
+        self.running
+            .lock()
+            .await
+            .drain(..)
+            .map(|r| {
+                let _ = r.stop.send(true);
+                r.task
+            })
+            .collect()
+    }
 }
 
 /// Session keys (from the environment) and the store (the memory store,
@@ -128,7 +151,7 @@ async fn start_sessions(
     cfg: &Config,
     replica_id: &str,
     mut stop: watch::Receiver<bool>,
-) -> anyhow::Result<(Arc<Sessions>, JoinHandle<()>)> {
+) -> anyhow::Result<(Arc<Sessions>, JoinHandle<()>, Option<Arc<MemoryStore>>)> {
     let scfg = &cfg.sessions;
     let previous: Vec<Vec<u8>> = scfg
         .previous_secrets_env
@@ -226,6 +249,7 @@ async fn start_sessions(
     });
     let path = cfg.store.path.clone();
     let interval = cfg.store.persist_interval;
+    let handover = saved.clone();
     let task = tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval.min(std::time::Duration::from_secs(60)));
         tick.tick().await;
@@ -261,7 +285,7 @@ async fn start_sessions(
             }
         }
     });
-    Ok((sessions, task))
+    Ok((sessions, task, handover))
 }
 
 /// This replica's id: `replica_id` from the config, else hostname and the
@@ -315,11 +339,20 @@ pub(crate) struct Gateway {
     config_path: Option<PathBuf>,
     live: Arc<Listeners>,
     shutdown: watch::Sender<bool>,
+    /// Ends tunnels (WebSockets get 1012): with `shutdown` on SIGTERM, at
+    /// the drain deadline after a handover.
+    tunnel_stop: watch::Sender<bool>,
+    /// The admin API's socket (a duplicate, for a handover).
+    admin_fd: Arc<OwnedFd>,
+    /// The memory store, saved for a new process at a handover.
+    memory: Option<Arc<MemoryStore>>,
     tasks: Vec<JoinHandle<()>>,
     session_stop: watch::Sender<bool>,
     session_task: JoinHandle<()>,
     admin_stop: watch::Sender<bool>,
     admin_task: JoinHandle<()>,
+    /// `admin.address` as configured at start.
+    admin_configured: SocketAddr,
 }
 
 impl Gateway {
@@ -328,6 +361,7 @@ impl Gateway {
         cfg: Config,
         source: Source,
         config_path: Option<PathBuf>,
+        inherited: Inherited,
     ) -> anyhow::Result<Gateway> {
         let token = match &cfg.admin.token_env {
             Some(var) => Some(
@@ -352,16 +386,18 @@ impl Gateway {
             }
             anyhow::bail!("the config has {} error(s); not starting", errors.len());
         }
+        inherited.apply_health(&control.snapshot().load());
         let (shutdown, rx) = watch::channel(false);
         // Sessions stop after the listeners have drained, so the final save
         // includes the bindings of the last requests.
         // The admin socket is bound first: its port names this replica.
-        let admin_sock = TcpListener::bind(cfg.admin.address)
-            .await
-            .with_context(|| format!("cannot listen on {} (admin)", cfg.admin.address))?;
+        let inherited = parking_lot::Mutex::new(inherited);
+        let (admin_sock, admin_fd) =
+            obtain(&inherited, Kind::Admin, "admin", cfg.admin.address).await?;
         let admin_addr = admin_sock.local_addr()?;
+        let admin_configured = cfg.admin.address;
         let (session_stop, session_rx) = watch::channel(false);
-        let (sessions, session_task) =
+        let (sessions, session_task, memory) =
             start_sessions(&cfg, &replica_id(&cfg, admin_addr), session_rx).await?;
         let pool_size = cfg
             .services
@@ -372,12 +408,14 @@ impl Gateway {
         let maintenance =
             Maintenance::new(Arc::clone(control.snapshot()), cfg.maintenance, pool_size);
         let (maint_tx, mut maint_rx) = tokio::sync::mpsc::channel(1024);
+        let (tunnel_stop, tunnel_rx) = watch::channel(false);
         let live = Arc::new(Listeners {
             forwarder: Forwarder::new(Arc::clone(control.snapshot()), Some(Arc::clone(&sessions)))
-                .with_stopping(rx.clone())
+                .with_stopping(tunnel_rx)
                 .with_maintenance(maint_tx),
             tls: Arc::clone(control.tls_listeners()),
             running: Mutex::new(Vec::new()),
+            inherited,
         });
         let mut listeners = Vec::new();
         {
@@ -388,6 +426,7 @@ impl Gateway {
                 running.push(r);
             }
         }
+        live.inherited.lock().close_rest();
         let admin = Admin::with_maintenance(
             Arc::clone(&control),
             token,
@@ -461,11 +500,15 @@ impl Gateway {
             config_path,
             live,
             shutdown,
+            tunnel_stop,
+            admin_fd: Arc::new(admin_fd),
+            memory,
             tasks,
             session_stop,
             session_task,
             admin_stop,
             admin_task,
+            admin_configured,
         })
     }
 
@@ -576,13 +619,10 @@ impl Gateway {
         }
         tracing::info!("shutting down: no new connections; finishing in-flight requests");
         let _ = self.shutdown.send(true);
-        let running: Vec<Running> = self.live.running.lock().await.drain(..).collect();
-        for r in &running {
-            let _ = r.stop.send(true);
-        }
+        let _ = self.tunnel_stop.send(true);
         let deadline = self.control.snapshot().load().config.timeouts.shutdown;
-        for r in running {
-            let _ = r.task.await;
+        for task in self.live.stop_all().await {
+            let _ = task.await;
         }
         // Upgraded connections (WebSockets) are not part of hyper's graceful
         // shutdown: give them time to send their 1012 close frames.
@@ -619,43 +659,31 @@ fn next_stop_signal() -> impl std::future::Future<Output = ()> {
     }
 }
 
-/// The signals the gateway answers, registered before it says it is
-/// ready (a signal sent right after the ready lines must not find the
-/// default action: SIGUSR1's would end the process).
-pub(crate) struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-    usr1: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    /// `None` when the handlers cannot be installed.
-    pub(crate) fn install() -> Option<Signals> {
-        use tokio::signal::unix::{signal, SignalKind};
-        Some(Signals {
-            term: signal(SignalKind::terminate()).ok()?,
-            int: signal(SignalKind::interrupt()).ok()?,
-            hup: signal(SignalKind::hangup()).ok()?,
-            usr1: signal(SignalKind::user_defined1()).ok()?,
-        })
-    }
-}
-
 /// Waits for SIGTERM or SIGINT; reloads the config file on SIGHUP and
 /// reopens the access log's file on SIGUSR1 meanwhile.
-pub(crate) async fn wait_for_signals(gw: &Gateway, signals: Option<Signals>) {
-    let Some(mut s) = signals else {
-        tracing::error!("cannot install signal handlers; running until killed");
-        std::future::pending::<()>().await;
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = s.term.recv() => { tracing::info!("SIGTERM"); return; }
-            _ = s.int.recv() => { tracing::info!("SIGINT"); return; }
-            _ = s.hup.recv() => { tracing::info!("SIGHUP: reloading the config file"); gw.reload_file(); }
-            _ = s.usr1.recv() => { tracing::info!("SIGUSR1: reopening the access log file"); crate::logwriter::reopen(); }
+/// The handlers are installed at the call, not at the first poll, so a
+/// signal sent right after the ready lines is never the default action.
+pub(crate) fn wait_for_signals(gw: &Gateway) -> impl std::future::Future<Output = ()> + '_ {
+    use tokio::signal::unix::{signal, SignalKind};
+    let handlers = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+        signal(SignalKind::user_defined1()),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int), Ok(mut hup), Ok(mut usr1)) = handlers else {
+            tracing::error!("cannot install signal handlers; running until killed");
+            std::future::pending::<()>().await;
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = term.recv() => { tracing::info!("SIGTERM"); return; }
+                _ = int.recv() => { tracing::info!("SIGINT"); return; }
+                _ = hup.recv() => { tracing::info!("SIGHUP: reloading the config file"); gw.reload_file(); }
+                _ = usr1.recv() => { tracing::info!("SIGUSR1: reopening the access log file"); crate::logwriter::reopen(); }
+            }
         }
     }
 }

@@ -18,7 +18,10 @@ mod backend;
 mod demo;
 mod fdlimit;
 mod gateway;
+mod listenfd;
 mod logwriter;
+mod sdnotify;
+mod upgrade;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -70,6 +73,15 @@ enum LogFormat {
     Json,
 }
 
+impl LogFormat {
+    fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the gateway.
@@ -108,6 +120,11 @@ struct RunArgs {
     /// embedded default (listener 127.0.0.1:8080, admin 127.0.0.1:9901).
     #[arg(long, short)]
     config: Option<PathBuf>,
+    /// Take over from the hopgate running with this config: receive its
+    /// listening sockets over `upgrade.socket` once this process has
+    /// started, then tell it to drain (a zero-downtime binary upgrade).
+    #[arg(long)]
+    upgrade: bool,
 }
 
 fn main() -> ExitCode {
@@ -127,7 +144,10 @@ fn main() -> ExitCode {
             c
         }
         // `hopgate -c FILE` runs, like `nginx -c FILE`.
-        (None, false) => Command::Run(RunArgs { config: cli.config }),
+        (None, false) => Command::Run(RunArgs {
+            config: cli.config,
+            upgrade: false,
+        }),
     };
     match command {
         Command::Completions { shell } => {
@@ -146,7 +166,16 @@ fn main() -> ExitCode {
             Some(f) => validate(&f),
             None => ExitCode::from(2),
         },
-        Command::Run(args) => block_on(run(args)),
+        Command::Run(args) => {
+            // Read (and unset) before the runtime's threads exist: the
+            // variables are removed from the environment.
+            let systemd = if args.upgrade {
+                listenfd::Inherited::none()
+            } else {
+                listenfd::Inherited::from_systemd()
+            };
+            block_on(run(args, cli.log_format, systemd))
+        }
         Command::Completions { .. } | Command::Schema => ExitCode::SUCCESS,
         #[cfg(feature = "demo")]
         Command::Demo(args) => block_on(demo::run(args)),
@@ -304,7 +333,11 @@ fn validate(file: &Path) -> ExitCode {
     }
 }
 
-async fn run(args: RunArgs) -> anyhow::Result<()> {
+async fn run(
+    args: RunArgs,
+    log_format: LogFormat,
+    systemd: listenfd::Inherited,
+) -> anyhow::Result<()> {
     let (text, format, source, path) = match args.config {
         Some(p) => {
             let text = std::fs::read_to_string(&p)
@@ -350,13 +383,73 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => (cfg, source, None),
         Some(etcd) => fleet_boot(cfg, source, etcd, path.as_deref()).await?,
     };
-    let mut gw = gateway::Gateway::start(cfg, source, path).await?;
+    // Sockets: from the running process (--upgrade), else from systemd.
+    let socket = upgrade::socket_path(cfg.upgrade.socket.as_deref(), path.as_deref());
+    let (taking, inherited) = if args.upgrade {
+        let (t, i) = upgrade::connect(&socket).await?;
+        (Some(t), i)
+    } else {
+        (None, systemd)
+    };
+    let mut gw = match gateway::Gateway::start(cfg, source, path.clone(), inherited).await {
+        Ok(gw) => gw,
+        Err(e) => {
+            if let Some(t) = taking {
+                t.fail(format!("{e:#}")).await;
+            }
+            return Err(e);
+        }
+    };
     let replica_id = gateway::replica_id(&gw.control.snapshot().load().config, gw.admin_addr);
     gw.start_fleet(replica_id, fleet);
-    let signals = gateway::Signals::install();
-    gw.print_ready();
-    gateway::wait_for_signals(&gw, signals).await;
-    gw.shutdown().await;
+    if let Some(t) = taking {
+        if let Err(e) = t.take_over().await {
+            // This process serves either way; the old one may linger.
+            tracing::warn!(error = %format!("{e:#}"), "upgrade: the previous process did not confirm the drain");
+        }
+    }
+    let (handed_tx, mut handed_rx) = tokio::sync::oneshot::channel();
+    let server = upgrade::Server::start(&socket, gw.handover_source(), handed_tx);
+    let handed = {
+        // Every handler is installed before the ready lines, so a signal
+        // right after them is never the default action (exit); and one
+        // future across SIGUSR2s, so no SIGTERM falls between two.
+        let signals = gateway::wait_for_signals(&gw);
+        tokio::pin!(signals);
+        let mut usr2 =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2()).ok();
+        gw.print_ready();
+        if args.upgrade {
+            sdnotify::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
+        } else {
+            sdnotify::notify("READY=1");
+        }
+        loop {
+            let usr2 = async {
+                match usr2.as_mut() {
+                    Some(s) => s.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = &mut signals => break false,
+                Ok(()) = &mut handed_rx => break true,
+                _ = usr2 => {
+                    tracing::info!("SIGUSR2: starting a new process to take over");
+                    upgrade::spawn_new(path.as_deref(), log_format.as_str());
+                }
+            }
+        }
+    };
+    if handed {
+        gw.handover_drain().await;
+    } else {
+        if let Some(s) = server {
+            s.stop();
+        }
+        sdnotify::notify("STOPPING=1");
+        gw.shutdown().await;
+    }
     Ok(())
 }
 

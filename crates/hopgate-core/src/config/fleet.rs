@@ -18,13 +18,14 @@ use super::raw::{RawConfig, RawNode, RawService, Text};
 use super::{parse_all, sniff_format, validate, ConfigError, Format};
 
 /// Sections that stay in the local file: they describe the process.
-pub const BOOTSTRAP_SECTIONS: [&str; 6] = [
+pub const BOOTSTRAP_SECTIONS: [&str; 7] = [
     "replica_id",
     "listeners",
     "admin",
     "store",
     "sources",
     "access_log",
+    "upgrade",
 ];
 
 /// Sections that come from `<prefix>config` when `sources.etcd` is set.
@@ -122,6 +123,7 @@ pub fn compose(bootstrap: &RawConfig, runtime: &RawConfig) -> RawConfig {
         store: bootstrap.store.clone(),
         sources: bootstrap.sources.clone(),
         access_log: bootstrap.access_log.clone(),
+        upgrade: bootstrap.upgrade.clone(),
         services: runtime.services.clone(),
         routes: runtime.routes.clone(),
         access: runtime.access.clone(),

@@ -99,6 +99,18 @@ pub struct RawConfig {
     /// The access log: on or off, text or JSON, stderr or a file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_log: Option<RawAccessLog>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<RawUpgrade>,
+}
+
+/// Zero-downtime binary upgrades (`hopgate run --upgrade`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpgrade {
+    /// The Unix socket the running process hands its listeners over on
+    /// (default `hopgate-upgrade.sock` next to the config file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
 }
 
 /// `access_log:` — one line per request.

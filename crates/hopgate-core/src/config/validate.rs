@@ -32,6 +32,7 @@ mod services;
 #[cfg(test)]
 mod tests;
 mod tls;
+mod upgrade;
 mod values;
 
 use values::check_label;
@@ -69,6 +70,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
     let store = v.store(raw.store.as_ref());
     let maintenance = v.maintenance(raw.maintenance.as_ref());
     let access_log = v.access_log(raw.access_log.as_ref());
+    let upgrade = v.upgrade(raw.upgrade.as_ref());
     if !v.errors.is_empty() {
         return Err(v.errors);
     }
@@ -88,6 +90,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         store,
         maintenance,
         access_log,
+        upgrade,
     })
 }
 

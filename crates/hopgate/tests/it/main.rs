@@ -33,5 +33,6 @@ mod tls;
 mod tls_pki;
 mod tls_upstream;
 mod transparency;
+mod upgrade;
 mod validate_cli;
 mod websocket;

@@ -1801,6 +1801,9 @@ fn nasty_values_never_panic() {
                 format: Some(s.into()),
                 path: Some(s.into()),
             }),
+            upgrade: Some(crate::config::raw::RawUpgrade {
+                socket: Some(s.into()),
+            }),
         };
         let errs = validate(&raw).expect_err("every field is nonsense");
         for e in &errs {
