@@ -14,9 +14,11 @@
 mod admission;
 mod body;
 mod client_io;
+pub mod events;
 mod forward;
 mod h1;
 mod headers;
+pub mod latency;
 mod listener;
 pub mod metrics;
 mod pool;

@@ -69,6 +69,8 @@ pub struct HopRecord {
     pub to: String,
     pub reason: &'static str,
     pub duration_us: u64,
+    /// Bytes of session context handed to the new node with the hop.
+    pub context_bytes: usize,
 }
 
 #[derive(Default)]
@@ -180,6 +182,7 @@ impl Metrics {
     /// Counts, times and remembers one hop.
     pub fn hop(&self, record: HopRecord) {
         let secs = record.duration_us as f64 / 1e6;
+        crate::events::HOPS.publish(|| record.clone());
         let mut h = self.hops.lock();
         *h.by_reason
             .entry((record.service.clone(), record.reason))

@@ -73,7 +73,7 @@ struct RunArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Dropped last: writes out the access lines still waiting.
-    let _flusher = init_logging(cli.log_format);
+    let _flusher = init_logging(cli.log_format, default_filter(&cli.command));
     match cli.command {
         Command::Validate { file } => validate(&file),
         Command::Run(args) => block_on(run(args)),
@@ -84,11 +84,20 @@ fn main() -> ExitCode {
     }
 }
 
+/// The log filter when `RUST_LOG` is not set.
+fn default_filter(command: &Command) -> &'static str {
+    match command {
+        #[cfg(feature = "demo")]
+        Command::Demo(args) => demo::log_filter(args),
+        _ => "info",
+    }
+}
+
 /// Everything to stderr through `tracing`; access lines through the
 /// buffered writer of [`logwriter`], off the request path.
-fn init_logging(format: LogFormat) -> logwriter::Flusher {
+fn init_logging(format: LogFormat, default_filter: &str) -> logwriter::Flusher {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let (writer, flusher) = logwriter::start();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -68,6 +68,7 @@ impl Done {
         };
         // A gRPC error travels as HTTP 200 with a `grpc-status`; it is
         // counted (like the access log shows it) by the gateway's status.
+        crate::latency::REQUEST_LATENCY.record(self.started.elapsed());
         METRICS.response(if out.error.is_some() {
             out.status
         } else {
