@@ -63,7 +63,10 @@ pub(crate) fn page(admin: &Admin, auth_required: bool, show: bool) -> Response<F
              frame-ancestors 'none'",
         ),
     );
-    h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
     r
 }
 
@@ -155,7 +158,11 @@ fn render_state(admin: &Admin) -> String {
             esc(&h.from),
             esc(&h.to),
             esc(h.reason),
-            if h.context_bytes > 0 { ", context kept" } else { "" },
+            if h.context_bytes > 0 {
+                ", context kept"
+            } else {
+                ""
+            },
         );
     }
     o.push_str("</ol>");

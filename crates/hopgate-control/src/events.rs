@@ -203,6 +203,7 @@ async fn run(admin: Arc<Admin>, tx: mpsc::Sender<Bytes>, mut shutdown: watch::Re
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut ticks = 0u64;
     loop {
+        let mut config_due = false;
         tokio::select! {
             biased;
             _ = shutdown.wait_for(|s| *s) => break,
@@ -219,7 +220,7 @@ async fn run(admin: Arc<Admin>, tx: mpsc::Sender<Bytes>, mut shutdown: watch::Re
                 if r.is_err() {
                     break;
                 }
-                out.send("config", &config_json(&admin));
+                config_due = true;
             }
             _ = tick.tick() => {
                 ticks += 1;
@@ -235,7 +236,23 @@ async fn run(admin: Arc<Admin>, tx: mpsc::Sender<Bytes>, mut shutdown: watch::Re
                 }
             }
         }
+        if config_due {
+            out.send("config", &applied_config(&admin).await);
+        }
     }
+}
+
+/// [`config_json`] once the applied version's record is in the history
+/// (the version is announced just before its record is written).
+async fn applied_config(admin: &Admin) -> Value {
+    for _ in 0..100 {
+        let v = config_json(admin);
+        if !v["source"].is_null() {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    config_json(admin)
 }
 
 /// The current config version, where it came from, and reload trouble.
@@ -340,8 +357,9 @@ impl NodeWatch {
                     .find(|((s, id), _)| **s == *svc.name && **id == *n.id)
                     .map_or(0, |(_, c)| *c);
                 let s = &n.state;
-                let relaxed_left =
-                    s.is_relaxed(now_ms).then(|| s.relaxed_until().saturating_sub(now_ms) / 1000);
+                let relaxed_left = s
+                    .is_relaxed(now_ms)
+                    .then(|| s.relaxed_until().saturating_sub(now_ms) / 1000);
                 let v = json!({
                     "service": svc.name,
                     "id": n.id,
@@ -410,11 +428,37 @@ mod tests {
         let (_, mac) = t.split_once('.').unwrap();
         let later = format!("{}.{mac}", 1000 + TICKET_TTL_SECS + 5);
         assert!(!ticket_valid(&key, &later, 1000), "expiry moved");
-        for bad in ["", ".", "x.y", "1060.zz", "1060.", &t[..t.len() - 1], &format!("{t}0")] {
+        for bad in [
+            "",
+            ".",
+            "x.y",
+            "1060.zz",
+            "1060.",
+            &t[..t.len() - 1],
+            &format!("{t}0"),
+        ] {
             assert!(!ticket_valid(&key, bad, 1000), "{bad:?}");
         }
         assert_eq!(ticket_of(Some("a=1&ticket=abc")), Some("abc"));
         assert_eq!(ticket_of(None), None);
+    }
+
+    #[tokio::test]
+    async fn a_slow_subscriber_loses_events_and_is_told_how_many() {
+        let (tx, mut rx) = mpsc::channel(2);
+        let mut out = Out { tx, missed: 0 };
+        for i in 0..5 {
+            out.send("hop", &json!(i));
+        }
+        assert_eq!(rx.recv().await.unwrap(), "event: hop\ndata: 0\n\n");
+        assert_eq!(rx.recv().await.unwrap(), "event: hop\ndata: 1\n\n");
+        out.send("hop", &json!(5));
+        assert_eq!(
+            rx.recv().await.unwrap(),
+            "event: lagged\ndata: {\"missed\":3}\n\n"
+        );
+        assert_eq!(rx.recv().await.unwrap(), "event: hop\ndata: 5\n\n");
+        assert_eq!(out.missed, 0);
     }
 
     #[test]

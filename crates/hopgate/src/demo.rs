@@ -129,11 +129,21 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let gw = Gateway::start(cfg, Source::Embedded, None).await?;
     gw.print_ready();
     let public = gw.listeners[0].1;
-    let list: Vec<String> = nodes.iter().map(|n| format!("{} {}", n.id, n.addr)).collect();
-    println!("hopgate demo: {} backends ({})", nodes.len(), list.join(", "));
+    let list: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("{} {}", n.id, n.addr))
+        .collect();
+    println!(
+        "hopgate demo: {} backends ({})",
+        nodes.len(),
+        list.join(", ")
+    );
     println!("dashboard: http://{}/", gw.admin_addr);
     println!("try: curl -s http://{public}/hello   (the JSON names the node that answered)");
-    println!("     curl -sN http://{}/admin/v1/events   (the live feed)", gw.admin_addr);
+    println!(
+        "     curl -sN http://{}/admin/v1/events   (the live feed)",
+        gw.admin_addr
+    );
     if !args.drive {
         println!("the story starts in 5 s: open the dashboard now");
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -182,7 +192,11 @@ async fn story(
     println!("{id} is back on {addr}");
     progress.wait_for(at(60)).await;
     println!("draining {} …", nodes[1].id);
-    admin_post(admin, &format!("/admin/v1/nodes/demo/{}/drain", nodes[1].id)).await?;
+    admin_post(
+        admin,
+        &format!("/admin/v1/nodes/demo/{}/drain", nodes[1].id),
+    )
+    .await?;
     for c in clients {
         let _ = c.await;
     }
@@ -202,7 +216,11 @@ async fn story(
         println!("{lost} hops arrived without their context");
     }
     if !args.drive {
-        admin_post(admin, &format!("/admin/v1/nodes/demo/{}/undrain", nodes[1].id)).await?;
+        admin_post(
+            admin,
+            &format!("/admin/v1/nodes/demo/{}/undrain", nodes[1].id),
+        )
+        .await?;
     }
     Ok(())
 }
@@ -334,7 +352,9 @@ async fn get(
     if let Some(t) = token {
         req = req.header("hop-session", t);
     }
-    let resp = sender.send_request(req.body(Empty::<Bytes>::new())?).await?;
+    let resp = sender
+        .send_request(req.body(Empty::<Bytes>::new())?)
+        .await?;
     let status = resp.status().as_u16();
     let issued = resp
         .headers()
