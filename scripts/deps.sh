@@ -18,6 +18,8 @@ command -v protoc  >/dev/null 2>&1 || need+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 # The Redis session store: a real redis-server in the tests.
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# The dashboard in a real browser (tests/it/dashboard_browser.rs).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 
 if ((${#need[@]})); then
   echo "deps: installing ${need[*]}"

@@ -225,13 +225,13 @@ async fn run(admin: Arc<Admin>, tx: mpsc::Sender<Bytes>, mut shutdown: watch::Re
             _ = tick.tick() => {
                 ticks += 1;
                 out.send("stats", &stats.next(&admin));
-                if ticks % SESSION_COUNT_TICKS == 0 {
+                if ticks.is_multiple_of(SESSION_COUNT_TICKS) {
                     nodes.recount(&admin);
                 }
                 for (_, v) in nodes.changed(&admin) {
                     out.send("node", &v);
                 }
-                if ticks % KEEP_ALIVE_TICKS == 0 && out.flush_lagged() {
+                if ticks.is_multiple_of(KEEP_ALIVE_TICKS) && out.flush_lagged() {
                     out.frame(Bytes::from_static(b": keep-alive\n\n"));
                 }
             }

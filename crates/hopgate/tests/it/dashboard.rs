@@ -207,12 +207,7 @@ async fn the_event_stream_carries_config_nodes_hops_and_stats_and_ends_at_shutdo
     assert!(html.contains("data-auth=\"none\""));
     // Shutdown ends the stream (the client sees its end).
     gw.sigterm();
-    loop {
-        match ev.next().await {
-            Some(_) => continue,
-            None => break,
-        }
-    }
+    while ev.next().await.is_some() {}
     assert_eq!(gw.wait().await, Some(0));
 }
 

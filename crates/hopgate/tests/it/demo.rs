@@ -46,7 +46,9 @@ async fn demo(extra: &[&str]) -> (String, String) {
 }
 
 /// `(from, to, reason, tail)` of a narrated hop line.
-fn hop_line(l: &str) -> Option<(&str, &str, &str, &str)> {
+type Hop<'a> = (&'a str, &'a str, &'a str, &'a str);
+
+fn hop_line(l: &str) -> Option<Hop<'_>> {
     let rest = l.strip_prefix("session ")?;
     let (id, rest) = rest.split_once("… hopped ")?;
     assert_eq!(id.len(), 4, "{l}");
@@ -76,7 +78,7 @@ async fn the_demo_tells_the_story_and_ends_by_itself() {
         step("draining node-2"),
     );
     assert!(drive < restart && restart < back && back < drain, "{out}");
-    let hops: Vec<(usize, (&str, &str, &str, &str))> = lines
+    let hops: Vec<(usize, Hop<'_>)> = lines
         .iter()
         .enumerate()
         .filter_map(|(i, l)| hop_line(l).map(|h| (i, h)))
