@@ -126,6 +126,39 @@ impl Browser {
         self.call("Page.navigate", json!({ "url": url })).await;
     }
 
+    /// Answers the page's next request matching `pattern` with `status`
+    /// and `body` (DevTools' Fetch domain), as a server would.
+    async fn answer_next(&mut self, pattern: &str, status: u16, body: &str) {
+        self.call(
+            "Fetch.enable",
+            json!({ "patterns": [{ "urlPattern": pattern }] }),
+        )
+        .await;
+        let request_id = loop {
+            let m = tokio::time::timeout(BOUND, self.page.next())
+                .await
+                .expect("the page asked within the bound")
+                .expect("DevTools connection open")
+                .unwrap();
+            let Message::Text(t) = m else { continue };
+            let v: Value = serde_json::from_str(&t).unwrap();
+            if v["method"] == "Fetch.requestPaused" {
+                break v["params"]["requestId"].clone();
+            }
+        };
+        self.call(
+            "Fetch.fulfillRequest",
+            json!({
+                "requestId": request_id,
+                "responseCode": status,
+                "responseHeaders": [{ "name": "content-type", "value": "application/json" }],
+                "body": base64(body.as_bytes()),
+            }),
+        )
+        .await;
+        self.call("Fetch.disable", json!({})).await;
+    }
+
     /// A JS expression's value in the page.
     async fn eval(&mut self, expr: &str) -> Value {
         let r = self
@@ -150,6 +183,14 @@ impl Browser {
         }
     }
 
+    /// The page's DOM through the DOM domain (works with scripts off).
+    async fn dom_without_js(&mut self) -> String {
+        let doc = self.call("DOM.getDocument", json!({ "depth": 0 })).await;
+        let id = doc["root"]["nodeId"].clone();
+        let html = self.call("DOM.getOuterHTML", json!({ "nodeId": id })).await;
+        html["outerHTML"].as_str().unwrap_or_default().to_owned()
+    }
+
     /// The page's DOM as the browser has it now.
     async fn dom(&mut self) -> String {
         self.eval("document.documentElement.outerHTML")
@@ -170,6 +211,24 @@ impl Drop for Browser {
         }
         let _ = std::fs::remove_dir_all(&self.profile);
     }
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut o = String::new();
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                o.push(char::from(A[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                o.push('=');
+            }
+        }
+    }
+    o
 }
 
 async fn gateway(admin: &str, env: &[(&str, &str)]) -> (Vec<Backend>, Gateway) {
@@ -253,6 +312,44 @@ async fn the_dashboard_in_chromium_shows_a_hop_live() {
     let mut browser = Browser::start().await;
     browser.open(&gw.admin_url("/")).await;
     drive_a_hop_and_check(&gw, &mut browser, None).await;
+    // The canary panel: hidden while GET /admin/v1/config/canary answers
+    // 404 (this gateway), shown with the canary and baseline numbers when
+    // it answers 200 (given to the page here as that endpoint would).
+    assert_eq!(
+        browser
+            .eval("document.getElementById('canary').hidden")
+            .await,
+        json!(true)
+    );
+    let canary = json!({
+        "state": "baking",
+        "reason": "2 of 5 minutes",
+        "canary": { "requests": 1234, "errors": 3, "p99": 0.042 },
+        "baseline": { "requests": 56789, "errors": 10, "p99": 0.038 },
+    });
+    browser
+        .answer_next("*/admin/v1/config/canary*", 200, &canary.to_string())
+        .await;
+    browser
+        .wait_for(
+            "the canary panel",
+            "!document.getElementById('canary').hidden && document.getElementById('canary-state').textContent === 'baking'",
+        )
+        .await;
+    let rows = browser
+        .eval("document.getElementById('canary-rows').textContent")
+        .await;
+    let rows = rows.as_str().unwrap();
+    assert!(
+        rows.contains("canary123430.042") && rows.contains("baseline56789100.038"),
+        "{rows}"
+    );
+    browser
+        .wait_for(
+            "the canary panel hidden again (404)",
+            "document.getElementById('canary').hidden",
+        )
+        .await;
     // The page's drain button: undrain the drained node from the browser.
     browser
         .eval("document.querySelector('button[data-action=\"undrain\"]').click()")
@@ -274,6 +371,33 @@ async fn the_dashboard_in_chromium_shows_a_hop_live() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Without JS: the state the server rendered into the page.
+    browser
+        .call(
+            "Emulation.setScriptExecutionDisabled",
+            json!({ "value": true }),
+        )
+        .await;
+    browser.open(&gw.admin_url("/")).await;
+    let deadline = tokio::time::Instant::now() + BOUND;
+    let dom = loop {
+        let dom = browser.dom_without_js().await;
+        if dom.contains("</ol>") {
+            break dom;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no page without JS: {dom}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        dom.contains("<tr data-node=\"s/n0\">") && dom.contains("<tr data-node=\"s/n1\">"),
+        "{dom}"
+    );
+    assert!(dom.contains("<b id=\"version\">v1</b>"), "{dom}");
+    assert!(dom.contains("(draining), context kept</li>"), "{dom}");
+    assert!(dom.contains("<span id=\"conn\">static</span>"), "{dom}");
 }
 
 #[tokio::test]
