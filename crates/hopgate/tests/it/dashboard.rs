@@ -190,6 +190,23 @@ async fn the_event_stream_carries_config_nodes_hops_and_stats_and_ends_at_shutdo
     let config = ev.until("the new config", |k, _| k == "config").await;
     assert_eq!(config["version"], 2);
     assert_eq!(config["source"], "admin");
+    // A maintenance notice: the node is relaxed, with the time left.
+    let r = client()
+        .post(gw.admin_url("/admin/v1/maintenance"))
+        .json(&serde_json::json!({"service": "s", "node": "n1", "kind": "MIGRATING", "seq": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let n1 = ev
+        .until("the relaxed node", |k, v| {
+            k == "node" && v["id"] == "n1" && v["maintenance"]["relaxed_left_s"].is_u64()
+        })
+        .await;
+    assert!(
+        n1["maintenance"]["relaxed_left_s"].as_u64().unwrap() > 0,
+        "{n1}"
+    );
     // The page, rendered on the server (readable without JS).
     let page = client().get(gw.admin_url("/")).send().await.unwrap();
     assert_eq!(page.status(), 200);
@@ -205,6 +222,10 @@ async fn the_event_stream_carries_config_nodes_hops_and_stats_and_ends_at_shutdo
         "hopped {bound} → {other} (draining), context kept</li>"
     )));
     assert!(html.contains("data-auth=\"none\""));
+    assert!(
+        html.contains(" s left</td>"),
+        "the relaxed node's time left"
+    );
     // Shutdown ends the stream (the client sees its end).
     gw.sigterm();
     while ev.next().await.is_some() {}
@@ -289,4 +310,19 @@ async fn with_an_admin_token_events_need_it_or_a_ticket_and_the_page_shows_nothi
     assert_eq!(ev2.next().await.unwrap().0, "config");
     assert!(!gw.logs().contains(TOKEN), "the token is never logged");
     assert!(!gw.logs().contains(&ticket), "tickets are never logged");
+}
+
+#[tokio::test]
+async fn in_fleet_mode_stats_carry_the_fleet_state() {
+    let redis = crate::redis_server::RedisServer::start();
+    let (_b, yaml) = two_nodes("admin: { address: 127.0.0.1:0 }").await;
+    let yaml = yaml + &format!("store: {{ kind: redis, url: \"{}\" }}\n", redis.url());
+    let gw = Gateway::start_with_env(&yaml, &[SECRET]).await;
+    let mut ev = Events::open(&gw.admin_url("/admin/v1/events"), None).await;
+    let stats = ev
+        .until("stats with Redis connected", |k, v| {
+            k == "stats" && v["fleet"]["redis"]["state"] == "connected"
+        })
+        .await;
+    assert!(stats["fleet"]["replica_id"].is_string(), "{stats}");
 }

@@ -100,6 +100,13 @@ impl Browser {
 
     /// One DevTools command; its result.
     async fn call(&mut self, method: &str, params: Value) -> Value {
+        let v = self.try_call(method, &params).await;
+        assert!(v.get("error").is_none(), "{method}: {v}");
+        v["result"].clone()
+    }
+
+    /// One DevTools command; its whole answer (`result` or `error`).
+    async fn try_call(&mut self, method: &str, params: &Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
         let msg = json!({ "id": id, "method": method, "params": params });
@@ -116,8 +123,7 @@ impl Browser {
             let Message::Text(t) = m else { continue };
             let v: Value = serde_json::from_str(&t).unwrap();
             if v["id"] == id {
-                assert!(v.get("error").is_none(), "{method}: {v}");
-                return v["result"].clone();
+                return v;
             }
         }
     }
@@ -185,10 +191,18 @@ impl Browser {
 
     /// The page's DOM through the DOM domain (works with scripts off).
     async fn dom_without_js(&mut self) -> String {
-        let doc = self.call("DOM.getDocument", json!({ "depth": 0 })).await;
-        let id = doc["root"]["nodeId"].clone();
-        let html = self.call("DOM.getOuterHTML", json!({ "nodeId": id })).await;
-        html["outerHTML"].as_str().unwrap_or_default().to_owned()
+        // (A document being replaced answers with an error: empty, retry.)
+        let doc = self
+            .try_call("DOM.getDocument", &json!({ "depth": 0 }))
+            .await;
+        let id = doc["result"]["root"]["nodeId"].clone();
+        let html = self
+            .try_call("DOM.getOuterHTML", &json!({ "nodeId": id }))
+            .await;
+        html["result"]["outerHTML"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
 
     /// The page's DOM as the browser has it now.
@@ -382,7 +396,8 @@ async fn the_dashboard_in_chromium_shows_a_hop_live() {
     let deadline = tokio::time::Instant::now() + BOUND;
     let dom = loop {
         let dom = browser.dom_without_js().await;
-        if dom.contains("</ol>") {
+        // The new document (scripts off: never "live"), fully parsed.
+        if dom.contains("</ol>") && dom.contains("<span id=\"conn\">static</span>") {
             break dom;
         }
         assert!(
