@@ -48,6 +48,8 @@ pub(crate) const TICKET_TTL_SECS: u64 = 60;
 const QUEUE: usize = 64;
 /// How often `stats` goes out and node states are compared.
 const TICK: Duration = Duration::from_secs(1);
+/// When the first `stats` goes out after connect.
+const FIRST_TICK: Duration = Duration::from_millis(250);
 /// Ticks between keep-alive comments.
 const KEEP_ALIVE_TICKS: u64 = 15;
 /// Ticks between recounts of the sessions bound to each node (a pass over
@@ -199,7 +201,8 @@ async fn run(admin: Arc<Admin>, tx: mpsc::Sender<Bytes>, mut shutdown: watch::Re
         out.send("node", &v);
     }
     let mut stats = Window::now();
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
+    // The first stats soon after connect (over a short window), then every TICK.
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + FIRST_TICK, TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut ticks = 0u64;
     loop {
