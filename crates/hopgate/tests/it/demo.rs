@@ -124,3 +124,64 @@ async fn the_demo_writes_the_access_log_when_asked() {
     let access = err.lines().filter(|l| l.contains("node-")).count();
     assert!(access >= 200, "{access} access lines:\n{err}");
 }
+
+#[tokio::test]
+async fn without_drive_the_demo_keeps_running_until_a_signal() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let mut child = Command::new(BIN)
+        .args(["demo", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(["--requests", "200", "--sessions", "4"])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut dashboard = None;
+    tokio::time::timeout(RUN_BOUND, async {
+        while let Ok(Some(l)) = lines.next_line().await {
+            if let Some(url) = l.strip_prefix("dashboard: ") {
+                dashboard = Some(url.to_owned());
+            }
+            if l.starts_with("still running") {
+                return;
+            }
+        }
+        panic!("the demo ended before its story did");
+    })
+    .await
+    .expect("the story ends within the bound");
+    let dashboard = dashboard.expect("the dashboard URL is printed");
+    // Still serving: the dashboard answers, with the demo's nodes, node-2
+    // undrained again.
+    let html = crate::harness::client()
+        .get(&dashboard)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        html.contains("<tr data-node=\"demo/node-2\"><td>node-2</td>"),
+        "{html}"
+    );
+    assert!(
+        !html.contains("<td>draining</td>"),
+        "node-2 undrained after the story"
+    );
+    assert!(child.try_wait().unwrap().is_none(), "keeps running");
+    let pid = child.id().unwrap().to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    let status = tokio::time::timeout(RUN_BOUND, child.wait())
+        .await
+        .expect("a signal stops it")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}
