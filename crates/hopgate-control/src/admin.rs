@@ -249,7 +249,7 @@ async fn route(
         let show = bearer_ok(&admin, &req);
         return crate::dashboard::page(&admin, admin.token.is_some(), show).map(Either::Left);
     }
-    if req.method() == Method::GET && path == "/admin/v1/events" {
+    if req.method() == Method::GET && path.trim_end_matches('/') == "/admin/v1/events" {
         let ticket = crate::events::ticket_of(req.uri().query())
             .is_some_and(|t| crate::events::ticket_valid(&admin.ticket_key, t, unix_now()));
         if ticket || bearer_ok(&admin, &req) {

@@ -35,7 +35,8 @@ impl Events {
         }
     }
 
-    /// The next event `(kind, data)`; `None` when the stream ended.
+    /// The next event `(kind, data)`; `None` when the stream ended cleanly
+    /// (a broken one fails the test).
     /// Comments (keep-alives) are skipped.
     pub async fn next(&mut self) -> Option<(String, Value)> {
         loop {
@@ -60,7 +61,7 @@ impl Events {
             let chunk = tokio::time::timeout(EVENT_BOUND, self.resp.chunk())
                 .await
                 .expect("no event within the bound")
-                .ok()??;
+                .unwrap_or_else(|e| panic!("the stream broke instead of ending: {e}"))?;
             self.buf.push_str(std::str::from_utf8(&chunk).unwrap());
         }
     }
