@@ -464,6 +464,40 @@ mod tests {
         assert_eq!(out.missed, 0);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_starts_with_the_state_keeps_alive_and_ends_at_shutdown() {
+        use http_body_util::BodyExt;
+
+        use crate::control::{Control, Source};
+
+        let yaml = "listeners:\n  - { name: public, address: 127.0.0.1:0 }\nadmin: { address: 127.0.0.1:0 }\nservices:\n  - name: s\n    nodes:\n      - { id: a, address: \"127.0.0.1:1\" }\nroutes:\n  - { id: r, match: { path_prefix: / }, service: s }\n";
+        let cfg = hopgate_core::config::load(yaml, hopgate_core::config::Format::Yaml)
+            .expect("a valid config");
+        let admin = Admin::new(Control::new(cfg, Source::Embedded), None, None);
+        let (stop, rx) = watch::channel(false);
+        let mut body = stream(admin, rx).into_body();
+        let mut frames: Vec<String> = Vec::new();
+        while !frames.iter().any(|f| f.starts_with(": keep-alive")) {
+            let f = body.frame().await.expect("a frame").expect("no error");
+            frames.push(String::from_utf8(f.into_data().expect("data").to_vec()).unwrap());
+        }
+        assert!(
+            frames[0].starts_with("event: config\ndata: {"),
+            "{frames:?}"
+        );
+        assert!(frames[0].contains("\"source\":\"embedded\""), "{frames:?}");
+        assert!(frames[1].starts_with("event: node\n") && frames[1].contains("\"id\":\"a\""));
+        // 250 ms, then every second: the keep-alive follows the 15th.
+        let stats = frames
+            .iter()
+            .filter(|f| f.starts_with("event: stats\n"))
+            .count();
+        assert_eq!(stats, KEEP_ALIVE_TICKS as usize, "{frames:?}");
+        assert_eq!(frames.last().unwrap(), ": keep-alive\n\n");
+        stop.send(true).unwrap();
+        assert!(body.frame().await.is_none(), "the stream ends at shutdown");
+    }
+
     #[test]
     fn running_counts_alone_are_no_node_change() {
         let a = json!({ "id": "n", "requests": 1, "failures": 0, "draining": false });
