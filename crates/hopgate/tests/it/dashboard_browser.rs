@@ -445,3 +445,27 @@ async fn the_dashboard_in_chromium_with_an_admin_token() {
     );
     assert!(!gw.logs().contains(TOKEN));
 }
+
+#[tokio::test]
+async fn the_dashboard_in_chromium_shows_the_fleet() {
+    let redis = crate::redis_server::RedisServer::start();
+    let b = Backend::start("n0").await;
+    let yaml = config(
+        &service("s", &[("n0", b.addr, "")]),
+        "  - { id: r, match: { path_prefix: / }, service: s }",
+    ) + "sessions: { enabled: true, secret_env: HG_SECRET }\n"
+        + &format!("store: {{ kind: redis, url: \"{}\" }}\n", redis.url());
+    let gw = Gateway::start_with_env(
+        &yaml,
+        &[("HG_SECRET", "browser-secret-0123456789abcdefghijkl")],
+    )
+    .await;
+    let mut browser = Browser::start().await;
+    browser.open(&gw.admin_url("/")).await;
+    browser
+        .wait_for(
+            "the fleet panel with Redis connected",
+            "document.getElementById('fleet').textContent.includes('replica') && document.getElementById('fleet').textContent.includes('redis connected')",
+        )
+        .await;
+}
