@@ -198,17 +198,37 @@ pub async fn serve_admin(
         let admin = Arc::clone(&admin);
         let builder = Arc::clone(&builder);
         let stop = shutdown.clone();
+        let mut conn_stop = shutdown.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
                 let (admin, stop) = (Arc::clone(&admin), stop.clone());
                 async move { Ok::<_, Infallible>(route(admin, req, stop).await) }
             });
             let io = TokioIo::new(ClientIo::new(stream, ADMIN_HEADER_READ, ADMIN_WRITE_STALL));
-            let _ = builder.serve_connection(io, svc).await;
+            let conn = builder.serve_connection(io, svc);
+            tokio::pin!(conn);
+            // At shutdown: answers in progress finish (event streams end
+            // themselves), idle connections close.
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stopped(&mut conn_stop) => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
             open.fetch_sub(1, Ordering::Relaxed);
         });
     }
+    // Let the connections finish what they are writing (an event stream's
+    // end), up to a bound.
+    let deadline = tokio::time::Instant::now() + ADMIN_SHUTDOWN_BOUND;
+    while open.load(Ordering::Relaxed) > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }
+
+/// How long the admin API waits for its connections at shutdown.
+const ADMIN_SHUTDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Open admin connections at most; more are closed at once.
 pub(crate) const ADMIN_MAX_CONNECTIONS: usize = 128;
