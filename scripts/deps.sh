@@ -24,6 +24,8 @@ command -v protoc  >/dev/null 2>&1 || need+=(protobuf-compiler)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 # promtool checks the /metrics exposition in the observability tests.
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# The dashboard in a real browser (tests/it/dashboard_browser.rs).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 
 if ((${#need[@]})); then
   echo "deps: installing ${need[*]}"

@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use http::header::{HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -45,6 +45,8 @@ pub struct Admin {
     sessions: Option<Arc<Sessions>>,
     maintenance: Option<Arc<Maintenance>>,
     fleet: OnceLock<Arc<Fleet>>,
+    /// Signs event-stream tickets (`crate::events`).
+    ticket_key: [u8; 32],
 }
 
 impl std::fmt::Debug for Admin {
@@ -75,6 +77,7 @@ impl Admin {
             sessions,
             maintenance: None,
             fleet: OnceLock::new(),
+            ticket_key: crate::events::ticket_key(),
         }
     }
 
@@ -102,6 +105,18 @@ impl Admin {
         self.fleet.get().and_then(|f| f.etcd())
     }
 
+    pub(crate) fn control(&self) -> &Arc<Control> {
+        &self.control
+    }
+
+    pub(crate) fn sessions(&self) -> Option<&Sessions> {
+        self.sessions.as_deref()
+    }
+
+    pub(crate) fn fleet(&self) -> Option<&Fleet> {
+        self.fleet.get().map(|f| &**f)
+    }
+
     /// `/readyz` answers 503 once this is false (shutdown has begun).
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
@@ -109,6 +124,8 @@ impl Admin {
 }
 
 type AdminResponse = Response<Full<Bytes>>;
+/// A whole answer, or an event stream.
+type AdminBody = Either<Full<Bytes>, crate::events::SseBody>;
 
 fn json_response(status: StatusCode, v: &Value) -> AdminResponse {
     let mut r = Response::new(Full::new(Bytes::from(
@@ -180,17 +197,38 @@ pub async fn serve_admin(
         let open = Arc::clone(&open);
         let admin = Arc::clone(&admin);
         let builder = Arc::clone(&builder);
+        let stop = shutdown.clone();
+        let mut conn_stop = shutdown.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
-                let admin = Arc::clone(&admin);
-                async move { Ok::<_, Infallible>(handle(&admin, req).await) }
+                let (admin, stop) = (Arc::clone(&admin), stop.clone());
+                async move { Ok::<_, Infallible>(route(admin, req, stop).await) }
             });
             let io = TokioIo::new(ClientIo::new(stream, ADMIN_HEADER_READ, ADMIN_WRITE_STALL));
-            let _ = builder.serve_connection(io, svc).await;
+            let conn = builder.serve_connection(io, svc);
+            tokio::pin!(conn);
+            // At shutdown: answers in progress finish (event streams end
+            // themselves), idle connections close.
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stopped(&mut conn_stop) => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
             open.fetch_sub(1, Ordering::Relaxed);
         });
     }
+    // Let the connections finish what they are writing (an event stream's
+    // end), up to a bound.
+    let deadline = tokio::time::Instant::now() + ADMIN_SHUTDOWN_BOUND;
+    while open.load(Ordering::Relaxed) > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }
+
+/// How long the admin API waits for its connections at shutdown.
+const ADMIN_SHUTDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Open admin connections at most; more are closed at once.
 pub(crate) const ADMIN_MAX_CONNECTIONS: usize = 128;
@@ -207,26 +245,52 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
-async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
-    if let Some(token) = &admin.token {
-        let ok = req
-            .headers()
+/// Whether `req` may use the API: no token configured, or it carries it.
+fn bearer_ok(admin: &Admin, req: &Request<Incoming>) -> bool {
+    admin.token.as_ref().is_none_or(|token| {
+        req.headers()
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()));
-        if !ok {
-            let mut r = error_response(
-                StatusCode::UNAUTHORIZED,
-                "authorization",
-                "a valid bearer token is required",
-            );
-            r.headers_mut().insert(
-                WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"hopgate-admin\""),
-            );
-            return r;
+            .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()))
+    })
+}
+
+/// The dashboard (`GET /`, no token needed: it shows state only to a
+/// request that may see it) and the event stream (the bearer token or an
+/// event ticket) before the rest of the API.
+async fn route(
+    admin: Arc<Admin>,
+    req: Request<Incoming>,
+    shutdown: watch::Receiver<bool>,
+) -> Response<AdminBody> {
+    let path = req.uri().path();
+    if req.method() == Method::GET && path == "/" {
+        let show = bearer_ok(&admin, &req);
+        return crate::dashboard::page(&admin, admin.token.is_some(), show).map(Either::Left);
+    }
+    if req.method() == Method::GET && path.trim_end_matches('/') == "/admin/v1/events" {
+        let ticket = crate::events::ticket_of(req.uri().query())
+            .is_some_and(|t| crate::events::ticket_valid(&admin.ticket_key, t, unix_now()));
+        if ticket || bearer_ok(&admin, &req) {
+            return crate::events::stream(admin, shutdown).map(Either::Right);
         }
+    }
+    handle(&admin, req).await.map(Either::Left)
+}
+
+async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
+    if !bearer_ok(admin, &req) {
+        let mut r = error_response(
+            StatusCode::UNAUTHORIZED,
+            "authorization",
+            "a valid bearer token is required",
+        );
+        r.headers_mut().insert(
+            WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"hopgate-admin\""),
+        );
+        return r;
     }
     let path = req.uri().path().to_owned();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -370,6 +434,13 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                 &json!({ "hops": METRICS.recent_hops(limit) }),
             )
         }
+        (Method::POST, ["admin", "v1", "events", "ticket"]) => json_response(
+            StatusCode::OK,
+            &json!({
+                "ticket": crate::events::mint_ticket(&admin.ticket_key, unix_now()),
+                "expires_in": crate::events::TICKET_TTL_SECS,
+            }),
+        ),
         (Method::GET, ["metrics"]) => crate::metrics::render(
             control,
             admin.sessions.as_deref(),
@@ -436,7 +507,8 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
 /// above: a new endpoint goes into both.
 fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
     Some(match segments {
-        ["livez"] | ["readyz"] | ["metrics"] => "GET",
+        [""] | ["livez"] | ["readyz"] | ["metrics"] | ["admin", "v1", "events"] => "GET",
+        ["admin", "v1", "events", "ticket"] => "POST",
         ["admin", "v1", "config"] => "GET, PUT",
         ["admin", "v1", "config", "versions"]
         | ["admin", "v1", "nodes"]

@@ -19,7 +19,9 @@
 
 mod admin;
 mod control;
+mod dashboard;
 pub mod etcd;
+mod events;
 mod fleet;
 mod health;
 mod maintenance;

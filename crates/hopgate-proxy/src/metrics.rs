@@ -69,6 +69,8 @@ pub struct HopRecord {
     pub to: String,
     pub reason: &'static str,
     pub duration_us: u64,
+    /// Bytes of session context handed to the new node with the hop.
+    pub context_bytes: usize,
 }
 
 #[derive(Default)]
@@ -188,6 +190,8 @@ impl Metrics {
     /// Counts, times and remembers one hop.
     pub fn hop(&self, record: HopRecord) {
         let secs = record.duration_us as f64 / 1e6;
+        // To the live feed after the ring: what a subscriber got, the ring has.
+        let live = crate::events::HOPS.active().then(|| record.clone());
         let mut h = self.hops.lock();
         *h.by_reason
             .entry((record.service.clone(), record.reason))
@@ -203,6 +207,10 @@ impl Metrics {
             h.recent.pop_front();
         }
         h.recent.push_back(record);
+        drop(h);
+        if let Some(record) = live {
+            crate::events::HOPS.publish(|| record);
+        }
     }
 
     /// The most recent hops, newest first.

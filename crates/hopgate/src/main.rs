@@ -160,7 +160,11 @@ fn main() -> ExitCode {
         _ => {}
     }
     // Dropped last: writes out the access lines still waiting.
-    let _flusher = init_logging(cli.log_format, cli.log_level.as_deref());
+    let _flusher = init_logging(
+        cli.log_format,
+        cli.log_level.as_deref(),
+        default_filter(&command),
+    );
     match command {
         Command::Validate { file, config } => match file.or(config) {
             Some(f) => validate(&f),
@@ -184,14 +188,27 @@ fn main() -> ExitCode {
     }
 }
 
+/// The log filter when neither `--log-level` nor `RUST_LOG` is set.
+fn default_filter(command: &Command) -> &'static str {
+    match command {
+        #[cfg(feature = "demo")]
+        Command::Demo(args) => demo::log_filter(args),
+        _ => "info",
+    }
+}
+
 /// Event lines to stderr through `tracing`; access lines (formatted by the
 /// data plane) through the buffered writer of [`logwriter`], off the
 /// request path.
-fn init_logging(format: LogFormat, level: Option<&str>) -> logwriter::Flusher {
+fn init_logging(
+    format: LogFormat,
+    level: Option<&str>,
+    default_filter: &str,
+) -> logwriter::Flusher {
     let filter = match level {
         Some(l) => tracing_subscriber::EnvFilter::new(l),
         None => tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
     };
     let (writer, flusher) = logwriter::start(matches!(format, LogFormat::Json));
     let builder = tracing_subscriber::fmt()

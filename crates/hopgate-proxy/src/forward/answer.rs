@@ -272,6 +272,7 @@ fn settle_session(o: SessionOutcome<'_>, headers: &mut HeaderMap) {
             to: o.node.id.clone(),
             reason: h.reason.label(),
             duration_us,
+            context_bytes: o.prior.map_or(0, |p| p.context_len()),
         });
     }
     if o.client.issue {

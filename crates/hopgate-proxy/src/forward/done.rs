@@ -118,6 +118,7 @@ impl Done {
         };
         METRICS.response(status);
         let took = self.started.elapsed();
+        crate::latency::REQUEST_LATENCY.record(took);
         if let Some(r) = out.route {
             snap.routes[r].stats.record(status, took);
         }

@@ -10,7 +10,10 @@ mod redis_server;
 
 mod admin;
 mod backpressure;
+mod dashboard;
+mod dashboard_browser;
 mod defaults;
+mod demo;
 mod errors;
 mod fleet_etcd;
 mod fleet_redis;

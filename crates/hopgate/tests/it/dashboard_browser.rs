@@ -1,0 +1,471 @@
+//! The dashboard in a real browser: Debian's `chromium --headless`, driven
+//! over the DevTools protocol. The page is opened, a session hops while it
+//! is open (its node drained), and the DOM, dumped from the browser, must
+//! show the hop, the nodes (the drained one draining) and the config
+//! version — once with no admin token, once with one (given to the page in
+//! the URL fragment, which never reaches the server).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::dashboard::bound_session;
+use crate::harness::{client, config, json, service, temp_path, Backend, Gateway};
+
+/// Bound on waiting for the browser or for the page to show something.
+const BOUND: Duration = Duration::from_secs(60);
+
+/// A headless chromium in its own process group, killed (group and all)
+/// on drop.
+struct Browser {
+    child: Child,
+    profile: std::path::PathBuf,
+    page: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    next_id: u64,
+}
+
+impl Browser {
+    async fn start() -> Browser {
+        let profile = temp_path("chromium");
+        std::fs::create_dir_all(&profile).unwrap();
+        let mut child = Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--remote-debugging-port=0",
+                "--window-size=1280,900",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("chromium is needed for this test (scripts/deps.sh installs it)");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let ws = tokio::time::timeout(BOUND, async {
+            while let Ok(Some(l)) = lines.next_line().await {
+                if let Some(url) = l.split("DevTools listening on ").nth(1) {
+                    return url.trim().to_owned();
+                }
+            }
+            panic!("chromium exited before listening");
+        })
+        .await
+        .expect("chromium did not start");
+        // Keep reading stderr so chromium never blocks on it.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let port = ws
+            .trim_start_matches("ws://127.0.0.1:")
+            .split('/')
+            .next()
+            .unwrap()
+            .to_owned();
+        let targets: Value = client()
+            .get(format!("http://127.0.0.1:{port}/json/list"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let page_ws = targets
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["type"] == "page")
+            .expect("a page target")["webSocketDebuggerUrl"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let (page, _) = tokio_tungstenite::connect_async(page_ws).await.unwrap();
+        Browser {
+            child,
+            profile,
+            page,
+            next_id: 0,
+        }
+    }
+
+    /// One DevTools command; its result.
+    async fn call(&mut self, method: &str, params: Value) -> Value {
+        let v = self.try_call(method, &params).await;
+        assert!(v.get("error").is_none(), "{method}: {v}");
+        v["result"].clone()
+    }
+
+    /// One DevTools command; its whole answer (`result` or `error`).
+    async fn try_call(&mut self, method: &str, params: &Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let msg = json!({ "id": id, "method": method, "params": params });
+        self.page
+            .send(Message::text(msg.to_string()))
+            .await
+            .unwrap();
+        loop {
+            let m = tokio::time::timeout(BOUND, self.page.next())
+                .await
+                .expect("DevTools answer within the bound")
+                .expect("DevTools connection open")
+                .unwrap();
+            let Message::Text(t) = m else { continue };
+            let v: Value = serde_json::from_str(&t).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    }
+
+    async fn open(&mut self, url: &str) {
+        self.call("Page.navigate", json!({ "url": url })).await;
+    }
+
+    /// Answers the page's next request matching `pattern` with `status`
+    /// and `body` (DevTools' Fetch domain), as a server would.
+    async fn answer_next(&mut self, pattern: &str, status: u16, body: &str) {
+        self.call(
+            "Fetch.enable",
+            json!({ "patterns": [{ "urlPattern": pattern }] }),
+        )
+        .await;
+        let request_id = loop {
+            let m = tokio::time::timeout(BOUND, self.page.next())
+                .await
+                .expect("the page asked within the bound")
+                .expect("DevTools connection open")
+                .unwrap();
+            let Message::Text(t) = m else { continue };
+            let v: Value = serde_json::from_str(&t).unwrap();
+            if v["method"] == "Fetch.requestPaused" {
+                break v["params"]["requestId"].clone();
+            }
+        };
+        self.call(
+            "Fetch.fulfillRequest",
+            json!({
+                "requestId": request_id,
+                "responseCode": status,
+                "responseHeaders": [{ "name": "content-type", "value": "application/json" }],
+                "body": base64(body.as_bytes()),
+            }),
+        )
+        .await;
+        self.call("Fetch.disable", json!({})).await;
+    }
+
+    /// A JS expression's value in the page.
+    async fn eval(&mut self, expr: &str) -> Value {
+        let r = self
+            .call(
+                "Runtime.evaluate",
+                json!({ "expression": expr, "returnByValue": true }),
+            )
+            .await;
+        r["result"]["value"].clone()
+    }
+
+    /// Waits (bounded) until `expr` is true in the page.
+    async fn wait_for(&mut self, what: &str, expr: &str) {
+        let deadline = tokio::time::Instant::now() + BOUND;
+        while self.eval(&format!("!!({expr})")).await != json!(true) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the page never showed {what}; DOM:\n{}",
+                self.dom().await
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The page's DOM through the DOM domain (works with scripts off).
+    async fn dom_without_js(&mut self) -> String {
+        // (A document being replaced answers with an error: empty, retry.)
+        let doc = self
+            .try_call("DOM.getDocument", &json!({ "depth": 0 }))
+            .await;
+        let id = doc["result"]["root"]["nodeId"].clone();
+        let html = self
+            .try_call("DOM.getOuterHTML", &json!({ "nodeId": id }))
+            .await;
+        html["result"]["outerHTML"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// The page's DOM as the browser has it now.
+    async fn dom(&mut self) -> String {
+        self.eval("document.documentElement.outerHTML")
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            // The browser and its helpers (renderer, zygote): its group.
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .status();
+        }
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut o = String::new();
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                o.push(char::from(A[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                o.push('=');
+            }
+        }
+    }
+    o
+}
+
+async fn gateway(admin: &str, env: &[(&str, &str)]) -> (Vec<Backend>, Gateway) {
+    let b = vec![Backend::start("n0").await, Backend::start("n1").await];
+    let yaml = config(
+        &service("s", &[("n0", b[0].addr, ""), ("n1", b[1].addr, "")]),
+        "  - { id: r, match: { path_prefix: / }, service: s }",
+    )
+    .replace("admin: { address: 127.0.0.1:0 }", admin)
+        + "sessions: { enabled: true, secret_env: HG_SECRET }\n";
+    let mut all = vec![("HG_SECRET", "browser-secret-0123456789abcdefghijkl")];
+    all.extend_from_slice(env);
+    let gw = Gateway::start_with_env(&yaml, &all).await;
+    (b, gw)
+}
+
+/// With the page open and live: a session hops off its drained node; the
+/// dumped DOM shows it.
+async fn drive_a_hop_and_check(gw: &Gateway, browser: &mut Browser, token: Option<&str>) {
+    browser
+        .wait_for("the live feed", "document.body.dataset.live === '1'")
+        .await;
+    browser
+        .wait_for(
+            "both nodes",
+            "document.querySelector('tr[data-node=\"s/n0\"]') && document.querySelector('tr[data-node=\"s/n1\"]')",
+        )
+        .await;
+    let (session_token, bound) = bound_session(gw).await;
+    let mut drain = client().post(gw.admin_url(&format!("/admin/v1/nodes/s/{bound}/drain")));
+    if let Some(t) = token {
+        drain = drain.bearer_auth(t);
+    }
+    assert_eq!(drain.send().await.unwrap().status(), 200);
+    let r = client()
+        .get(gw.url("/"))
+        .header("hop-session", &session_token)
+        .send()
+        .await
+        .unwrap();
+    let other = json(r).await["node"].as_str().unwrap().to_owned();
+    assert_ne!(other, bound);
+    let hop = format!("hopped {bound} → {other} (draining), context kept");
+    browser
+        .wait_for(
+            "the hop",
+            &format!(
+                "document.getElementById('hops').textContent.includes({})",
+                json!(hop)
+            ),
+        )
+        .await;
+    browser
+        .wait_for(
+            "the drained node",
+            &format!(
+                "document.querySelector('tr[data-node=\"s/{bound}\"]').textContent.includes('draining')"
+            ),
+        )
+        .await;
+    browser
+        .wait_for(
+            "the stats",
+            "document.getElementById('total').textContent !== '–'",
+        )
+        .await;
+    let dom = browser.dom().await;
+    assert!(dom.contains(&hop), "{dom}");
+    assert!(dom.contains("data-node=\"s/n0\"") && dom.contains("data-node=\"s/n1\""));
+    assert!(dom.contains("<b id=\"version\">v1</b>"), "{dom}");
+    assert!(dom.contains("<span id=\"conn\">live</span>"), "{dom}");
+    assert!(
+        dom.contains("data-action=\"undrain\""),
+        "the drained node offers undrain"
+    );
+}
+
+#[tokio::test]
+async fn the_dashboard_in_chromium_shows_a_hop_live() {
+    let (_b, gw) = gateway("admin: { address: 127.0.0.1:0 }", &[]).await;
+    let mut browser = Browser::start().await;
+    browser.open(&gw.admin_url("/")).await;
+    drive_a_hop_and_check(&gw, &mut browser, None).await;
+    // The canary panel: hidden while GET /admin/v1/config/canary answers
+    // 404 (this gateway), shown with the canary and baseline numbers when
+    // it answers 200 (given to the page here as that endpoint would).
+    assert_eq!(
+        browser
+            .eval("document.getElementById('canary').hidden")
+            .await,
+        json!(true)
+    );
+    let canary = json!({
+        "state": "baking",
+        "reason": "2 of 5 minutes",
+        "canary": { "requests": 1234, "errors": 3, "p99": 0.042 },
+        "baseline": { "requests": 56789, "errors": 10, "p99": 0.038 },
+    });
+    browser
+        .answer_next("*/admin/v1/config/canary*", 200, &canary.to_string())
+        .await;
+    browser
+        .wait_for(
+            "the canary panel",
+            "!document.getElementById('canary').hidden && document.getElementById('canary-state').textContent === 'baking'",
+        )
+        .await;
+    let rows = browser
+        .eval("document.getElementById('canary-rows').textContent")
+        .await;
+    let rows = rows.as_str().unwrap();
+    assert!(
+        rows.contains("canary123430.042") && rows.contains("baseline56789100.038"),
+        "{rows}"
+    );
+    browser
+        .wait_for(
+            "the canary panel hidden again (404)",
+            "document.getElementById('canary').hidden",
+        )
+        .await;
+    // The page's drain button: undrain the drained node from the browser.
+    browser
+        .eval("document.querySelector('button[data-action=\"undrain\"]').click()")
+        .await;
+    let deadline = tokio::time::Instant::now() + BOUND;
+    loop {
+        let nodes = gw.admin_json("/admin/v1/nodes").await;
+        let draining = nodes["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["draining"] == true);
+        if !draining {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "undrain button did nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Without JS: the state the server rendered into the page.
+    browser
+        .call(
+            "Emulation.setScriptExecutionDisabled",
+            json!({ "value": true }),
+        )
+        .await;
+    browser.open(&gw.admin_url("/")).await;
+    let deadline = tokio::time::Instant::now() + BOUND;
+    let dom = loop {
+        let dom = browser.dom_without_js().await;
+        // The new document (scripts off: never "live"), fully parsed.
+        if dom.contains("</ol>") && dom.contains("<span id=\"conn\">static</span>") {
+            break dom;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no page without JS: {dom}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        dom.contains("<tr data-node=\"s/n0\">") && dom.contains("<tr data-node=\"s/n1\">"),
+        "{dom}"
+    );
+    assert!(dom.contains("<b id=\"version\">v1</b>"), "{dom}");
+    assert!(dom.contains("(draining), context kept</li>"), "{dom}");
+    assert!(dom.contains("<span id=\"conn\">static</span>"), "{dom}");
+}
+
+#[tokio::test]
+async fn the_dashboard_in_chromium_with_an_admin_token() {
+    const TOKEN: &str = "browser-admin-token-0123456789";
+    let (_b, gw) = gateway(
+        "admin: { address: 127.0.0.1:0, token_env: HG_ADMIN_TOKEN }",
+        &[("HG_ADMIN_TOKEN", TOKEN)],
+    )
+    .await;
+    let mut browser = Browser::start().await;
+    // Without the token the page asks for it.
+    browser.open(&gw.admin_url("/")).await;
+    browser
+        .wait_for(
+            "the token form",
+            "!document.getElementById('auth-panel').hidden",
+        )
+        .await;
+    // (Through about:blank: a new document, not a fragment change.)
+    browser.open("about:blank").await;
+    browser
+        .open(&gw.admin_url(&format!("/#token={TOKEN}")))
+        .await;
+    drive_a_hop_and_check(&gw, &mut browser, Some(TOKEN)).await;
+    assert_eq!(
+        browser.eval("location.hash").await,
+        json!(""),
+        "the token leaves the address bar"
+    );
+    assert!(!gw.logs().contains(TOKEN));
+}
+
+#[tokio::test]
+async fn the_dashboard_in_chromium_shows_the_fleet() {
+    let redis = crate::redis_server::RedisServer::start();
+    let b = Backend::start("n0").await;
+    let yaml = config(
+        &service("s", &[("n0", b.addr, "")]),
+        "  - { id: r, match: { path_prefix: / }, service: s }",
+    ) + "sessions: { enabled: true, secret_env: HG_SECRET }\n"
+        + &format!("store: {{ kind: redis, url: \"{}\" }}\n", redis.url());
+    let gw = Gateway::start_with_env(
+        &yaml,
+        &[("HG_SECRET", "browser-secret-0123456789abcdefghijkl")],
+    )
+    .await;
+    let mut browser = Browser::start().await;
+    browser.open(&gw.admin_url("/")).await;
+    browser
+        .wait_for(
+            "the fleet panel with Redis connected",
+            "document.getElementById('fleet').textContent.includes('replica') && document.getElementById('fleet').textContent.includes('redis connected')",
+        )
+        .await;
+}
