@@ -262,6 +262,10 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                 Some(ct) if ct.contains("yaml") => Some(Format::Yaml),
                 _ => None,
             };
+            let canary = match crate::canary::from_query(req.uri().query()) {
+                Ok(c) => c,
+                Err(e) => return errors_response(StatusCode::BAD_REQUEST, &[e]),
+            };
             let body = match Limited::new(req.into_body(), MAX_CONFIG_BYTES)
                 .collect()
                 .await
@@ -279,6 +283,19 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                 return error_response(StatusCode::BAD_REQUEST, "", "config body is not UTF-8");
             };
             let format = format.unwrap_or_else(|| sniff_format(text));
+            if let Some((percent, bake)) = canary {
+                let started = crate::canary::start_from_admin(
+                    control,
+                    text.to_owned(),
+                    format,
+                    percent,
+                    bake,
+                );
+                return match started.await {
+                    Ok(v) => json_response(StatusCode::OK, &v),
+                    Err(errors) => errors_response(StatusCode::BAD_REQUEST, &errors),
+                };
+            }
             // Validate and compile off the runtime's threads: a big config
             // must not stall requests on a single-threaded runtime.
             let (c, text) = (Arc::clone(control), text.to_owned());
@@ -326,6 +343,18 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                 "version must be a number",
             ),
         },
+        (Method::GET, ["admin", "v1", "config", "canary"]) => {
+            match crate::canary::status_json(control) {
+                Some(v) => json_response(StatusCode::OK, &v),
+                None => error_response(StatusCode::NOT_FOUND, "canary", "no canary"),
+            }
+        }
+        (Method::POST, ["admin", "v1", "config", "canary", action @ ("promote" | "abort")]) => {
+            match crate::canary::decide_from_admin(control, *action == "promote").await {
+                Some(v) => json_response(StatusCode::OK, &v),
+                None => error_response(StatusCode::CONFLICT, "canary", "no canary is baking"),
+            }
+        }
         (Method::GET, ["admin", "v1", "nodes"]) => json_response(
             StatusCode::OK,
             &nodes_json(control, admin.sessions.as_deref()),
@@ -439,11 +468,13 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["livez"] | ["readyz"] | ["metrics"] => "GET",
         ["admin", "v1", "config"] => "GET, PUT",
         ["admin", "v1", "config", "versions"]
+        | ["admin", "v1", "config", "canary"]
         | ["admin", "v1", "nodes"]
         | ["admin", "v1", "sessions", _]
         | ["admin", "v1", "fleet"]
         | ["admin", "v1", "hops"] => "GET",
         ["admin", "v1", "config", "rollback", _]
+        | ["admin", "v1", "config", "canary", "promote" | "abort"]
         | ["admin", "v1", "maintenance"]
         | ["admin", "v1", "nodes", _, _, "drain" | "undrain"] => "POST",
         _ => return None,

@@ -491,6 +491,7 @@ pub(crate) fn render(
         control.reload_failures()
     );
     fleet_section(&mut o, fleet);
+    control.canary.render_metrics(&mut o);
 
     let mut r = Response::new(Full::new(Bytes::from(o)));
     *r.status_mut() = StatusCode::OK;

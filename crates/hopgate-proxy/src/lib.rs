@@ -13,6 +13,7 @@
 
 mod admission;
 mod body;
+pub mod canary;
 mod client_io;
 mod forward;
 mod h1;

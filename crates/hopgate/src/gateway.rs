@@ -351,7 +351,8 @@ impl Gateway {
         let live = Arc::new(Listeners {
             forwarder: Forwarder::new(Arc::clone(control.snapshot()), Some(Arc::clone(&sessions)))
                 .with_stopping(rx.clone())
-                .with_maintenance(maint_tx),
+                .with_maintenance(maint_tx)
+                .with_canary(control.canary_slot()),
             running: Mutex::new(Vec::new()),
         });
         let mut listeners = Vec::new();

@@ -18,7 +18,14 @@ use super::raw::{RawConfig, RawNode, RawService, Text};
 use super::{parse, sniff_format, validate, ConfigError, Format};
 
 /// Sections that stay in the local file: they describe the process.
-pub const BOOTSTRAP_SECTIONS: [&str; 5] = ["replica_id", "listeners", "admin", "store", "sources"];
+pub const BOOTSTRAP_SECTIONS: [&str; 6] = [
+    "replica_id",
+    "listeners",
+    "admin",
+    "store",
+    "sources",
+    "canary",
+];
 
 /// Sections that come from `<prefix>config` when `sources.etcd` is set.
 /// (`outlier`, `circuit` and `drain` are per service, inside `services`.)
@@ -114,6 +121,7 @@ pub fn compose(bootstrap: &RawConfig, runtime: &RawConfig) -> RawConfig {
         admin: bootstrap.admin.clone(),
         store: bootstrap.store.clone(),
         sources: bootstrap.sources.clone(),
+        canary: bootstrap.canary.clone(),
         services: runtime.services.clone(),
         routes: runtime.routes.clone(),
         access: runtime.access.clone(),

@@ -22,6 +22,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use super::{Config, ConfigError, RawConfig};
 
+mod canary;
 mod edge;
 mod maintenance_guard;
 mod pool_limits;
@@ -66,6 +67,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
     let sessions = v.sessions(raw.sessions.as_ref());
     let store = v.store(raw.store.as_ref());
     let maintenance = v.maintenance(raw.maintenance.as_ref());
+    let canary = v.canary(raw.canary.as_ref());
     if !v.errors.is_empty() {
         return Err(v.errors);
     }
@@ -84,6 +86,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         sessions,
         store,
         maintenance,
+        canary,
     })
 }
 

@@ -68,11 +68,18 @@ impl Done {
         };
         // A gRPC error travels as HTTP 200 with a `grpc-status`; it is
         // counted (like the access log shows it) by the gateway's status.
-        METRICS.response(if out.error.is_some() {
+        let status = if out.error.is_some() {
             out.status
         } else {
             resp.status().as_u16()
-        });
+        };
+        METRICS.response(status);
+        // A baking config canary counts each side's answers.
+        if let Some(arm) = conn.forwarder.canary.load().as_deref() {
+            if let Some(side) = arm.side_of(snap.version) {
+                side.record(status, self.started.elapsed());
+            }
+        }
         log_access(
             snap,
             &self.method,

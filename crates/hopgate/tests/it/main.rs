@@ -10,6 +10,7 @@ mod redis_server;
 
 mod admin;
 mod backpressure;
+mod canary;
 mod defaults;
 mod errors;
 mod fleet_etcd;
