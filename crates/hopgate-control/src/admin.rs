@@ -284,6 +284,22 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
             };
             let format = format.unwrap_or_else(|| sniff_format(text));
             if let Some((percent, bake)) = canary {
+                if let Some(etcd) = admin.fleet_etcd() {
+                    let started = crate::canary::fleet::start_from_admin(
+                        control,
+                        etcd,
+                        text.to_owned(),
+                        percent,
+                        bake,
+                    );
+                    return match started.await {
+                        Ok(v) => json_response(StatusCode::OK, &v),
+                        Err((status, errors)) => errors_response(
+                            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+                            &errors,
+                        ),
+                    };
+                }
                 let started = crate::canary::start_from_admin(
                     control,
                     text.to_owned(),
@@ -350,7 +366,17 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
             }
         }
         (Method::POST, ["admin", "v1", "config", "canary", action @ ("promote" | "abort")]) => {
-            match crate::canary::decide_from_admin(control, *action == "promote").await {
+            let promote = *action == "promote";
+            if let (Some(etcd), Some(_)) = (admin.fleet_etcd(), control.canary.baking_fleet()) {
+                return match crate::canary::fleet::decide_from_admin(control, etcd, promote).await {
+                    Ok(v) => json_response(StatusCode::OK, &v),
+                    Err((status, errors)) => errors_response(
+                        StatusCode::from_u16(status).unwrap_or(StatusCode::CONFLICT),
+                        &errors,
+                    ),
+                };
+            }
+            match crate::canary::decide_from_admin(control, promote).await {
                 Some(v) => json_response(StatusCode::OK, &v),
                 None => error_response(StatusCode::CONFLICT, "canary", "no canary is baking"),
             }

@@ -30,6 +30,8 @@ use hopgate_proxy::Snapshot;
 
 use crate::control::{content_hash, CanaryNote, Control, VersionRecord};
 
+pub(crate) mod fleet;
+
 /// Where a canary is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Decision {
@@ -39,13 +41,30 @@ pub(crate) enum Decision {
 }
 
 impl Decision {
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Decision::Promoted => "promoted",
             Decision::RolledBack => "rolled_back",
             Decision::Aborted => "aborted",
         }
     }
+
+    pub(crate) fn from_label(s: &str) -> Option<Decision> {
+        match s {
+            "promoted" => Some(Decision::Promoted),
+            "rolled_back" => Some(Decision::RolledBack),
+            "aborted" => Some(Decision::Aborted),
+            _ => None,
+        }
+    }
+}
+
+/// A canary started through etcd: its fleet-wide id and the revision of
+/// the key that started it (the one compare-and-set that decides it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FleetRun {
+    pub(crate) id: u64,
+    pub(crate) revision: i64,
 }
 
 /// One canary, baking or decided.
@@ -64,6 +83,8 @@ struct Run {
     hash: String,
     /// Both sides' counts when it was decided (canary, baseline).
     totals: (SideCounts, SideCounts),
+    /// Started through etcd (fleet mode).
+    fleet: Option<FleetRun>,
 }
 
 /// The canary part of [`Control`].
@@ -90,6 +111,64 @@ impl CanaryState {
             .as_ref()
             .filter(|r| r.version == version && r.decision.is_none())
             .and_then(|r| r.arm.clone())
+    }
+
+    /// The fleet run of the canary baking now, and its local version.
+    pub(crate) fn baking_fleet(&self) -> Option<(FleetRun, u64)> {
+        self.run
+            .lock()
+            .as_ref()
+            .filter(|r| r.decision.is_none())
+            .and_then(|r| r.fleet.map(|f| (f, r.version)))
+    }
+
+    /// The fleet id of the last canary (baking or decided), its local
+    /// version and whether it is decided.
+    pub(crate) fn last_fleet(&self) -> Option<(FleetRun, u64, bool)> {
+        self.run
+            .lock()
+            .as_ref()
+            .and_then(|r| r.fleet.map(|f| (f, r.version, r.decision.is_some())))
+    }
+
+    /// A decided canary takes the fleet's decision (it ended here first,
+    /// e.g. when the promoted document's apply arrived before the
+    /// decision).
+    pub(crate) fn relabel(
+        &self,
+        control: &Control,
+        version: u64,
+        decision: Decision,
+        reason: &str,
+    ) {
+        let mut run = self.run.lock();
+        let Some(r) = run.as_mut().filter(|r| r.version == version) else {
+            return;
+        };
+        let Some(before) = r.decision.replace(decision) else {
+            return;
+        };
+        if before != decision {
+            self.counter(before).fetch_sub(1, Ordering::Relaxed);
+            self.counter(decision).fetch_add(1, Ordering::Relaxed);
+        }
+        reason.clone_into(&mut r.reason);
+        drop(run);
+        control.renote_version(
+            version,
+            CanaryNote {
+                state: decision.label(),
+                reason: reason.to_owned(),
+            },
+        );
+    }
+
+    fn counter(&self, decision: Decision) -> &AtomicU64 {
+        match decision {
+            Decision::Promoted => &self.promoted,
+            Decision::RolledBack => &self.rolled_back,
+            Decision::Aborted => &self.aborted,
+        }
     }
 
     /// The version of the canary baking now.
@@ -174,11 +253,28 @@ pub(crate) fn start(
     bake: Duration,
     key: u64,
 ) -> Result<Started, Vec<ConfigError>> {
+    start_with(
+        control,
+        |c| c.load_locked(text, format),
+        percent,
+        bake,
+        key,
+        None,
+    )
+}
+
+/// [`start`] with the document loaded by `load` (under the writer lock).
+pub(crate) fn start_with(
+    control: &Control,
+    load: impl FnOnce(&Control) -> Result<hopgate_core::config::Config, Vec<ConfigError>>,
+    percent: f64,
+    bake: Duration,
+    key: u64,
+    fleet: Option<FleetRun>,
+) -> Result<Started, Vec<ConfigError>> {
     let _writer = control.writer.lock();
     let source = format!("canary:{percent}%");
-    let config = control
-        .load_locked(text, format)
-        .map_err(|e| control.rejected(e, &source))?;
+    let config = load(control).map_err(|e| control.rejected(e, &source))?;
     let current = control.snapshot().load_full();
     let hash = content_hash(&config.raw);
     if control.running_hash(current.version).as_deref() == Some(hash.as_str()) {
@@ -218,6 +314,7 @@ pub(crate) fn start(
         raw,
         hash,
         totals: Default::default(),
+        fleet,
     });
     control.canary.slot.store(Some(arm));
     control.canary.started.fetch_add(1, Ordering::Relaxed);
@@ -277,6 +374,40 @@ pub(crate) fn end_locked(
     decision: Decision,
     reason: String,
 ) -> bool {
+    end_run(control, version, decision, reason, true)
+}
+
+/// An apply (of `hash`, from `source`) is about to swap in a new config:
+/// a baking canary of the same document is promoted by it (in a fleet,
+/// the promoted document arrives from etcd this way), any other is
+/// aborted first.
+pub(crate) fn end_for_apply(control: &Control, hash: &str, source: &str) {
+    let same = control
+        .canary
+        .run
+        .lock()
+        .as_ref()
+        .is_some_and(|r| r.decision.is_none() && r.hash == hash);
+    if same {
+        let reason = format!("promoted: its document was applied ({source})");
+        end_run(control, None, Decision::Promoted, reason, false);
+    } else {
+        let reason = format!("aborted: a new config was applied ({source})");
+        end_run(control, None, Decision::Aborted, reason, true);
+    }
+}
+
+/// [`end_locked`]; a promotion installs the canary's snapshot only when
+/// `install` (and the canary is not a fleet's: there the same
+/// compare-and-set wrote its document to `<prefix>config`, which arrives
+/// as a normal apply from etcd).
+fn end_run(
+    control: &Control,
+    version: Option<u64>,
+    decision: Decision,
+    reason: String,
+    install: bool,
+) -> bool {
     let state = &control.canary;
     let mut run = state.run.lock();
     let Some(r) = run
@@ -296,10 +427,22 @@ pub(crate) fn end_locked(
         state: decision.label(),
         reason: reason.clone(),
     };
-    let (raw, hash, v) = (r.raw.clone(), r.hash.clone(), r.version);
+    let (raw, hash, v, fleet) = (r.raw.clone(), r.hash.clone(), r.version, r.fleet);
     drop(run);
     let current = control.snapshot().load_full();
     match decision {
+        Decision::Promoted if fleet.is_some() || !install => {
+            state.promoted.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(version = v, reason = %reason, "config canary promoted (as the document is applied)");
+            control.record_version(VersionRecord {
+                version: v,
+                hash,
+                source: "canary".to_owned(),
+                applied_at: crate::control::unix_now(),
+                canary: Some(note),
+                raw,
+            });
+        }
         Decision::Promoted => {
             state.promoted.fetch_add(1, Ordering::Relaxed);
             tracing::info!(version = v, reason = %reason, "config canary promoted");
@@ -403,6 +546,12 @@ pub(crate) fn verdict(cfg: &CanaryConfig, canary: &SideCounts, baseline: &SideCo
 /// Where the judge reads both sides' counts: this process's counters, or
 /// (in a fleet) the sums of every replica's.
 pub(crate) trait Counts: Send {
+    /// Why this replica must stop judging and roll back on its own (it
+    /// lost the fleet's coordination), if it must.
+    fn lost(&self) -> Option<String> {
+        None
+    }
+
     /// Cumulative counts since the canary started (canary, baseline);
     /// `None` when they cannot be read now.
     fn read(
@@ -442,7 +591,19 @@ pub(crate) async fn judge<C: Counts>(
         let wait = cfg.interval.min(bake_end.saturating_duration_since(now));
         tokio::time::sleep(wait).await;
         let arm = control.canary.baking(started.version)?;
+        if let Some(why) = counts.lost() {
+            return Some((
+                Decision::RolledBack,
+                format!("rolled back on this replica: {why}"),
+            ));
+        }
         let Some((c, b)) = counts.read(&arm).await else {
+            if Instant::now() >= bake_end {
+                return Some((
+                    Decision::RolledBack,
+                    "rolled back at the end of the bake: the counts could not be read".to_owned(),
+                ));
+            }
             continue;
         };
         let now = Instant::now();

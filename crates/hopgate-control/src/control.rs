@@ -258,6 +258,15 @@ impl Control {
             .map(|v| v.hash.clone())
     }
 
+    /// Replaces the canary note of a kept version.
+    pub(crate) fn renote_version(&self, version: u64, note: CanaryNote) {
+        for v in self.versions.lock().iter_mut() {
+            if v.version == version && v.canary.is_some() {
+                v.canary = Some(note.clone());
+            }
+        }
+    }
+
     /// Keeps a record in the version history (the last [`KEEP_VERSIONS`]).
     pub(crate) fn record_version(&self, record: VersionRecord) {
         let mut versions = self.versions.lock();
@@ -329,12 +338,7 @@ impl Control {
             });
         }
         // A normal apply during a bake ends the canary first.
-        crate::canary::end_locked(
-            self,
-            None,
-            crate::canary::Decision::Aborted,
-            format!("aborted: a new config was applied ({source})"),
-        );
+        crate::canary::end_for_apply(self, &hash, &source.to_string());
         let version = self.next_version.fetch_add(1, Ordering::Relaxed);
         let raw = config.raw.clone();
         let snap = Snapshot::compile(Arc::new(config), version, &self.registry, Some(&current));

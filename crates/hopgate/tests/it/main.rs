@@ -11,6 +11,7 @@ mod redis_server;
 mod admin;
 mod backpressure;
 mod canary;
+mod canary_fleet;
 mod defaults;
 mod errors;
 mod fleet_etcd;
