@@ -224,7 +224,7 @@ async fn a_good_canary_is_promoted_with_zero_errors() {
     let stop = Arc::new(AtomicBool::new(false));
     let running = load(&gw, 4, &stop);
     let good = shop("green", green.addr, FAST_JUDGE);
-    let (status, v) = put_canary(&gw, &good, "canary=30&bake=4s").await;
+    let (status, v) = put_canary(&gw, &good, "canary=30&bake=6s").await;
     assert_eq!(status, 200, "{v}");
     let version = v["version"].as_u64().unwrap();
     let v = decided(&gw, Duration::from_secs(60)).await;
@@ -412,4 +412,31 @@ async fn promote_and_abort_by_hand_and_an_apply_aborts_a_bake() {
         "{m}"
     );
     assert!(m.contains("hopgate_canary_started_total 3"), "{m}");
+}
+
+#[tokio::test]
+async fn without_sessions_the_client_address_decides() {
+    let blue = Backend::start("blue").await;
+    let green = Backend::start("green").await;
+    let no_sessions = |node, addr| shop(node, addr, FAST_JUDGE).replace("sessions: {}\n", "");
+    let gw = Gateway::start(&no_sessions("blue", blue.addr)).await;
+    let (status, v) =
+        put_canary(&gw, &no_sessions("green", green.addr), "canary=50&bake=60s").await;
+    assert_eq!(status, 200, "{v}");
+    // Every request comes from 127.0.0.1: one side for all of them.
+    let c = client();
+    let mut nodes = HashSet::new();
+    for _ in 0..40 {
+        let r = c.get(gw.url("/")).send().await.unwrap();
+        assert!(r.headers().get("hop-session").is_none());
+        nodes.insert(json(r).await["node"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    let (_, v) = canary_status(&gw).await;
+    let (cr, br) = (
+        v["canary"]["requests"].as_u64().unwrap(),
+        v["baseline"]["requests"].as_u64().unwrap(),
+    );
+    assert!(cr == 0 || br == 0, "{v}");
+    assert_eq!(cr + br, 40, "{v}");
 }
