@@ -326,6 +326,10 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                 Some(ct) if ct.contains("yaml") => Some(Format::Yaml),
                 _ => None,
             };
+            let canary = match crate::canary::from_query(req.uri().query()) {
+                Ok(c) => c,
+                Err(e) => return errors_response(StatusCode::BAD_REQUEST, &[e]),
+            };
             let body = match Limited::new(req.into_body(), MAX_CONFIG_BYTES)
                 .collect()
                 .await
@@ -343,6 +347,35 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                 return error_response(StatusCode::BAD_REQUEST, "", "config body is not UTF-8");
             };
             let format = format.unwrap_or_else(|| sniff_format(text));
+            if let Some((percent, bake)) = canary {
+                if let Some(etcd) = admin.fleet_etcd() {
+                    let started = crate::canary::fleet::start_from_admin(
+                        control,
+                        etcd,
+                        text.to_owned(),
+                        percent,
+                        bake,
+                    );
+                    return match started.await {
+                        Ok(v) => json_response(StatusCode::OK, &v),
+                        Err((status, errors)) => errors_response(
+                            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+                            &errors,
+                        ),
+                    };
+                }
+                let started = crate::canary::start_from_admin(
+                    control,
+                    text.to_owned(),
+                    format,
+                    percent,
+                    bake,
+                );
+                return match started.await {
+                    Ok(v) => json_response(StatusCode::OK, &v),
+                    Err(errors) => errors_response(StatusCode::BAD_REQUEST, &errors),
+                };
+            }
             // Validate and compile off the runtime's threads: a big config
             // must not stall requests on a single-threaded runtime.
             let (c, text) = (Arc::clone(control), text.to_owned());
@@ -390,6 +423,28 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                 "version must be a number",
             ),
         },
+        (Method::GET, ["admin", "v1", "config", "canary"]) => {
+            match crate::canary::status_json(control) {
+                Some(v) => json_response(StatusCode::OK, &v),
+                None => error_response(StatusCode::NOT_FOUND, "canary", "no canary"),
+            }
+        }
+        (Method::POST, ["admin", "v1", "config", "canary", action @ ("promote" | "abort")]) => {
+            let promote = *action == "promote";
+            if let (Some(etcd), Some(_)) = (admin.fleet_etcd(), control.canary.baking_fleet()) {
+                return match crate::canary::fleet::decide_from_admin(control, etcd, promote).await {
+                    Ok(v) => json_response(StatusCode::OK, &v),
+                    Err((status, errors)) => errors_response(
+                        StatusCode::from_u16(status).unwrap_or(StatusCode::CONFLICT),
+                        &errors,
+                    ),
+                };
+            }
+            match crate::canary::decide_from_admin(control, promote).await {
+                Some(v) => json_response(StatusCode::OK, &v),
+                None => error_response(StatusCode::CONFLICT, "canary", "no canary is baking"),
+            }
+        }
         (Method::GET, ["admin", "v1", "nodes"]) => json_response(
             StatusCode::OK,
             &nodes_json(control, admin.sessions.as_deref()),
@@ -511,11 +566,13 @@ fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["admin", "v1", "events", "ticket"] => "POST",
         ["admin", "v1", "config"] => "GET, PUT",
         ["admin", "v1", "config", "versions"]
+        | ["admin", "v1", "config", "canary"]
         | ["admin", "v1", "nodes"]
         | ["admin", "v1", "sessions", _]
         | ["admin", "v1", "fleet"]
         | ["admin", "v1", "hops"] => "GET",
         ["admin", "v1", "config", "rollback", _]
+        | ["admin", "v1", "config", "canary", "promote" | "abort"]
         | ["admin", "v1", "maintenance"]
         | ["admin", "v1", "nodes", _, _, "drain" | "undrain"] => "POST",
         _ => return None,

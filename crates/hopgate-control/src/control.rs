@@ -21,6 +21,7 @@ use hopgate_core::node::NodeKey;
 use hopgate_proxy::tls::{TlsListeners, TlsMaterial};
 use hopgate_proxy::{NodeRegistry, SharedSnapshot, Snapshot};
 
+use crate::canary::CanaryState;
 use crate::health::HealthChecker;
 
 /// How many applied versions are kept for listing and rollback.
@@ -65,8 +66,19 @@ pub struct VersionRecord {
     pub source: String,
     /// Seconds since the Unix epoch.
     pub applied_at: u64,
+    /// A config canary's decision, for the version it was tried as.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryNote>,
     #[serde(skip)]
     pub raw: RawConfig,
+}
+
+/// How a config canary ended, kept with its version.
+#[derive(Clone, Debug, Serialize)]
+pub struct CanaryNote {
+    /// `promoted`, `rolled_back` or `aborted`.
+    pub state: &'static str,
+    pub reason: String,
 }
 
 /// The result of a successful apply.
@@ -89,11 +101,11 @@ pub struct LastError {
 /// The control plane's state.
 pub struct Control {
     snapshot: SharedSnapshot,
-    registry: NodeRegistry,
-    writer: Mutex<()>,
+    pub(crate) registry: NodeRegistry,
+    pub(crate) writer: Mutex<()>,
     versions: Mutex<VecDeque<VersionRecord>>,
     last_error: Mutex<Option<LastError>>,
-    next_version: AtomicU64,
+    pub(crate) next_version: AtomicU64,
     reload_failures: AtomicU64,
     reloads: AtomicU64,
     health: HealthChecker,
@@ -107,6 +119,8 @@ pub struct Control {
     tls: Arc<TlsListeners>,
     tls_base: Mutex<std::path::PathBuf>,
     tls_files: Mutex<Vec<std::path::PathBuf>>,
+    /// The config canary, baking or last decided.
+    pub(crate) canary: CanaryState,
 }
 
 impl std::fmt::Debug for Control {
@@ -117,13 +131,13 @@ impl std::fmt::Debug for Control {
     }
 }
 
-fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
-fn content_hash(raw: &RawConfig) -> String {
+pub(crate) fn content_hash(raw: &RawConfig) -> String {
     let canonical = serde_json::to_vec(raw).unwrap_or_default();
     let digest = Sha256::digest(&canonical);
     digest.iter().map(|b| format!("{b:02x}")).collect()
@@ -153,6 +167,7 @@ impl Control {
             tls: Arc::default(),
             tls_base: Mutex::new(std::path::PathBuf::from(".")),
             tls_files: Mutex::new(Vec::new()),
+            canary: CanaryState::default(),
         };
         control.health.reconcile(&control.snapshot.load());
         control.versions.lock().push_back(VersionRecord {
@@ -160,9 +175,16 @@ impl Control {
             hash,
             source: source.to_string(),
             applied_at: unix_now(),
+            canary: None,
             raw,
         });
         Arc::new(control)
+    }
+
+    /// Where the data plane finds a baking config canary
+    /// ([`hopgate_proxy::Forwarder::with_canary`]).
+    pub fn canary_slot(&self) -> hopgate_proxy::canary::CanarySlot {
+        self.canary.slot()
     }
 
     /// The pointer the data plane loads.
@@ -205,14 +227,70 @@ impl Control {
         source: Source,
     ) -> Result<ApplyOutcome, Vec<ConfigError>> {
         let _writer = self.writer.lock();
-        let result = match self.runtime_layer.lock().as_ref() {
+        let result = self.load_locked(text, format);
+        self.apply_locked(result, source)
+    }
+
+    /// Parses and validates a document as an apply would (in fleet mode:
+    /// as the bootstrap sections under the running runtime layer).
+    pub(crate) fn load_locked(
+        &self,
+        text: &str,
+        format: Format,
+    ) -> Result<Config, Vec<ConfigError>> {
+        match self.runtime_layer.lock().as_ref() {
             None => config::load(text, format),
             Some(runtime) => config::parse_all(text, format).and_then(|local| {
                 config::fleet::check_bootstrap(&local)?;
                 config::validate(&config::fleet::compose(&local, runtime))
             }),
-        };
-        self.apply_locked(result, source)
+        }
+    }
+
+    /// Counts and remembers a rejected document.
+    pub(crate) fn rejected(&self, errors: Vec<ConfigError>, source: &str) -> Vec<ConfigError> {
+        self.reload_failures.fetch_add(1, Ordering::Relaxed);
+        // One line per rejected document, every error in it.
+        let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        tracing::error!(
+            source = %source,
+            errors = errors.len(),
+            "config rejected; keeping the running config: {}",
+            all.join("; ")
+        );
+        *self.last_error.lock() = Some(LastError {
+            source: source.to_owned(),
+            at: unix_now(),
+            errors: errors.clone(),
+        });
+        errors
+    }
+
+    /// The content hash of the running snapshot's document.
+    pub(crate) fn running_hash(&self, version: u64) -> Option<String> {
+        self.versions
+            .lock()
+            .iter()
+            .find(|v| v.version == version)
+            .map(|v| v.hash.clone())
+    }
+
+    /// Replaces the canary note of a kept version.
+    pub(crate) fn renote_version(&self, version: u64, note: CanaryNote) {
+        for v in self.versions.lock().iter_mut() {
+            if v.version == version && v.canary.is_some() {
+                v.canary = Some(note.clone());
+            }
+        }
+    }
+
+    /// Keeps a record in the version history (the last [`KEEP_VERSIONS`]).
+    pub(crate) fn record_version(&self, record: VersionRecord) {
+        let mut versions = self.versions.lock();
+        versions.push_back(record);
+        while versions.len() > KEEP_VERSIONS {
+            versions.pop_front();
+        }
     }
 
     /// Fleet mode: applies new runtime sections (the etcd document with
@@ -295,33 +373,19 @@ impl Control {
         }
     }
 
-    fn load_tls(&self, config: &Config) -> Result<TlsMaterial, Vec<ConfigError>> {
+    pub(crate) fn load_tls(&self, config: &Config) -> Result<TlsMaterial, Vec<ConfigError>> {
         let base = self.tls_base.lock().clone();
         TlsMaterial::load(config, &base)
     }
 
-    fn install_tls(&self, material: &TlsMaterial, snap: &Snapshot) {
+    pub(crate) fn install_tls(&self, material: &TlsMaterial, snap: &Snapshot) {
         material.install(&self.tls, snap);
         *self.tls_files.lock() = material.files().to_vec();
     }
 
     /// Counts, remembers and logs a refused config.
     fn reject(&self, errors: Vec<ConfigError>, source: &Source) -> Vec<ConfigError> {
-        self.reload_failures.fetch_add(1, Ordering::Relaxed);
-        // One line per rejected document, every error in it.
-        let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        tracing::error!(
-            source = %source,
-            errors = errors.len(),
-            "config rejected; keeping the running config: {}",
-            all.join("; ")
-        );
-        *self.last_error.lock() = Some(LastError {
-            source: source.to_string(),
-            at: unix_now(),
-            errors: errors.clone(),
-        });
-        errors
+        self.rejected(errors, &source.to_string())
     }
 
     fn apply_locked(
@@ -334,30 +398,56 @@ impl Control {
         let loaded = result.and_then(|c| self.load_tls(&c).map(|m| (c, m)));
         let (config, tls) = match loaded {
             Ok(x) => x,
-            Err(errors) => return Err(self.reject(errors, &source)),
+            Err(errors) => return Err(self.rejected(errors, &source.to_string())),
         };
         let hash = content_hash(&config.raw);
         let current = self.snapshot.load_full();
-        if let Some(last) = self.versions.lock().back() {
-            if last.hash == hash {
-                self.install_tls(&tls, &current);
-                return Ok(ApplyOutcome {
-                    version: current.version,
-                    hash,
-                    changed: false,
-                });
-            }
+        // Compared with the running version (the newest record may be a
+        // canary that was rolled back).
+        if self.running_hash(current.version).as_deref() == Some(hash.as_str()) {
+            self.install_tls(&tls, &current);
+            return Ok(ApplyOutcome {
+                version: current.version,
+                hash,
+                changed: false,
+            });
         }
+        // A normal apply during a bake ends the canary first.
+        crate::canary::end_for_apply(self, &hash, &source.to_string());
         let version = self.next_version.fetch_add(1, Ordering::Relaxed);
         let raw = config.raw.clone();
-        let changes = config::summary::diff(&current.config.raw, &raw);
-        let shutdown = config.timeouts.shutdown;
         let snap = Snapshot::compile(Arc::new(config), version, &self.registry, Some(&current));
-        let keep: HashSet<NodeKey> = snap
-            .services
-            .iter()
-            .flat_map(|s| s.nodes.iter().map(|n| n.state.key().clone()))
-            .collect();
+        self.install_tls(&tls, &snap);
+        self.install(
+            Arc::new(snap),
+            &current,
+            raw,
+            hash.clone(),
+            source.to_string(),
+            None,
+        );
+        Ok(ApplyOutcome {
+            version,
+            hash,
+            changed: true,
+        })
+    }
+
+    /// Swaps in a compiled snapshot (the writer lock is held): node
+    /// parameters, moved and removed nodes, health checks, listeners, the
+    /// version history.
+    pub(crate) fn install(
+        &self,
+        snap: Arc<Snapshot>,
+        current: &Snapshot,
+        raw: RawConfig,
+        hash: String,
+        source: String,
+        canary: Option<CanaryNote>,
+    ) {
+        let version = snap.version;
+        let shutdown = snap.config.timeouts.shutdown;
+        let changes = config::summary::diff(&current.config.raw, &raw);
         // A node whose configured address changed moves like a MOVING
         // handoff would: new requests go to the new address, connections to
         // the old one finish and close.
@@ -378,18 +468,37 @@ impl Control {
                 }
             }
         }
-        let snap = Arc::new(snap);
         // Compiling wrote no live state; the nodes take the new parameters
         // now, as the snapshot goes in.
         snap.configure_nodes();
-        self.install_tls(&tls, &snap);
         self.snapshot.store(Arc::clone(&snap));
         self.reloads.fetch_add(1, Ordering::Relaxed);
         self.health.reconcile(&snap);
         self.applied.send_replace(version);
-        // Nodes that left the config drain: requests already on them finish
-        // (they hold the old snapshot), their pooled connections close by
-        // the shutdown deadline.
+        self.drain_all_but(&snap);
+        self.record_version(VersionRecord {
+            version,
+            hash,
+            source: source.clone(),
+            applied_at: unix_now(),
+            canary,
+            raw,
+        });
+        tracing::info!(version, source = %source, "config applied: {changes}");
+    }
+}
+
+impl Control {
+    /// Nodes that are not in `snap` leave the registry and drain: requests
+    /// already on them finish (they hold an older snapshot), their pooled
+    /// connections close by the shutdown deadline.
+    pub(crate) fn drain_all_but(&self, snap: &Snapshot) {
+        let shutdown = snap.config.timeouts.shutdown;
+        let keep: HashSet<NodeKey> = snap
+            .services
+            .iter()
+            .flat_map(|s| s.nodes.iter().map(|n| n.state.key().clone()))
+            .collect();
         for gone in self.registry.retain(&keep) {
             gone.state.set_draining(true);
             if let Some(pool) = gone.upstream.pool_if_set() {
@@ -398,23 +507,6 @@ impl Control {
             let key = gone.state.key();
             tracing::info!(service = %key.service, node = %key.node, "node removed from config; draining");
         }
-        let mut versions = self.versions.lock();
-        versions.push_back(VersionRecord {
-            version,
-            hash: hash.clone(),
-            source: source.to_string(),
-            applied_at: unix_now(),
-            raw,
-        });
-        while versions.len() > KEEP_VERSIONS {
-            versions.pop_front();
-        }
-        tracing::info!(version, source = %source, "config applied: {changes}");
-        Ok(ApplyOutcome {
-            version,
-            hash,
-            changed: true,
-        })
     }
 }
 

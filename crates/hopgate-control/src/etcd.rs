@@ -203,6 +203,8 @@ pub(crate) enum KeyKind<'a> {
     Drain(&'a str),
     /// `service/node/seq`.
     Maintenance(&'a str),
+    /// The fleet's config canary.
+    Canary,
     /// Status keys and anything else: not ours to act on.
     Other,
 }
@@ -213,6 +215,8 @@ pub(crate) fn classify<'a>(prefix: &str, key: &'a str) -> KeyKind<'a> {
     };
     if rest == "config" {
         KeyKind::Config
+    } else if rest == crate::canary::fleet::KEY {
+        KeyKind::Canary
     } else if let Some(r) = rest.strip_prefix("nodes/") {
         KeyKind::Node(r)
     } else if let Some(r) = rest.strip_prefix("actions/drain/") {
@@ -284,7 +288,7 @@ impl View {
                 };
                 d.drains = true;
             }
-            KeyKind::Maintenance(_) | KeyKind::Other => {}
+            KeyKind::Maintenance(_) | KeyKind::Canary | KeyKind::Other => {}
         }
         d
     }

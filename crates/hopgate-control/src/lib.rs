@@ -18,6 +18,7 @@
 //! snapshot this crate stores.
 
 mod admin;
+mod canary;
 mod control;
 mod dashboard;
 pub mod etcd;

@@ -494,6 +494,7 @@ pub(crate) fn render(
     fleet_section(&mut o, fleet);
     traffic_section(&mut o, &snap);
     hopgate_proxy::tls::metrics::render(&mut o);
+    control.canary.render_metrics(&mut o);
 
     let mut r = Response::new(Full::new(Bytes::from(o)));
     *r.status_mut() = StatusCode::OK;

@@ -202,6 +202,40 @@ pub struct Config {
     pub maintenance: MaintenanceConfig,
     pub access_log: AccessLogConfig,
     pub upgrade: UpgradeConfig,
+    pub canary: CanaryConfig,
+}
+
+/// `canary:`: when a config canary is judged and what rolls it back.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CanaryConfig {
+    /// Requests each side needs in the window before it is judged.
+    pub min_requests: u64,
+    /// How often the judge looks.
+    pub interval: Duration,
+    /// The sliding window both sides are compared over.
+    pub window: Duration,
+    /// Canary error rate ≥ this × the baseline's (and ≥ `min_error_delta`
+    /// above it) rolls back.
+    pub max_error_ratio: f64,
+    pub min_error_delta: f64,
+    /// Canary p99 ≥ this × the baseline's (and ≥ `min_p99_delta` above
+    /// it) rolls back.
+    pub max_p99_ratio: f64,
+    pub min_p99_delta: Duration,
+}
+
+impl Default for CanaryConfig {
+    fn default() -> CanaryConfig {
+        CanaryConfig {
+            min_requests: 50,
+            interval: Duration::from_secs(5),
+            window: Duration::from_secs(30),
+            max_error_ratio: 2.0,
+            min_error_delta: 0.01,
+            max_p99_ratio: 2.0,
+            min_p99_delta: Duration::from_millis(50),
+        }
+    }
 }
 
 /// `access_log:`.

@@ -46,6 +46,7 @@ use hopgate_core::retry;
 use hopgate_core::session::HopReason;
 
 use crate::body::{ClientBody, ProxyBody};
+use crate::canary::CanarySlot;
 use crate::headers::{new_request_id, scan_request, valid_request_id, RequestFacts, X_REQUEST_ID};
 use crate::metrics::METRICS;
 use crate::session::Sessions;
@@ -84,6 +85,8 @@ pub struct Forwarder {
     /// Where `Hop-Maintenance` headers from backends go (the control
     /// plane's intake).
     maintenance: Option<tokio::sync::mpsc::Sender<Notification>>,
+    /// A config canary, while one bakes ([`crate::canary`]).
+    canary: CanarySlot,
 }
 
 impl Forwarder {
@@ -95,7 +98,14 @@ impl Forwarder {
             sessions,
             stopping: tokio::sync::watch::channel(false).1,
             maintenance: None,
+            canary: CanarySlot::default(),
         }
+    }
+
+    /// Requests consult `slot` for a running config canary.
+    pub fn with_canary(mut self, slot: CanarySlot) -> Forwarder {
+        self.canary = slot;
+        self
     }
 
     /// `Hop-Maintenance` response headers are parsed and sent to `intake`.
@@ -326,6 +336,41 @@ impl Forwarder {
     }
 }
 
+/// Points `snap` at the canary's snapshot when this client is on its
+/// side: decided by the session id when sessions are on (a new session's
+/// freshly minted id, so its later requests, which carry it, stay on the
+/// same side), else by the client address. Returns the session it
+/// identified, so that its token is verified once per request.
+#[cold]
+fn canary_side(
+    fwd: &Forwarder,
+    arm: &crate::canary::CanaryArm,
+    snap: &mut Arc<Snapshot>,
+    req: &Request<Incoming>,
+    conn: &ClientConn,
+) -> Option<crate::session::ClientSession> {
+    if snap.version != arm.baseline_version {
+        return None;
+    }
+    let scfg = &snap.config.sessions;
+    let known = fwd
+        .sessions
+        .as_deref()
+        .filter(|_| scfg.enabled)
+        .map(|s| crate::session::identify(s, scfg, req.headers(), crate::session::unix_now()));
+    let takes = match &known {
+        Some(cs) => arm.takes(cs.id.as_bytes()),
+        None => match snap.access.client_ip(conn.peer.ip(), req.headers()) {
+            std::net::IpAddr::V4(a) => arm.takes(&a.octets()),
+            std::net::IpAddr::V6(a) => arm.takes(&a.octets()),
+        },
+    };
+    if takes {
+        *snap = Arc::clone(&arm.snapshot);
+    }
+    known
+}
+
 /// The request as the steps after its plan see it: borrowed, and built
 /// where a step is called, so it is never stored in the request's future.
 #[derive(Clone, Copy)]
@@ -382,7 +427,7 @@ impl ClientConn {
     pub(crate) fn serve(self: &Arc<Self>, req: Request<Incoming>) -> ResponseFuture {
         let started = Instant::now();
         let fwd = &self.forwarder;
-        let snap = fwd.snapshot.load_full();
+        let mut snap = fwd.snapshot.load_full();
         let method = req.method().clone();
         if req.version() == http::Version::HTTP_2 {
             self.http2.store(true, Ordering::Relaxed);
@@ -417,7 +462,14 @@ impl ClientConn {
             out: Outcome::default(),
             access,
         };
-        match fwd.plan(&snap, req, self, &facts, started, &mut done.out) {
+        // A baking config canary: this client's side (its session, checked
+        // here once and handed to the plan, or its address).
+        let mut known = None;
+        if let Some(arm) = fwd.canary.load().as_deref() {
+            known = canary_side(fwd, arm, &mut snap, &req, self);
+        }
+        let arrival = plan::Arrival { started, known };
+        match fwd.plan(&snap, req, self, &facts, arrival, &mut done.out) {
             Ok(plan) => Box::pin(Forwarder::forward(
                 Arc::clone(self),
                 snap,

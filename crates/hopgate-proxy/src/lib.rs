@@ -14,6 +14,7 @@
 pub mod access_log;
 mod admission;
 mod body;
+pub mod canary;
 mod client_io;
 pub mod events;
 mod forward;

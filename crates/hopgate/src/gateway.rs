@@ -412,7 +412,8 @@ impl Gateway {
         let live = Arc::new(Listeners {
             forwarder: Forwarder::new(Arc::clone(control.snapshot()), Some(Arc::clone(&sessions)))
                 .with_stopping(tunnel_rx)
-                .with_maintenance(maint_tx),
+                .with_maintenance(maint_tx)
+                .with_canary(control.canary_slot()),
             tls: Arc::clone(control.tls_listeners()),
             running: Mutex::new(Vec::new()),
             inherited,

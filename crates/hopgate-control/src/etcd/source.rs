@@ -390,10 +390,17 @@ impl EtcdSource {
                             },
                             EventType::Delete => None,
                         };
-                        if let (KeyKind::Maintenance(_), Some(v)) =
-                            (classify(&self.handle.prefix, key), value)
-                        {
-                            intake_notice(&self.maintenance, key, v);
+                        match (classify(&self.handle.prefix, key), value) {
+                            (KeyKind::Maintenance(_), Some(v)) => {
+                                intake_notice(&self.maintenance, key, v);
+                            }
+                            (KeyKind::Canary, Some(v)) => crate::canary::fleet::on_event(
+                                &self.control,
+                                &self.handle,
+                                v,
+                                kv.mod_revision(),
+                            ),
+                            _ => {}
                         }
                         let d = self.view.update(&self.handle.prefix, key, value, kv.mod_revision());
                         dirty.config |= d.config;

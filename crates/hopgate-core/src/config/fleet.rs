@@ -18,7 +18,7 @@ use super::raw::{RawConfig, RawNode, RawService, Text};
 use super::{parse_all, sniff_format, validate, ConfigError, Format};
 
 /// Sections that stay in the local file: they describe the process.
-pub const BOOTSTRAP_SECTIONS: [&str; 7] = [
+pub const BOOTSTRAP_SECTIONS: [&str; 8] = [
     "replica_id",
     "listeners",
     "admin",
@@ -26,6 +26,7 @@ pub const BOOTSTRAP_SECTIONS: [&str; 7] = [
     "sources",
     "access_log",
     "upgrade",
+    "canary",
 ];
 
 /// Sections that come from `<prefix>config` when `sources.etcd` is set.
@@ -124,6 +125,7 @@ pub fn compose(bootstrap: &RawConfig, runtime: &RawConfig) -> RawConfig {
         sources: bootstrap.sources.clone(),
         access_log: bootstrap.access_log.clone(),
         upgrade: bootstrap.upgrade.clone(),
+        canary: bootstrap.canary.clone(),
         services: runtime.services.clone(),
         routes: runtime.routes.clone(),
         access: runtime.access.clone(),

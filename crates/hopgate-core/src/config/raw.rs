@@ -101,6 +101,8 @@ pub struct RawConfig {
     pub access_log: Option<RawAccessLog>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<RawUpgrade>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<RawCanary>,
 }
 
 /// Zero-downtime binary upgrades (`hopgate run --upgrade`).
@@ -548,6 +550,26 @@ pub struct RawStore {
     /// memory with path: how often bindings are written (default 10s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persist_interval: Option<Text>,
+}
+
+/// `canary:`: how a config canary is judged against the baseline.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawCanary {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_requests: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_error_ratio: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_error_delta: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_p99_ratio: Option<Text>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_p99_delta: Option<Text>,
 }
 
 /// Maintenance notifications and connection handoff.

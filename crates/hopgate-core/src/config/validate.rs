@@ -23,6 +23,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use super::{Config, ConfigError, RawConfig};
 
 mod access_log;
+mod canary;
 mod edge;
 mod maintenance_guard;
 mod pool_limits;
@@ -71,6 +72,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
     let maintenance = v.maintenance(raw.maintenance.as_ref());
     let access_log = v.access_log(raw.access_log.as_ref());
     let upgrade = v.upgrade(raw.upgrade.as_ref());
+    let canary = v.canary(raw.canary.as_ref());
     if !v.errors.is_empty() {
         return Err(v.errors);
     }
@@ -91,6 +93,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         maintenance,
         access_log,
         upgrade,
+        canary,
     })
 }
 

@@ -122,6 +122,12 @@ impl Done {
         if let Some(r) = out.route {
             snap.routes[r].stats.record(status, took);
         }
+        // A baking config canary counts each side's answers.
+        if let Some(arm) = conn.forwarder.canary.load().as_deref() {
+            if let Some(side) = arm.side_of(snap.version) {
+                side.record(status, took);
+            }
+        }
         if let Some(facts) = &self.access {
             let line = Inputs {
                 method: &self.method,

@@ -91,6 +91,13 @@ pub(super) struct Flight {
     pub(super) carried_maintenance: bool,
 }
 
+/// When a request arrived, and its session if the canary's side choice
+/// identified it already (a token is verified once per request).
+pub(super) struct Arrival {
+    pub(super) started: Instant,
+    pub(super) known: Option<ClientSession>,
+}
+
 /// What [`Forwarder::plan`] decided.
 pub(super) struct Plan {
     /// The shared store's answer for a known session this replica holds no
@@ -119,9 +126,10 @@ impl Forwarder {
         req: Request<Incoming>,
         conn: &ClientConn,
         facts: &RequestFacts,
-        started: Instant,
+        arrival: Arrival,
         out: &mut Outcome,
     ) -> Result<Plan, ErrorKind> {
+        let Arrival { started, known } = arrival;
         let peer = conn.peer;
         let ctx = &*conn.ctx;
         let limits = &snap.config.limits;
@@ -227,7 +235,9 @@ impl Forwarder {
         } else {
             0
         };
-        let client_session = sessions.map(|s| session::identify(s, scfg, req.headers(), now_unix));
+        // The canary's side choice may have identified the session already.
+        let client_session = sessions
+            .map(|s| known.unwrap_or_else(|| session::identify(s, scfg, req.headers(), now_unix)));
         let key = client_session
             .as_ref()
             .map(|cs| session::binding_key(&cs.id, &svc.name));

@@ -349,6 +349,14 @@ impl TlsMaterial {
     /// each listener in `listeners` its certificates. Called before the
     /// snapshot goes in, so no request dials a node with the old setting.
     pub fn install(&self, listeners: &super::TlsListeners, snap: &crate::Snapshot) {
+        self.install_upstreams(snap);
+        listeners.install(self);
+    }
+
+    /// The upstream half of [`TlsMaterial::install`]: each node's pool
+    /// gets its service's connector (a config canary's snapshot takes only
+    /// this; the listeners keep the running config's certificates).
+    pub fn install_upstreams(&self, snap: &crate::Snapshot) {
         for svc in &snap.services {
             let connector = self
                 .services
@@ -369,6 +377,5 @@ impl TlsMaterial {
                 }
             }
         }
-        listeners.install(self);
     }
 }

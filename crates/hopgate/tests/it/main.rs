@@ -10,6 +10,8 @@ mod redis_server;
 
 mod admin;
 mod backpressure;
+mod canary;
+mod canary_fleet;
 mod dashboard;
 mod dashboard_browser;
 mod defaults;

@@ -1804,6 +1804,15 @@ fn nasty_values_never_panic() {
             upgrade: Some(crate::config::raw::RawUpgrade {
                 socket: Some(s.into()),
             }),
+            canary: Some(crate::config::raw::RawCanary {
+                min_requests: t(),
+                interval: t(),
+                window: t(),
+                max_error_ratio: t(),
+                min_error_delta: t(),
+                max_p99_ratio: t(),
+                min_p99_delta: t(),
+            }),
         };
         let errs = validate(&raw).expect_err("every field is nonsense");
         for e in &errs {
