@@ -500,7 +500,7 @@ impl Control {
             .flat_map(|s| s.nodes.iter().map(|n| n.state.key().clone()))
             .collect();
         for gone in self.registry.retain(&keep) {
-            gone.state.set_draining(true);
+            gone.state.set_removed();
             if let Some(pool) = gone.upstream.pool_if_set() {
                 pool.drain(drain_deadline(shutdown));
             }

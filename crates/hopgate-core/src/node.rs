@@ -55,6 +55,9 @@ pub struct NodeState {
     key: NodeKey,
     health: AtomicU8,
     draining: AtomicBool,
+    /// Left the config (a reload removed it): draining for new snapshots,
+    /// still a last resort for requests routed by an older one.
+    removed: AtomicBool,
     /// `now_ms()` when draining began (0 = not draining).
     draining_since_ms: AtomicU64,
     in_flight: AtomicU32,
@@ -102,6 +105,7 @@ impl NodeState {
             key,
             health: AtomicU8::new(Health::Unknown as u8),
             draining: AtomicBool::new(false),
+            removed: AtomicBool::new(false),
             draining_since_ms: AtomicU64::new(0),
             in_flight: AtomicU32::new(0),
             ewma_us: AtomicU64::new(0),
@@ -148,6 +152,14 @@ impl NodeState {
             self.draining_since_ms.store(0, Ordering::Relaxed);
         }
         self.draining.store(on, Ordering::Relaxed);
+    }
+
+    /// A reload removed the node from the config: it drains, but a request
+    /// that loaded the snapshot before the swap may still reach it as a
+    /// last resort ([`NodeState::last_resort_ok`]) rather than fail.
+    pub fn set_removed(&self) {
+        self.removed.store(true, Ordering::Relaxed);
+        self.set_draining(true);
     }
 
     /// When draining began (`now_ms()` scale), if it is draining.
@@ -220,9 +232,14 @@ impl NodeState {
     /// Could this node serve if the gateway ignored passive verdicts
     /// (ejection, open breaker)? Used as a last resort when no available
     /// node is left: a node that was ejected while restarting may well be
-    /// back, and trying it beats failing the request.
+    /// back, and trying it beats failing the request. A node a reload
+    /// removed counts too: only requests routed by a snapshot from before
+    /// the reload still see it, and for them it is the routing they
+    /// started with (an operator's drain still excludes a node).
     pub fn last_resort_ok(&self) -> bool {
-        self.health() != Health::Unhealthy && !self.is_draining() && !self.is_unreachable()
+        self.health() != Health::Unhealthy
+            && (!self.is_draining() || self.removed.load(Ordering::Relaxed))
+            && !self.is_unreachable()
     }
 
     /// Evidence that the node serves again (a last-resort request or an

@@ -156,3 +156,24 @@ fn availability() {
     n.set_health(Health::Unhealthy);
     assert!(!n.is_available(now_ms()));
 }
+
+/// A node a reload removed is out of rotation but stays a last resort for
+/// requests routed by the snapshot from before the reload; an operator's
+/// drain is not.
+#[test]
+fn a_removed_node_is_a_last_resort_and_a_drained_one_is_not() {
+    let n = node();
+    n.set_draining(true);
+    assert!(!n.is_available(now_ms()));
+    assert!(!n.last_resort_ok(), "an operator's drain excludes the node");
+    let gone = node();
+    gone.set_removed();
+    assert!(gone.is_draining());
+    assert!(!gone.is_available(now_ms()));
+    assert!(
+        gone.last_resort_ok(),
+        "removed by a reload: still a last resort"
+    );
+    gone.set_health(Health::Unhealthy);
+    assert!(!gone.last_resort_ok());
+}

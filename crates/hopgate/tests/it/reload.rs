@@ -475,3 +475,52 @@ async fn the_file_watch_is_woken_by_the_kernel_not_the_interval() {
     );
     assert_eq!(versions(&gw).await["current"], 3);
 }
+
+/// Reloads that replace a service's only node under load: a request that
+/// loaded the snapshot just before a swap still reaches the node that
+/// snapshot names (a last resort for it), never a 503 for "no live node".
+#[tokio::test]
+async fn reloads_that_replace_the_only_node_lose_nothing() {
+    let a = Backend::start("a").await;
+    let b = Backend::start("b").await;
+    let only = |n: &Backend| {
+        config(
+            &service("shop", &[(&n.id, n.addr, "")]),
+            "  - { id: all, match: { path_prefix: / }, service: shop }",
+        )
+    };
+    let (to_a, to_b) = (only(&a), only(&b));
+    let gw = Gateway::start(&to_a).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, bad) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut load = Vec::new();
+    for _ in 0..8 {
+        let (stop, ok, bad, url) = (stop.clone(), ok.clone(), bad.clone(), gw.url("/x"));
+        load.push(tokio::spawn(async move {
+            let c = client();
+            while !stop.load(Ordering::Relaxed) {
+                match c.get(&url).send().await {
+                    Ok(r) if r.status() == 200 => ok.fetch_add(1, Ordering::Relaxed),
+                    _ => bad.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    let c = client();
+    for i in 0..300 {
+        let body = if i % 2 == 0 { &to_b } else { &to_a };
+        let r = c
+            .put(gw.admin_url("/admin/v1/config"))
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "reload {i}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for l in load {
+        l.await.unwrap();
+    }
+    assert_eq!(bad.load(Ordering::Relaxed), 0, "failed requests");
+    assert!(ok.load(Ordering::Relaxed) > 300, "the load ran alongside");
+}
