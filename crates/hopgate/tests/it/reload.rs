@@ -32,6 +32,24 @@ async fn two_hundred_reloads_under_load_lose_nothing() {
     let to_a = two_service_config(&a, &b, "sa", "");
     let to_b = two_service_config(&a, &b, "sb", "");
     let gw = Gateway::start(&to_a).await;
+    // Each answer must come from one of the two configs' nodes.
+    let (ok, bad) =
+        reload_under_load(&gw, &to_a, &to_b, 200, |node| node == "a" || node == "b").await;
+    assert_eq!(bad, 0, "failed or inconsistent requests");
+    assert!(ok > 200, "the load ran alongside");
+    assert_eq!(versions(&gw).await["current"], 201);
+}
+
+/// Applies `to_b`, `to_a`, `to_b`, ... `reloads` times through the admin
+/// API while 8 clients send requests; returns (good, bad) answers, good
+/// being a 200 whose `node` passes `consistent`.
+async fn reload_under_load(
+    gw: &Gateway,
+    to_a: &str,
+    to_b: &str,
+    reloads: usize,
+    consistent: fn(&str) -> bool,
+) -> (u64, u64) {
     let stop = Arc::new(AtomicBool::new(false));
     let (ok, bad) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let mut load = Vec::new();
@@ -40,29 +58,22 @@ async fn two_hundred_reloads_under_load_lose_nothing() {
         load.push(tokio::spawn(async move {
             let c = client();
             while !stop.load(Ordering::Relaxed) {
-                match c.get(&url).send().await {
+                let good = match c.get(&url).send().await {
                     Ok(r) if r.status() == 200 => {
-                        let node = json(r).await["node"].as_str().unwrap_or("").to_owned();
-                        // Consistent with one of the two configs.
-                        if node == "a" || node == "b" {
-                            ok.fetch_add(1, Ordering::Relaxed);
-                        } else {
-                            bad.fetch_add(1, Ordering::Relaxed);
-                        }
+                        consistent(json(r).await["node"].as_str().unwrap_or(""))
                     }
-                    _ => {
-                        bad.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+                    _ => false,
+                };
+                if good { &ok } else { &bad }.fetch_add(1, Ordering::Relaxed);
             }
         }));
     }
     let c = client();
-    for i in 0..200 {
-        let body = if i % 2 == 0 { &to_b } else { &to_a };
+    for i in 0..reloads {
+        let body = if i % 2 == 0 { to_b } else { to_a };
         let r = c
             .put(gw.admin_url("/admin/v1/config"))
-            .body(body.clone())
+            .body(body.to_owned())
             .send()
             .await
             .unwrap();
@@ -72,13 +83,7 @@ async fn two_hundred_reloads_under_load_lose_nothing() {
     for l in load {
         l.await.unwrap();
     }
-    assert_eq!(
-        bad.load(Ordering::Relaxed),
-        0,
-        "failed or inconsistent requests"
-    );
-    assert!(ok.load(Ordering::Relaxed) > 200, "the load ran alongside");
-    assert_eq!(versions(&gw).await["current"], 201);
+    (ok.load(Ordering::Relaxed), bad.load(Ordering::Relaxed))
 }
 
 #[tokio::test]
@@ -491,36 +496,8 @@ async fn reloads_that_replace_the_only_node_lose_nothing() {
     };
     let (to_a, to_b) = (only(&a), only(&b));
     let gw = Gateway::start(&to_a).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let (ok, bad) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let mut load = Vec::new();
-    for _ in 0..8 {
-        let (stop, ok, bad, url) = (stop.clone(), ok.clone(), bad.clone(), gw.url("/x"));
-        load.push(tokio::spawn(async move {
-            let c = client();
-            while !stop.load(Ordering::Relaxed) {
-                match c.get(&url).send().await {
-                    Ok(r) if r.status() == 200 => ok.fetch_add(1, Ordering::Relaxed),
-                    _ => bad.fetch_add(1, Ordering::Relaxed),
-                };
-            }
-        }));
-    }
-    let c = client();
-    for i in 0..300 {
-        let body = if i % 2 == 0 { &to_b } else { &to_a };
-        let r = c
-            .put(gw.admin_url("/admin/v1/config"))
-            .body(body.clone())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200, "reload {i}");
-    }
-    stop.store(true, Ordering::Relaxed);
-    for l in load {
-        l.await.unwrap();
-    }
-    assert_eq!(bad.load(Ordering::Relaxed), 0, "failed requests");
-    assert!(ok.load(Ordering::Relaxed) > 300, "the load ran alongside");
+    let (ok, bad) =
+        reload_under_load(&gw, &to_a, &to_b, 300, |node| node == "a" || node == "b").await;
+    assert_eq!(bad, 0, "failed requests");
+    assert!(ok > 300, "the load ran alongside");
 }
