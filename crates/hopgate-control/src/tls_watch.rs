@@ -1,11 +1,12 @@
 //! Watching the certificate, key and CA files of the running config's
 //! `tls` blocks.
 //!
-//! Owns the poll loop that notices a rotated file the way the config
-//! watcher does ([`crate::watch`]: size, modification time and inode, so
-//! a new file renamed over the old one is seen), waits until every file
-//! has held still for one more interval (a certificate written before its
-//! key is never loaded half-way), and asks [`Control::reload_tls`] to
+//! Owns the loop that notices a rotated file the way the config watcher
+//! does ([`crate::watch`]: size, modification time and inode, so a new
+//! file renamed over the old one is seen; woken by inotify on the files'
+//! directories, with the interval as the fallback), waits until every
+//! file has held still (a certificate written before its key is never
+//! loaded half-way), and asks [`Control::reload_tls`] to
 //! re-read them. A bad pair is refused there and the running certificates
 //! keep serving; the files are looked at again at the next change.
 //!
@@ -21,7 +22,8 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::control::Control;
-use crate::watch::{stamp, Stamp};
+use crate::watch::wake::DirWake;
+use crate::watch::{stamp, Stamp, SETTLE};
 
 type Stamps = Vec<(PathBuf, Option<Stamp>)>;
 
@@ -29,23 +31,26 @@ fn stamps(files: &[PathBuf]) -> Stamps {
     files.iter().map(|f| (f.clone(), stamp(f))).collect()
 }
 
-/// Watches the TLS files until `shutdown` turns true, at
-/// `sources.file.interval` (read at every tick). Runs whether or not
+/// Watches the TLS files until `shutdown` turns true: woken by the kernel
+/// and at `sources.file.interval` (read at every tick). Runs whether or not
 /// `sources.file.watch` is on: certificates rotate under a fixed config.
 pub async fn watch_tls_files(control: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
     let mut files = control.tls_files();
+    let mut wake = DirWake::new(&files);
     let mut applied = stamps(&files);
     let mut pending: Option<Stamps> = None;
     loop {
         let interval = control.snapshot().load().config.sources.file_interval;
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
+        let woke = tokio::select! {
+            _ = tokio::time::sleep(interval) => false,
+            () = wake.changed() => true,
             _ = shutdown.wait_for(|s| *s) => return,
-        }
+        };
         let now_files = control.tls_files();
         if now_files != files {
             // A reload changed the set and read it: start from there.
             files = now_files;
+            wake = DirWake::new(&files);
             applied = stamps(&files);
             pending = None;
             continue;
@@ -53,7 +58,15 @@ pub async fn watch_tls_files(control: Arc<Control>, mut shutdown: watch::Receive
         if files.is_empty() {
             continue;
         }
-        let now = stamps(&files);
+        let mut now = stamps(&files);
+        if woke && now != applied && pending.as_ref() != Some(&now) {
+            // A kernel event: rather than a whole interval, give the
+            // writer a moment (a certificate and then its key) and look
+            // again.
+            pending = Some(now);
+            tokio::time::sleep(SETTLE).await;
+            now = stamps(&files);
+        }
         if now == applied || now.iter().any(|(_, s)| s.is_none()) {
             // Unchanged, or a file missing (mid-rename).
             pending = None;

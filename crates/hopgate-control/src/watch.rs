@@ -22,11 +22,11 @@ use hopgate_core::config::Format;
 
 use crate::control::{Control, Source};
 
-mod wake;
+pub(crate) mod wake;
 
 /// After a kernel event, how long the file must hold still before it is
 /// read (editors write in several steps).
-const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
+pub(crate) const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What identifies one version of the file on disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,7 +56,7 @@ pub async fn watch_file(control: Arc<Control>, path: PathBuf, mut shutdown: watc
     };
     let mut applied = stamp(&path);
     let mut pending: Option<Stamp> = None;
-    let wake = wake::DirWake::new(&path);
+    let wake = wake::DirWake::new(std::slice::from_ref(&path));
     loop {
         let sources = control.snapshot().load().config.sources.clone();
         let woke = tokio::select! {

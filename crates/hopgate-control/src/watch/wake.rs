@@ -1,7 +1,8 @@
 //! A nudge from the kernel when a watched file may have changed.
 //!
-//! Owns one `notify` watcher (inotify on Linux) on the *directory* holding
-//! a file — editors and config-management tools write a new file and
+//! Owns one `notify` watcher (inotify on Linux) on the *directories*
+//! holding a set of files (the config file; the certificate, key and CA
+//! files) — editors and config-management tools write a new file and
 //! rename it over the old one, which replaces the inode a watch on the file
 //! itself would follow — filtered to events that name the file. An event
 //! only wakes the poll loop early: the loop still decides, by size,
@@ -11,14 +12,15 @@
 //!
 //! Must not touch: the file's contents, the config.
 
+use std::collections::{BTreeSet, HashSet};
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::Notify;
 
-/// Wakes [`DirWake::changed`] when an event names the file.
+/// Wakes [`DirWake::changed`] when an event names one of the files.
 pub(crate) struct DirWake {
     notify: Arc<Notify>,
     /// Held for its `Drop`, which stops the kernel watch with the loop.
@@ -27,36 +29,48 @@ pub(crate) struct DirWake {
 }
 
 impl DirWake {
-    /// Watches the directory of `file`; on failure logs why and wakes
-    /// never (the caller's interval still runs).
-    pub(crate) fn new(file: &Path) -> DirWake {
+    /// Watches the directories of `files`; on failure logs why and wakes
+    /// never (the caller's interval still runs). No files: never wakes.
+    pub(crate) fn new(files: &[PathBuf]) -> DirWake {
         let notify = Arc::new(Notify::new());
-        let watcher = Self::watch(file, Arc::clone(&notify))
-            .inspect_err(|e| {
-                tracing::warn!(path = %file.display(), error = %e, "cannot watch the file's directory for changes; polling only");
-            })
-            .ok();
+        let watcher = if files.is_empty() {
+            None
+        } else {
+            Self::watch(files, Arc::clone(&notify))
+                .inspect_err(|e| {
+                    tracing::warn!(path = %files[0].display(), error = %e, "cannot watch the files' directories for changes; polling only");
+                })
+                .ok()
+        };
         DirWake { notify, watcher }
     }
 
-    fn watch(file: &Path, notify: Arc<Notify>) -> notify::Result<RecommendedWatcher> {
-        let name: Option<OsString> = file.file_name().map(Into::into);
-        let dir = match file.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => std::path::PathBuf::from("."),
-        };
+    fn watch(files: &[PathBuf], notify: Arc<Notify>) -> notify::Result<RecommendedWatcher> {
+        let names: HashSet<OsString> = files
+            .iter()
+            .filter_map(|f| f.file_name().map(Into::into))
+            .collect();
+        let dirs: BTreeSet<PathBuf> = files
+            .iter()
+            .map(|f| match f.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                _ => PathBuf::from("."),
+            })
+            .collect();
         let mut w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
             // An error (queue overflow) may have hidden a change: look.
             let names_file = ev.map_or(true, |ev| {
                 ev.paths
                     .iter()
-                    .any(|p| p.file_name().map(Into::into) == name)
+                    .any(|p| p.file_name().is_some_and(|n| names.contains(n)))
             });
             if names_file {
                 notify.notify_one();
             }
         })?;
-        w.watch(&dir, RecursiveMode::NonRecursive)?;
+        for dir in &dirs {
+            w.watch(dir, RecursiveMode::NonRecursive)?;
+        }
         Ok(w)
     }
 
@@ -84,7 +98,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("hopgate.yaml");
         std::fs::write(&file, "a").unwrap();
-        let wake = DirWake::new(&file);
+        let wake = DirWake::new(std::slice::from_ref(&file));
         assert!(wake.active());
         std::fs::write(dir.join("other.txt"), "x").unwrap();
         let quiet = tokio::time::timeout(Duration::from_millis(300), wake.changed()).await;

@@ -465,3 +465,30 @@ async fn failed_handshakes_are_counted_by_reason_and_bounded_in_time() {
         200
     );
 }
+
+/// inotify wakes the certificate watcher: with a one-hour polling
+/// interval, files renamed over the old ones are still picked up at once.
+#[tokio::test]
+async fn rotated_certificates_are_seen_by_the_kernel_not_the_interval() {
+    let pki = Pki::new();
+    let (site, site_key) = pki.issue("site", "DNS:example.com");
+    let backend = Backend::start("b1").await;
+    let live_cert = pki.path("live.pem");
+    let live_key = pki.path("live.key");
+    std::fs::copy(&site, &live_cert).unwrap();
+    std::fs::copy(&site_key, &live_key).unwrap();
+    let certs = format!("[ {} ]", cert_entry(&live_cert, &live_key, "example.com"));
+    let config = format!(
+        "{}sources: {{ file: {{ interval: 1h }} }}\n",
+        tls_config(&certs, &backend)
+    );
+    let gw = Gateway::start(&config).await;
+    let port = gw.addr.port();
+    let (site2, site2_key) = pki.issue("site2", "DNS:example.com");
+    pki.replace(&site2_key, &live_key);
+    pki.replace(&site2, &live_cert);
+    eventually("new connections get the rotated certificate", || {
+        curl(Some(&pki.path("ca.pem")), "example.com", port, "/", &[]).subject == "CN=site2"
+    })
+    .await;
+}
