@@ -154,29 +154,23 @@ async fn https_picks_the_certificate_by_sni_and_speaks_h2_and_http1() {
 
 #[tokio::test]
 async fn rotated_certificate_files_are_picked_up_while_connections_stay_up() {
-    let pki = Pki::new();
-    let (site, site_key) = pki.issue("site", "DNS:example.com");
-    let backend = Backend::start("b1").await;
-    let live_cert = pki.path("live.pem");
-    let live_key = pki.path("live.key");
-    std::fs::copy(&site, &live_cert).unwrap();
-    std::fs::copy(&site_key, &live_key).unwrap();
-    let certs = format!("[ {} ]", cert_entry(&live_cert, &live_key, "example.com"));
-    let gw = Gateway::start(&tls_config(&certs, &backend)).await;
+    let r = Rotation::start("").await;
+    let (pki, gw, site) = (&r.pki, &r.gw, &r.site);
+    let (live_cert, live_key) = (&r.live_cert, &r.live_key);
     let port = gw.addr.port();
     let config = rustls_client(&pki.path("ca.pem"));
 
     // One connection before the rotation; reading an answer also takes in
     // the TLS 1.3 session tickets.
     let mut old = tls_connect(&config, "example.com", port).await;
-    assert!(presented(&old, &site));
+    assert!(presented(&old, site));
     assert_eq!(get_on(&mut old, "example.com", "/before").await.0, 200);
 
     // New files renamed over the old ones (key first: a half-rotated pair
     // is never loaded, the watcher waits until both hold still).
     let (site2, site2_key) = pki.issue("site2", "DNS:example.com");
-    pki.replace(&site2_key, &live_key);
-    pki.replace(&site2, &live_cert);
+    pki.replace(&site2_key, live_key);
+    pki.replace(&site2, live_cert);
     eventually("new connections get the rotated certificate", || {
         curl(Some(&pki.path("ca.pem")), "example.com", port, "/", &[]).subject == "CN=site2"
     })
@@ -470,25 +464,47 @@ async fn failed_handshakes_are_counted_by_reason_and_bounded_in_time() {
 /// interval, files renamed over the old ones are still picked up at once.
 #[tokio::test]
 async fn rotated_certificates_are_seen_by_the_kernel_not_the_interval() {
-    let pki = Pki::new();
-    let (site, site_key) = pki.issue("site", "DNS:example.com");
-    let backend = Backend::start("b1").await;
-    let live_cert = pki.path("live.pem");
-    let live_key = pki.path("live.key");
-    std::fs::copy(&site, &live_cert).unwrap();
-    std::fs::copy(&site_key, &live_key).unwrap();
-    let certs = format!("[ {} ]", cert_entry(&live_cert, &live_key, "example.com"));
-    let config = format!(
-        "{}sources: {{ file: {{ interval: 1h }} }}\n",
-        tls_config(&certs, &backend)
-    );
-    let gw = Gateway::start(&config).await;
-    let port = gw.addr.port();
-    let (site2, site2_key) = pki.issue("site2", "DNS:example.com");
-    pki.replace(&site2_key, &live_key);
-    pki.replace(&site2, &live_cert);
+    let r = Rotation::start("sources: { file: { interval: 1h } }\n").await;
+    let port = r.gw.addr.port();
+    let (site2, site2_key) = r.pki.issue("site2", "DNS:example.com");
+    r.pki.replace(&site2_key, &r.live_key);
+    r.pki.replace(&site2, &r.live_cert);
     eventually("new connections get the rotated certificate", || {
-        curl(Some(&pki.path("ca.pem")), "example.com", port, "/", &[]).subject == "CN=site2"
+        curl(Some(&r.pki.path("ca.pem")), "example.com", port, "/", &[]).subject == "CN=site2"
     })
     .await;
+}
+
+/// A gateway serving `example.com` from copies (`live.pem`, `live.key`) of
+/// a first certificate, for the rotation tests; `extra` is appended to the
+/// config.
+struct Rotation {
+    pki: Pki,
+    gw: Gateway,
+    site: std::path::PathBuf,
+    live_cert: std::path::PathBuf,
+    live_key: std::path::PathBuf,
+    _backend: Backend,
+}
+
+impl Rotation {
+    async fn start(extra: &str) -> Rotation {
+        let pki = Pki::new();
+        let (site, site_key) = pki.issue("site", "DNS:example.com");
+        let backend = Backend::start("b1").await;
+        let live_cert = pki.path("live.pem");
+        let live_key = pki.path("live.key");
+        std::fs::copy(&site, &live_cert).unwrap();
+        std::fs::copy(&site_key, &live_key).unwrap();
+        let certs = format!("[ {} ]", cert_entry(&live_cert, &live_key, "example.com"));
+        let gw = Gateway::start(&format!("{}{extra}", tls_config(&certs, &backend))).await;
+        Rotation {
+            pki,
+            gw,
+            site,
+            live_cert,
+            live_key,
+            _backend: backend,
+        }
+    }
 }
