@@ -18,9 +18,10 @@
 //! snapshot), the subscriber's queue (`super` owns it).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use bytes::Bytes;
+use parking_lot::{Mutex, MutexGuard};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch};
 
@@ -112,9 +113,7 @@ impl Journal {
     }
 
     fn lock(&self) -> MutexGuard<'_, Ring> {
-        // A panic while holding the lock leaves a consistent ring (every
-        // update is a push after the id is taken): keep going.
-        self.ring.lock().unwrap_or_else(|p| p.into_inner())
+        self.ring.lock()
     }
 
     /// Gives `kind`/`data` the next id, keeps it, and sends it live.

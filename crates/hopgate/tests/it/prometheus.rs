@@ -197,7 +197,7 @@ impl Drop for Prometheus {
 
 #[tokio::test]
 async fn a_real_prometheus_scrapes_hopgate_and_the_shipped_node_alert_goes_pending() {
-    let mut b = vec![Backend::start("n0").await, Backend::start("n1").await];
+    let mut b = [Backend::start("n0").await, Backend::start("n1").await];
     let yaml = config(
         &format!(
             "  - name: s\n    health: {{ path: /health, interval: 200ms, timeout: 200ms, rise: 1, fall: 2 }}\n    nodes:\n      - {{ id: n0, address: \"{}\" }}\n      - {{ id: n1, address: \"{}\" }}\n",
