@@ -320,6 +320,16 @@ async fn with_an_admin_token_events_need_it_or_a_ticket_and_the_page_shows_nothi
     )
     .await;
     assert_eq!(ev.next().await.unwrap().0, "config");
+    assert_eq!(ev.id, Some(0), "the state as of no event yet");
+    // The page's reopening after a ticket expired: a ticket and the last
+    // id seen, in the query. Nothing was missed: no state, just live.
+    let mut resumed = Events::open(
+        &gw.admin_url(&format!("/admin/v1/events?ticket={ticket}&last_event_id=0")),
+        None,
+    )
+    .await;
+    let (kind, _) = resumed.next().await.unwrap();
+    assert_ne!(kind, "config", "a resume sends no state");
     // A tampered ticket is refused.
     let mut bad = ticket.clone().into_bytes();
     let last = bad.len() - 1;
