@@ -22,8 +22,12 @@ command -v protoc  >/dev/null 2>&1 || need+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 # The Redis session store: a real redis-server in the tests.
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
-# promtool checks the /metrics exposition in the observability tests.
-command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# promtool checks the /metrics exposition in the observability tests and
+# the shipped alerting rules; a real prometheus scrapes a gateway
+# (tests/it/prometheus.rs). One package holds both.
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+  need+=(prometheus)
+fi
 # The dashboard in a real browser (tests/it/dashboard_browser.rs).
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 

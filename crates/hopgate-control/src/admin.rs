@@ -47,6 +47,8 @@ pub struct Admin {
     fleet: OnceLock<Arc<Fleet>>,
     /// Signs event-stream tickets (`crate::events`).
     ticket_key: [u8; 32],
+    /// The event stream's journal, from its first subscriber on.
+    journal: OnceLock<Arc<crate::events::journal::Journal>>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -78,6 +80,7 @@ impl Admin {
             maintenance: None,
             fleet: OnceLock::new(),
             ticket_key: crate::events::ticket_key(),
+            journal: OnceLock::new(),
         }
     }
 
@@ -103,6 +106,10 @@ impl Admin {
     /// The etcd source, when fleet actions go through etcd.
     fn fleet_etcd(&self) -> Option<&Arc<crate::etcd::EtcdHandle>> {
         self.fleet.get().and_then(|f| f.etcd())
+    }
+
+    pub(crate) fn journal(&self) -> &OnceLock<Arc<crate::events::journal::Journal>> {
+        &self.journal
     }
 
     pub(crate) fn control(&self) -> &Arc<Control> {
@@ -273,7 +280,11 @@ async fn route(
         let ticket = crate::events::ticket_of(req.uri().query())
             .is_some_and(|t| crate::events::ticket_valid(&admin.ticket_key, t, unix_now()));
         if ticket || bearer_ok(&admin, &req) {
-            return crate::events::stream(admin, shutdown).map(Either::Right);
+            let from = crate::events::journal::from_request(
+                req.headers().get("last-event-id").map(|v| v.as_bytes()),
+                req.uri().query(),
+            );
+            return crate::events::stream(admin, shutdown, from).map(Either::Right);
         }
     }
     handle(&admin, req).await.map(Either::Left)

@@ -1,14 +1,20 @@
 //! `GET /admin/v1/events`: the admin API's live feed, as Server-Sent Events.
 //!
-//! Owns the per-subscriber stream: on connect a `config` event and one
-//! `node` event per node; then `hop` events as the data plane records hops
+//! Owns the per-subscriber stream: first a `retry:` (the reconnection
+//! delay), then on a new connection a `config` event and one `node` event
+//! per node (the state); then `hop` events as the data plane records hops
 //! (its broadcast, `hopgate_proxy::events::HOPS`), `config` when a version is
 //! applied, `node` when a node's state changes (compared every second),
 //! `stats` every second (request and error rates, p50/p99 of that second,
-//! in-flight requests, the fleet), a `: keep-alive` comment every 15 s. A
-//! subscriber that does not read fast enough loses events (its queue is
-//! bounded) and then gets a `lagged` event with how many it missed. Streams
-//! end when the admin API shuts down or the client goes away.
+//! in-flight requests, the fleet), a `: keep-alive` comment every 15 s.
+//! `hop`, `node` and `config` events carry an `id:` from the process's
+//! journal (`events/journal.rs`); a client that reconnects with
+//! `Last-Event-ID` (or `?last_event_id=`) gets exactly the events after that
+//! id, then the live stream, or a `lagged` event and the state when the id
+//! is older than the journal's ring. A subscriber that does not read fast
+//! enough loses events (its queue is bounded) and then gets a `lagged`
+//! event with how many it missed. Streams end when the admin API shuts
+//! down or the client goes away.
 //!
 //! Also owns event tickets: browsers' `EventSource` cannot send an
 //! `Authorization` header, so a client holding the admin token asks
@@ -36,11 +42,12 @@ use sha2::Sha256;
 use tokio::sync::{broadcast, mpsc, watch};
 
 use hopgate_core::session::unix_now;
-use hopgate_proxy::events::HOPS;
 use hopgate_proxy::latency::{self, REQUEST_LATENCY};
 use hopgate_proxy::metrics::{get, METRICS};
 
 use crate::admin::Admin;
+
+pub(crate) mod journal;
 
 /// How long a ticket opens streams for.
 pub(crate) const TICKET_TTL_SECS: u64 = 60;
@@ -52,6 +59,8 @@ const TICK: Duration = Duration::from_secs(1);
 const FIRST_TICK: Duration = Duration::from_millis(250);
 /// Ticks between keep-alive comments.
 const KEEP_ALIVE_TICKS: u64 = 15;
+/// The reconnection delay a client is asked to use (`retry:`).
+const RETRY_MS: u64 = 2000;
 /// Ticks between recounts of the sessions bound to each node (a pass over
 /// the session store).
 const SESSION_COUNT_TICKS: u64 = 5;
@@ -135,11 +144,16 @@ impl Body for SseBody {
     }
 }
 
-/// Starts a subscriber's stream; it ends when `shutdown` turns true or the
-/// client goes away.
-pub(crate) fn stream(admin: Arc<Admin>, shutdown: watch::Receiver<bool>) -> Response<SseBody> {
+/// Starts a subscriber's stream from `from` (see [`journal`]); it ends when
+/// `shutdown` turns true or the client goes away.
+pub(crate) fn stream(
+    admin: Arc<Admin>,
+    shutdown: watch::Receiver<bool>,
+    from: journal::Resume,
+) -> Response<SseBody> {
     let (tx, rx) = mpsc::channel(QUEUE);
-    tokio::spawn(run(admin, tx, shutdown));
+    let journal = journal::start(&admin, &shutdown);
+    tokio::spawn(run(admin, journal, from, tx, shutdown));
     let mut r = Response::new(SseBody { rx });
     let h = r.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -165,13 +179,18 @@ impl Out {
         }
     }
 
-    /// Queues `event: kind` with `data`, after the `lagged` notice owed.
-    fn send(&mut self, kind: &str, data: &Value) {
+    /// Queues `frame`, after the `lagged` notice owed.
+    fn push(&mut self, frame: Bytes) {
         if !self.flush_lagged() {
             self.missed += 1;
             return;
         }
-        self.frame(Bytes::from(format!("event: {kind}\ndata: {data}\n\n")));
+        self.frame(frame);
+    }
+
+    /// Queues `event: kind` with `data` (no id: not in the journal).
+    fn send(&mut self, kind: &str, data: &Value) {
+        self.push(Bytes::from(format!("event: {kind}\ndata: {data}\n\n")));
     }
 
     fn flush_lagged(&mut self) -> bool {
@@ -189,58 +208,57 @@ impl Out {
     }
 }
 
-async fn run(admin: Arc<Admin>, tx: mpsc::Sender<Bytes>, mut shutdown: watch::Receiver<bool>) {
-    let mut hops = HOPS.subscribe();
-    let control = Arc::clone(admin.control());
-    let mut applied = control.subscribe();
-    let mut out = Out { tx, missed: 0 };
-    out.send("config", &config_json(&admin));
-    let mut nodes = NodeWatch::default();
-    nodes.recount(&admin);
-    for (_, v) in nodes.changed(&admin) {
-        out.send("node", &v);
+async fn run(
+    admin: Arc<Admin>,
+    journal: Arc<journal::Journal>,
+    from: journal::Resume,
+    tx: mpsc::Sender<Bytes>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let opening = journal.open(&admin, from);
+    let mut live = opening.live;
+    let mut last = opening.head;
+    // The reconnection delay once, then what is owed: waiting for room
+    // (a replay may be longer than the queue).
+    let first = std::iter::once(Bytes::from(format!("retry: {RETRY_MS}\n\n")));
+    for f in first.chain(opening.frames) {
+        if tx.send(f).await.is_err() {
+            return;
+        }
     }
+    drop(journal);
+    let mut out = Out { tx, missed: 0 };
     let mut stats = Window::now();
     // The first stats soon after connect (over a short window), then every TICK.
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + FIRST_TICK, TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut ticks = 0u64;
     loop {
-        let mut config_due = false;
         tokio::select! {
             biased;
             _ = shutdown.wait_for(|s| *s) => break,
             () = out.tx.closed() => break,
-            r = hops.rx.recv() => match r {
-                Ok(h) => out.send("hop", &json!(*h)),
+            r = live.recv() => match r {
+                // Ids only grow; the check keeps a replayed event from
+                // going out twice whatever the timing.
+                Ok(e) if e.id > last => {
+                    last = e.id;
+                    out.push(e.frame.clone());
+                }
+                Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(n)) => {
                     out.missed += n;
                     out.flush_lagged();
                 }
                 Err(broadcast::error::RecvError::Closed) => break,
             },
-            r = applied.changed() => {
-                if r.is_err() {
-                    break;
-                }
-                config_due = true;
-            }
             _ = tick.tick() => {
                 ticks += 1;
                 out.send("stats", &stats.next(&admin));
-                if ticks.is_multiple_of(SESSION_COUNT_TICKS) {
-                    nodes.recount(&admin);
-                }
-                for (_, v) in nodes.changed(&admin) {
-                    out.send("node", &v);
-                }
                 if ticks.is_multiple_of(KEEP_ALIVE_TICKS) && out.flush_lagged() {
                     out.frame(Bytes::from_static(b": keep-alive\n\n"));
                 }
             }
-        }
-        if config_due {
-            out.send("config", &applied_config(&admin).await);
         }
     }
 }
@@ -475,18 +493,21 @@ mod tests {
             .expect("a valid config");
         let admin = Admin::new(Control::new(cfg, Source::Embedded), None, None);
         let (stop, rx) = watch::channel(false);
-        let mut body = stream(admin, rx).into_body();
         let mut frames: Vec<String> = Vec::new();
+        let mut body = stream(admin, rx, journal::Resume::Start).into_body();
         while !frames.iter().any(|f| f.starts_with(": keep-alive")) {
             let f = body.frame().await.expect("a frame").expect("no error");
             frames.push(String::from_utf8(f.into_data().expect("data").to_vec()).unwrap());
         }
+        assert_eq!(frames[0], format!("retry: {RETRY_MS}\n\n"));
         assert!(
-            frames[0].starts_with("event: config\ndata: {"),
+            frames[1].starts_with("id: 0\nevent: config\ndata: {"),
             "{frames:?}"
         );
-        assert!(frames[0].contains("\"source\":\"embedded\""), "{frames:?}");
-        assert!(frames[1].starts_with("event: node\n") && frames[1].contains("\"id\":\"a\""));
+        assert!(frames[1].contains("\"source\":\"embedded\""), "{frames:?}");
+        assert!(
+            frames[2].starts_with("id: 0\nevent: node\n") && frames[2].contains("\"id\":\"a\"")
+        );
         // 250 ms, then every second: the keep-alive follows the 15th.
         let stats = frames
             .iter()

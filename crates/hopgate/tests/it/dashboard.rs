@@ -18,13 +18,28 @@ const EVENT_BOUND: Duration = Duration::from_secs(20);
 pub struct Events {
     resp: reqwest::Response,
     buf: String,
+    /// The `id:` of the last event read that had one (what a browser sends
+    /// back as `Last-Event-ID`).
+    pub last_id: Option<u64>,
+    /// The `id:` of the event `next` returned last, if it had one.
+    pub id: Option<u64>,
+    /// The `retry:` values received, in order.
+    pub retries: Vec<u64>,
 }
 
 impl Events {
     pub async fn open(url: &str, bearer: Option<&str>) -> Events {
+        Events::resume(url, bearer, None).await
+    }
+
+    /// Opens the stream with `Last-Event-ID: last_event_id` when given.
+    pub async fn resume(url: &str, bearer: Option<&str>, last_event_id: Option<u64>) -> Events {
         let mut req = client().get(url);
         if let Some(t) = bearer {
             req = req.bearer_auth(t);
+        }
+        if let Some(id) = last_event_id {
+            req = req.header("last-event-id", id.to_string());
         }
         let resp = req.send().await.unwrap();
         assert_eq!(resp.status(), 200, "events: {url}");
@@ -32,6 +47,9 @@ impl Events {
         Events {
             resp,
             buf: String::new(),
+            last_id: None,
+            id: None,
+            retries: Vec::new(),
         }
     }
 
@@ -44,16 +62,23 @@ impl Events {
                 let frame: String = self.buf.drain(..end + 2).collect();
                 let mut kind = String::new();
                 let mut data = String::new();
+                let mut id_seen = None;
                 for line in frame.lines() {
                     if let Some(k) = line.strip_prefix("event: ") {
                         kind = k.to_owned();
                     } else if let Some(d) = line.strip_prefix("data: ") {
                         data.push_str(d);
+                    } else if let Some(id) = line.strip_prefix("id: ") {
+                        self.last_id = Some(id.parse().expect("numeric event ids"));
+                        id_seen = self.last_id;
+                    } else if let Some(ms) = line.strip_prefix("retry: ") {
+                        self.retries.push(ms.parse().expect("retry in ms"));
                     }
                 }
                 if kind.is_empty() {
                     continue;
                 }
+                self.id = id_seen;
                 let v = serde_json::from_str(&data)
                     .unwrap_or_else(|e| panic!("event {kind}: not JSON ({e}): {data}"));
                 return Some((kind, v));
@@ -295,6 +320,16 @@ async fn with_an_admin_token_events_need_it_or_a_ticket_and_the_page_shows_nothi
     )
     .await;
     assert_eq!(ev.next().await.unwrap().0, "config");
+    assert_eq!(ev.id, Some(0), "the state as of no event yet");
+    // The page's reopening after a ticket expired: a ticket and the last
+    // id seen, in the query. Nothing was missed: no state, just live.
+    let mut resumed = Events::open(
+        &gw.admin_url(&format!("/admin/v1/events?ticket={ticket}&last_event_id=0")),
+        None,
+    )
+    .await;
+    let (kind, _) = resumed.next().await.unwrap();
+    assert_ne!(kind, "config", "a resume sends no state");
     // A tampered ticket is refused.
     let mut bad = ticket.clone().into_bytes();
     let last = bad.len() - 1;

@@ -3,7 +3,9 @@
 //! is open (its node drained), and the DOM, dumped from the browser, must
 //! show the hop, the nodes (the drained one draining) and the config
 //! version — once with no admin token, once with one (given to the page in
-//! the URL fragment, which never reaches the server).
+//! the URL fragment, which never reaches the server); and after a network
+//! blip (a relay the test cuts), the browser reconnects by itself with
+//! `Last-Event-ID` and the hops missed meanwhile appear once each.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -468,4 +470,195 @@ async fn the_dashboard_in_chromium_shows_the_fleet() {
             "document.getElementById('fleet').textContent.includes('replica') && document.getElementById('fleet').textContent.includes('redis connected')",
         )
         .await;
+}
+
+/// A TCP relay between the browser and the admin API that the test can
+/// cut (every connection closed, new ones dropped at once) and restore: a
+/// network blip. It keeps what the browser sent.
+struct Relay {
+    addr: std::net::SocketAddr,
+    state: std::sync::Arc<parking_lot::Mutex<RelayState>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct RelayState {
+    down: bool,
+    conns: Vec<tokio::task::AbortHandle>,
+    sent: String,
+}
+
+impl Relay {
+    async fn start(to: std::net::SocketAddr) -> Relay {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let state = std::sync::Arc::new(parking_lot::Mutex::new(RelayState::default()));
+        let st = std::sync::Arc::clone(&state);
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = l.accept().await {
+                if st.lock().down {
+                    continue;
+                }
+                let st2 = std::sync::Arc::clone(&st);
+                let conn = tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let Ok(upstream) = tokio::net::TcpStream::connect(to).await else {
+                        return;
+                    };
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut ur, mut uw) = upstream.into_split();
+                    let up = async {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        while let Ok(n) = cr.read(&mut buf).await {
+                            if n == 0 {
+                                break;
+                            }
+                            st2.lock()
+                                .sent
+                                .push_str(&String::from_utf8_lossy(&buf[..n]));
+                            if uw.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        let _ = uw.shutdown().await;
+                    };
+                    let down = async {
+                        let _ = tokio::io::copy(&mut ur, &mut cw).await;
+                        let _ = cw.shutdown().await;
+                    };
+                    tokio::join!(up, down);
+                });
+                st.lock().conns.push(conn.abort_handle());
+            }
+        });
+        Relay {
+            addr,
+            state,
+            accept,
+        }
+    }
+
+    fn cut(&self) {
+        let mut s = self.state.lock();
+        s.down = true;
+        for c in s.conns.drain(..) {
+            c.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.state.lock().down = false;
+    }
+
+    fn sent(&self) -> String {
+        self.state.lock().sent.clone()
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.cut();
+        self.accept.abort();
+    }
+}
+
+/// `n` sessions bound to n0 (n1 drained meanwhile); then n0 drains and n1
+/// comes back, so that each one's next request hops n0 → n1.
+async fn sessions_about_to_hop(gw: &Gateway, n: usize) -> Vec<String> {
+    let c = client();
+    let post = |p: String| c.post(gw.admin_url(&p)).send();
+    assert_eq!(
+        post("/admin/v1/nodes/s/n1/drain".into())
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let mut tokens = Vec::new();
+    for _ in 0..n {
+        let r = c.get(gw.url("/")).send().await.unwrap();
+        tokens.push(r.headers()["hop-session"].to_str().unwrap().to_owned());
+        assert_eq!(json(r).await["node"], "n0");
+    }
+    assert_eq!(
+        post("/admin/v1/nodes/s/n1/undrain".into())
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        post("/admin/v1/nodes/s/n0/drain".into())
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    tokens
+}
+
+/// The session id of the hop the request with `token` makes.
+async fn hop_with(gw: &Gateway, token: &str) -> String {
+    let r = client()
+        .get(gw.url("/"))
+        .header("hop-session", token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(r).await["node"], "n1");
+    let hops = gw.admin_json("/admin/v1/hops?limit=1").await;
+    hops["hops"][0]["session"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn after_a_network_blip_chromium_resumes_with_last_event_id_and_shows_each_missed_hop_once() {
+    let (_b, gw) = gateway("admin: { address: 127.0.0.1:0 }", &[]).await;
+    let tokens = sessions_about_to_hop(&gw, 3).await;
+    let relay = Relay::start(gw.admin).await;
+    let mut browser = Browser::start().await;
+    browser.open(&format!("http://{}/", relay.addr)).await;
+    browser
+        .wait_for("the live feed", "document.body.dataset.live === '1'")
+        .await;
+    let count =
+        |s: &str| format!("document.querySelectorAll('#hops li[data-session=\"{s}\"]').length");
+    let first = hop_with(&gw, &tokens[0]).await;
+    browser
+        .wait_for("the first hop", &format!("{} === 1", count(&first)))
+        .await;
+    // The network goes away: the page notices and keeps trying.
+    relay.cut();
+    browser
+        .wait_for("the lost feed", "document.body.dataset.live === '0'")
+        .await;
+    let missed = [
+        hop_with(&gw, &tokens[1]).await,
+        hop_with(&gw, &tokens[2]).await,
+    ];
+    assert!(
+        !relay.sent().to_ascii_lowercase().contains("last-event-id"),
+        "no resume yet"
+    );
+    // Back: the browser reconnects by itself with Last-Event-ID and the
+    // missed hops come from the stream (marked new), each once.
+    relay.restore();
+    browser
+        .wait_for("the feed back", "document.body.dataset.live === '1'")
+        .await;
+    for s in &missed {
+        browser
+            .wait_for(
+                "a missed hop, from the stream",
+                &format!("document.querySelector('#hops li.new[data-session=\"{s}\"]')"),
+            )
+            .await;
+    }
+    let sent = relay.sent().to_ascii_lowercase();
+    assert!(
+        sent.contains("get /admin/v1/events") && sent.contains("last-event-id: "),
+        "the browser resumed with Last-Event-ID:\n{sent}"
+    );
+    for s in missed.iter().chain([&first]) {
+        assert_eq!(browser.eval(&count(s)).await, json!(1), "{s} shown once");
+    }
 }
