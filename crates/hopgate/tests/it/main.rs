@@ -28,6 +28,7 @@ mod interop_nginx;
 mod maintenance;
 mod maintenance_guard;
 mod observability;
+mod otlp;
 mod reload;
 mod resilience;
 mod routing;
