@@ -210,18 +210,21 @@ pub struct Exporter {
     /// Replaced (by the export task only) when `tracing.otlp.queue`
     /// changes on reload.
     queue: ArcSwap<ArrayQueue<Box<Span>>>,
-    /// Woken when a full batch waits.
-    wake: tokio::sync::Notify,
+    /// Wakes the task when a full batch waits: a one-slot channel, whose
+    /// `try_send` neither waits nor locks.
+    wake: tokio::sync::mpsc::Sender<()>,
     batch: AtomicUsize,
 }
 
 impl Exporter {
-    fn new(queue: usize, batch: usize) -> Exporter {
-        Exporter {
+    fn new(queue: usize, batch: usize) -> (Exporter, tokio::sync::mpsc::Receiver<()>) {
+        let (wake, woken) = tokio::sync::mpsc::channel(1);
+        let ex = Exporter {
             queue: ArcSwap::from_pointee(ArrayQueue::new(queue.max(1))),
-            wake: tokio::sync::Notify::new(),
+            wake,
             batch: AtomicUsize::new(batch.max(1)),
-        }
+        };
+        (ex, woken)
     }
 
     /// Hands a finished record to the export task: never waits, never
@@ -234,7 +237,7 @@ impl Exporter {
                 // Once per batch: the task sends it without waiting for
                 // its interval.
                 if q.len() == self.batch.load(Ordering::Relaxed) {
-                    self.wake.notify_one();
+                    let _ = self.wake.try_send(());
                 }
             }
             Err(_) => {

@@ -40,7 +40,8 @@ pub fn start(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> (Arc<Exporter>, tokio::task::JoinHandle<()>) {
     let cfg = snapshot.load().config.tracing.otlp.clone();
-    let exporter = Arc::new(Exporter::new(cfg.queue, cfg.batch));
+    let (exporter, mut woken) = Exporter::new(cfg.queue, cfg.batch);
+    let exporter = Arc::new(exporter);
     let ex = Arc::clone(&exporter);
     let task = tokio::spawn(async move {
         let mut failures: u32 = 0;
@@ -57,7 +58,7 @@ pub fn start(
             if !(full && failures == 0) {
                 tokio::select! {
                     () = tokio::time::sleep(wait) => {}
-                    () = ex.wake.notified(), if failures == 0 => {}
+                    _ = woken.recv(), if failures == 0 => {}
                     _ = stop.wait_for(|s| *s) => break,
                 }
             }

@@ -207,12 +207,15 @@ fn failures_mark_the_server_span_and_started_traces_have_no_parent() {
 #[test]
 fn a_full_queue_drops_and_counts_without_waiting() {
     let snap = snapshot();
-    let ex = Exporter::new(2, 2);
+    let (ex, mut woken) = Exporter::new(2, 2);
     let before = counters().spans_dropped;
     for _ in 0..5 {
         ex.hand(record(&snap));
     }
     assert_eq!(ex.queue.load().len(), 2);
+    // The second record filled a batch: the task was woken, once.
+    assert!(woken.try_recv().is_ok());
+    assert!(woken.try_recv().is_err());
     // Three records of three spans each were dropped (other tests may
     // drop too, concurrently: at least).
     assert!(counters().spans_dropped - before >= 9);

@@ -234,6 +234,59 @@ async fn a_failed_request_marks_its_spans_with_the_error() {
 }
 
 #[tokio::test]
+async fn a_retry_has_its_own_client_span_and_the_backend_hangs_under_it() {
+    let rx = Receiver::start().await;
+    let b = Backend::start("n1").await;
+    let dead = dead_addr();
+    let mut c = config(
+        &service("svc", &[("gone", dead, ""), ("n1", b.addr, "")]),
+        "  - { id: all, match: { path_prefix: / }, service: svc }",
+    );
+    c.push_str(&format!(
+        "retries: {{ attempts: 3 }}\ntracing:\n  otlp: {{ enabled: true, endpoint: \"{}\", interval: 50ms }}\n",
+        rx.endpoint()
+    ));
+    let gw = Gateway::start(&c).await;
+    let http = client();
+    // The balancer alternates: within a few requests one tries the dead
+    // node first and is retried on n1.
+    for i in 1..=20u32 {
+        let trace = format!("{:032x}", 0xabc0_0000 + i);
+        let r = http
+            .get(gw.url("/retry"))
+            .header("traceparent", format!("00-{trace}-{CLIENT_SPAN}-01"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let sent = seen(&json(r).await);
+        let spans = rx.trace(&trace, 2).await;
+        let mut attempts = kind(&spans, "CLIENT");
+        if attempts.len() < 2 {
+            continue;
+        }
+        attempts.sort_by_key(|s| s["attributes"]["hopgate.attempt"].as_i64());
+        let server = kind(&spans, "SERVER")[0];
+        let (first, retry) = (attempts[0], attempts[1]);
+        assert_eq!(first["attributes"]["server.port"], i64::from(dead.port()));
+        assert!(first["attributes"]["error.type"].is_string(), "{first}");
+        assert_eq!(retry["attributes"]["hopgate.attempt"], 2);
+        assert_eq!(retry["attributes"]["http.request.resend_count"], 1);
+        assert_eq!(retry["attributes"]["server.port"], i64::from(b.addr.port()));
+        assert_eq!(retry["attributes"]["http.response.status_code"], 200);
+        // The backend got the retry's own id; each attempt has its own.
+        assert_eq!(retry["span_id"], &sent[36..52], "{retry}");
+        assert_ne!(first["span_id"], retry["span_id"]);
+        for a in [first, retry] {
+            assert_eq!(a["parent_span_id"], server["span_id"]);
+        }
+        assert_eq!(server["attributes"]["http.response.status_code"], 200);
+        return;
+    }
+    panic!("no request was retried: {:?}", rx.spans());
+}
+
+#[tokio::test]
 async fn sample_ratio_zero_records_only_traces_a_client_sampled() {
     let rx = Receiver::start().await;
     let b = Backend::start("n1").await;
