@@ -123,6 +123,8 @@ fn resize(ex: &Exporter, cfg: &OtlpConfig) {
     }
 }
 
+// The records stay in the boxes the request path made (no copy).
+#[allow(clippy::vec_box)]
 fn take(ex: &Exporter, max: usize) -> Vec<Box<Span>> {
     let q = ex.queue.load();
     let mut batch = Vec::with_capacity(max.min(q.len()));
