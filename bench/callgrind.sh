@@ -7,12 +7,15 @@
 #     CG_THREADS=default sets neither and pins hopgate to one CPU (taskset
 #     -c ${PROXY_CPU:-1}), as the load benchmark does: the default settings.
 #   CG_ACCESS_LOG=on turns the access log on (written to a file), default off.
+#   CG_OTLP=on exports every request's spans (tracing.otlp, sample_ratio 1)
+#     to a local OTLP/HTTP sink that answers 200; CG_OTLP=unsampled turns
+#     export on with sample_ratio 0 (no request is recorded); default off.
 set -uo pipefail
 BIN=$1; LABEL=$2
 D=${TMPDIR:-/tmp}/hopgate-cg/$LABEL; rm -rf "$D"; mkdir -p "$D/www"; chmod 755 "$D" "$D/www"
-read P1 P2 PG PA < <(python3 -c '
+read P1 P2 PG PA PO < <(python3 -c '
 import socket
-ss=[socket.socket() for _ in range(4)]
+ss=[socket.socket() for _ in range(5)]
 for s in ss: s.bind(("127.0.0.1",0))
 print(*[s.getsockname()[1] for s in ss])')
 PIDS=()
@@ -51,6 +54,23 @@ services:
 routes:
   - { id: all, match: { path_prefix: / }, service: origin }
 Y
+case ${CG_OTLP:-off} in
+  on|unsampled)
+    RATIO=1; [[ $CG_OTLP == unsampled ]] && RATIO=0
+    printf 'tracing:\n  otlp: { enabled: true, endpoint: "http://127.0.0.1:%s/v1/traces", sample_ratio: %s }\n' "$PO" "$RATIO" >> "$D/hopgate.yaml"
+    # The sink: reads each export and answers 200 (an empty response message).
+    python3 -c '
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *a): pass
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()' "$PO" >"$D/sink.log" 2>&1 &
+    PIDS+=($!)
+    ;;
+esac
 FILTER="info,hopgate::access=off"; [[ ${CG_ACCESS_LOG:-off} == on ]] && FILTER=info
 if [[ ${CG_THREADS:-1} == default ]]; then
   RUN=(env -u TOKIO_WORKER_THREADS -u HOPGATE_WORKER_THREADS taskset -c "${PROXY_CPU:-1}")
@@ -69,6 +89,6 @@ sleep 1
 REQS=$(grep -oE '^ *[0-9]+ requests' "$D/wrk.txt" | awk '{print $1}')
 F=$(ls -t "$D"/cg.out* | grep -v '^$' | head -1)
 IR=$(grep -E '^(summary|totals):' "$F" | head -1 | awk '{print $2}')
-echo "$LABEL threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
+echo "$LABEL threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
 grep -m1 -o 'runtime: .*' "$D/hopgate.log" || true
 grep -E 'Non-2xx|Socket errors' "$D/wrk.txt"

@@ -49,4 +49,10 @@ if ! python3 -c "import jsonschema, yaml" >/dev/null 2>&1; then
   echo "deps: installing jsonschema pyyaml (pip)"
   python3 -m pip install -q --disable-pip-version-check jsonschema pyyaml >/dev/null
 fi
+# The span-export tests decode what hopgate sends with the official
+# OpenTelemetry protobuf bindings (tests/it/py/otlp_receiver.py).
+if ! python3 -c "import opentelemetry.proto.collector.trace.v1.trace_service_pb2" >/dev/null 2>&1; then
+  echo "deps: installing opentelemetry-proto (pip)"
+  python3 -m pip install -q --disable-pip-version-check opentelemetry-proto >/dev/null
+fi
 echo "deps: ok"

@@ -11,6 +11,7 @@ pub mod fleet;
 pub mod raw;
 pub mod summary;
 mod tls;
+mod tracing;
 mod unknown;
 pub mod validate;
 
@@ -24,6 +25,7 @@ use ipnet::IpNet;
 
 pub use raw::RawConfig;
 pub use tls::{CertificateConfig, ListenerTls, UpstreamTls};
+pub use tracing::{OtlpConfig, TracingConfig, DEFAULT_OTLP_ENDPOINT};
 pub use validate::validate;
 
 use crate::route::MatchSpec;
@@ -203,6 +205,7 @@ pub struct Config {
     pub access_log: AccessLogConfig,
     pub upgrade: UpgradeConfig,
     pub canary: CanaryConfig,
+    pub tracing: TracingConfig,
 }
 
 /// `canary:`: when a config canary is judged and what rolls it back.

@@ -87,6 +87,8 @@ pub struct Forwarder {
     maintenance: Option<tokio::sync::mpsc::Sender<Notification>>,
     /// A config canary, while one bakes ([`crate::canary`]).
     canary: CanarySlot,
+    /// Where sampled requests' spans go while `tracing.otlp` is on.
+    otlp: Option<Arc<crate::otlp::Exporter>>,
 }
 
 impl Forwarder {
@@ -99,7 +101,15 @@ impl Forwarder {
             stopping: tokio::sync::watch::channel(false).1,
             maintenance: None,
             canary: CanarySlot::default(),
+            otlp: None,
         }
+    }
+
+    /// Sampled requests hand their spans to `exporter` while
+    /// `tracing.otlp.enabled` is true ([`crate::otlp::start`]).
+    pub fn with_otlp(mut self, exporter: Arc<crate::otlp::Exporter>) -> Forwarder {
+        self.otlp = Some(exporter);
+        self
     }
 
     /// Requests consult `slot` for a running config canary.
@@ -253,6 +263,9 @@ impl Forwarder {
                     let Some(request) = upstream.take() else {
                         break;
                     };
+                    let request =
+                        crate::otlp::before_attempt(out.span.as_deref_mut(), sent, request);
+
                     let node = &svc.nodes[node_idx];
                     // A MOVING node's new address, read once for the header
                     // and the send.
@@ -285,6 +298,10 @@ impl Forwarder {
                     let result = pool.send(addr, request, &settings, sent_at).await;
                     drop(inflight);
                     let answered = Instant::now();
+                    if let Some(s) = out.span.as_deref_mut() {
+                        let o = crate::otlp::outcome_of(&result);
+                        s.after_attempt(node_idx, sent, sent_at, answered, o);
+                    }
                     snap.routes[flight.route]
                         .stats
                         .upstream

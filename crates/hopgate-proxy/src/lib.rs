@@ -24,6 +24,7 @@ mod headers;
 pub mod latency;
 mod listener;
 pub mod metrics;
+pub mod otlp;
 mod pool;
 mod respond;
 mod send_watch;

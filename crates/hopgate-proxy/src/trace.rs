@@ -4,13 +4,14 @@
 //! Owns [`propagate`]: a valid `traceparent` from the client is forwarded
 //! with the same trace id and flags and a new parent id (the gateway's span
 //! for the hop), `tracestate` left as it is; an absent or invalid one is
-//! replaced by a new trace (random trace and parent ids, flags `00`: the
-//! gateway records no spans) and any `tracestate` with it dropped, since it
-//! belonged to no valid trace. The trace id is returned for the access log.
-//! The only allocation is the header value written.
+//! replaced by a new trace (random trace and parent ids) and any
+//! `tracestate` with it dropped, since it belonged to no valid trace. A new
+//! trace's sampled flag is `00` unless span export is on and its
+//! [`Sampler`] picks it. The trace id is returned for the access log, and
+//! the ids and the sampled flag for span export ([`crate::otlp`]). The only
+//! allocation is the header value written.
 //!
-//! Must not touch: any other header, span export (the gateway exports no
-//! spans).
+//! Must not touch: any other header, span export itself (`otlp`).
 
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
@@ -118,13 +119,77 @@ fn nonzero<const N: usize>() -> [u8; N] {
     }
 }
 
+/// Decides, from its id, whether a trace the gateway starts is recorded:
+/// the id's last 8 bytes (random) read as a number, below a threshold.
+/// The same trace id always gets the same answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sampler {
+    /// Sampled when the number is below this; `None`: always.
+    below: Option<u64>,
+}
+
+impl Sampler {
+    /// `ratio` from 0 (never) to 1 (always); out-of-range values are
+    /// clamped (validation refuses them).
+    pub fn new(ratio: f64) -> Sampler {
+        if ratio >= 1.0 {
+            return Sampler { below: None };
+        }
+        let ratio = if ratio.is_nan() { 0.0 } else { ratio.max(0.0) };
+        // 2^64 × ratio; the cast saturates.
+        Sampler {
+            below: Some((ratio * 18_446_744_073_709_551_616.0) as u64),
+        }
+    }
+
+    pub fn samples(&self, trace_id: &[u8; 16]) -> bool {
+        let Some(below) = self.below else {
+            return true;
+        };
+        let mut low = [0u8; 8];
+        low.copy_from_slice(&trace_id[8..]);
+        u64::from_be_bytes(low) < below
+    }
+}
+
+/// What [`propagate`] decided, for the access log and span export.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Propagated {
+    pub trace_id: TraceId,
+    /// The parent id sent to the backend: the gateway's span for the hop.
+    pub span_id: [u8; 8],
+    /// The client's span, when it sent a valid `traceparent`.
+    pub parent: Option<[u8; 8]>,
+    /// The flags sent on (bit 0: sampled).
+    pub flags: u8,
+}
+
+impl Propagated {
+    pub fn sampled(&self) -> bool {
+        self.flags & 1 == 1
+    }
+}
+
+/// Writes `traceparent` with a new parent id for the same trace and flags
+/// (a retry's own span).
+pub fn set_parent(headers: &mut HeaderMap, trace_id: &TraceId, parent_id: &[u8; 8], flags: u8) {
+    headers.insert(&TRACEPARENT, render(&trace_id.0, parent_id, flags));
+}
+
+/// Random span ids for the gateway's spans: never all zero.
+pub fn new_span_id() -> [u8; 8] {
+    nonzero()
+}
+
 /// Sets the upstream request's `traceparent` (see the module doc) and
-/// returns the trace id: one lookup of `traceparent`, and one of
-/// `tracestate` when a new trace is started.
-pub fn propagate(headers: &mut HeaderMap) -> TraceId {
+/// returns what it decided: one lookup of `traceparent`, and one of
+/// `tracestate` when a new trace is started. `sampler` is `Some` while
+/// span export is on: it decides a new trace's sampled flag.
+pub fn propagate(headers: &mut HeaderMap, sampler: Option<Sampler>) -> Propagated {
     use http::header::Entry;
     let parent_id: [u8; 8] = nonzero();
-    let (trace_id, started) = match headers.entry(&TRACEPARENT) {
+    let start_flags = |t: &[u8; 16]| u8::from(sampler.is_some_and(|s| s.samples(t)));
+    let (trace_id, parent, flags) = match headers.entry(&TRACEPARENT) {
         Entry::Occupied(mut e) => {
             let incoming = {
                 let mut all = e.iter();
@@ -137,26 +202,33 @@ pub fn propagate(headers: &mut HeaderMap) -> TraceId {
             match incoming {
                 Some(p) => {
                     e.insert(render(&p.trace_id, &parent_id, p.flags));
-                    (p.trace_id, false)
+                    (p.trace_id, Some(p.parent_id), p.flags)
                 }
                 None => {
                     let t: [u8; 16] = nonzero();
+                    let flags = start_flags(&t);
                     // Replaces every `traceparent` line.
-                    e.insert(render(&t, &parent_id, 0));
-                    (t, true)
+                    e.insert(render(&t, &parent_id, flags));
+                    (t, None, flags)
                 }
             }
         }
         Entry::Vacant(e) => {
             let t: [u8; 16] = nonzero();
-            e.insert(render(&t, &parent_id, 0));
-            (t, true)
+            let flags = start_flags(&t);
+            e.insert(render(&t, &parent_id, flags));
+            (t, None, flags)
         }
     };
-    if started {
+    if parent.is_none() {
         headers.remove(&TRACESTATE);
     }
-    TraceId(trace_id)
+    Propagated {
+        trace_id: TraceId(trace_id),
+        span_id: parent_id,
+        parent,
+        flags,
+    }
 }
 
 impl TraceId {
@@ -217,7 +289,7 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(&TRACEPARENT, HeaderValue::from_static(VALID));
         h.insert(&TRACESTATE, HeaderValue::from_static("congo=t61rcWkgMzE"));
-        let id = propagate(&mut h);
+        let id = propagate(&mut h, None).trace_id;
         assert_eq!(id.to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
         let out = h.get(&TRACEPARENT).unwrap().to_str().unwrap().to_owned();
         let p = parse(out.as_bytes()).unwrap();
@@ -230,14 +302,14 @@ mod tests {
     #[test]
     fn an_absent_or_invalid_parent_starts_a_trace() {
         let mut h = HeaderMap::new();
-        let a = propagate(&mut h);
+        let a = propagate(&mut h, None).trace_id;
         let out = h.get(&TRACEPARENT).unwrap().to_str().unwrap().to_owned();
         assert_eq!(parse(out.as_bytes()).unwrap().trace_id, a.0);
         assert!(out.starts_with("00-") && out.ends_with("-00"), "{out}");
         let mut h = HeaderMap::new();
         h.insert(&TRACEPARENT, HeaderValue::from_static("garbage"));
         h.insert(&TRACESTATE, HeaderValue::from_static("congo=t61rcWkgMzE"));
-        let b = propagate(&mut h);
+        let b = propagate(&mut h, None).trace_id;
         assert_ne!(a, b);
         assert!(h.get(&TRACESTATE).is_none());
         assert_eq!(h.get_all(&TRACEPARENT).iter().count(), 1);
@@ -245,8 +317,79 @@ mod tests {
         let mut h = HeaderMap::new();
         h.append(&TRACEPARENT, HeaderValue::from_static(VALID));
         h.append(&TRACEPARENT, HeaderValue::from_static(VALID));
-        let c = propagate(&mut h);
+        let c = propagate(&mut h, None).trace_id;
         assert_ne!(c.to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(h.get_all(&TRACEPARENT).iter().count(), 1);
+    }
+
+    #[test]
+    fn the_sampler_follows_its_ratio() {
+        let id = |low: u64| {
+            let mut t = [0xabu8; 16];
+            t[8..].copy_from_slice(&low.to_be_bytes());
+            t
+        };
+        let (never, always, half) = (Sampler::new(0.0), Sampler::new(1.0), Sampler::new(0.5));
+        for low in [0, 1, u64::MAX / 2, u64::MAX / 2 + 1, u64::MAX] {
+            assert!(!never.samples(&id(low)));
+            assert!(always.samples(&id(low)));
+        }
+        assert!(half.samples(&id(0)));
+        assert!(half.samples(&id(u64::MAX / 2)));
+        assert!(!half.samples(&id(u64::MAX / 2 + 1)));
+        assert!(!half.samples(&id(u64::MAX)));
+        // Nonsense ratios are clamped, never a panic.
+        assert_eq!(Sampler::new(f64::NAN), never);
+        assert_eq!(Sampler::new(-3.0), never);
+        assert_eq!(Sampler::new(7.0), always);
+        // Over many random traces, about the ratio.
+        let quarter = Sampler::new(0.25);
+        let n = 20_000;
+        let hits = (0..n).filter(|_| quarter.samples(&nonzero())).count();
+        assert!((4_000..6_000).contains(&hits), "{hits} of {n}");
+    }
+
+    #[test]
+    fn a_started_trace_is_sampled_only_by_the_sampler() {
+        let mut h = HeaderMap::new();
+        let p = propagate(&mut h, None);
+        assert!(!p.sampled() && p.parent.is_none());
+        let mut h = HeaderMap::new();
+        let p = propagate(&mut h, Some(Sampler::new(1.0)));
+        assert!(p.sampled());
+        let out = h.get(&TRACEPARENT).unwrap().to_str().unwrap().to_owned();
+        assert!(out.ends_with("-01"), "{out}");
+        assert_eq!(out[36..52], hex8(&p.span_id));
+        let mut h = HeaderMap::new();
+        assert!(!propagate(&mut h, Some(Sampler::new(0.0))).sampled());
+        assert!(h
+            .get(&TRACEPARENT)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .ends_with("-00"));
+        // A client's flag decides for its own trace, whatever the sampler.
+        let mut h = HeaderMap::new();
+        h.insert(&TRACEPARENT, HeaderValue::from_static(VALID));
+        let p = propagate(&mut h, Some(Sampler::new(0.0)));
+        assert!(p.sampled());
+        assert_eq!(p.parent, Some(parse(VALID.as_bytes()).unwrap().parent_id));
+        let unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        let mut h = HeaderMap::new();
+        h.insert(&TRACEPARENT, HeaderValue::from_static(unsampled));
+        assert!(!propagate(&mut h, Some(Sampler::new(1.0))).sampled());
+        // A retry's own parent id, same trace and flags.
+        let p = propagate(&mut h, None);
+        let retry = new_span_id();
+        set_parent(&mut h, &p.trace_id, &retry, p.flags);
+        let again = parse(h.get(&TRACEPARENT).unwrap().as_bytes()).unwrap();
+        assert_eq!(
+            (again.trace_id, again.parent_id, again.flags),
+            (p.trace_id.0, retry, 0)
+        );
+    }
+
+    fn hex8(b: &[u8; 8]) -> String {
+        b.iter().map(|b| format!("{b:02x}")).collect()
     }
 }

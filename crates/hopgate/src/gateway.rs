@@ -353,6 +353,22 @@ pub(crate) struct Gateway {
     admin_task: JoinHandle<()>,
     /// `admin.address` as configured at start.
     admin_configured: SocketAddr,
+    /// Span export (`tracing.otlp`): flushed after the listeners drain.
+    otlp: OtlpTask,
+}
+
+/// The OTLP export task and its stop switch.
+struct OtlpTask {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl OtlpTask {
+    /// Sends what is still queued (the last requests' spans) and ends.
+    async fn flush(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
 }
 
 impl Gateway {
@@ -409,11 +425,15 @@ impl Gateway {
             Maintenance::new(Arc::clone(control.snapshot()), cfg.maintenance, pool_size);
         let (maint_tx, mut maint_rx) = tokio::sync::mpsc::channel(1024);
         let (tunnel_stop, tunnel_rx) = watch::channel(false);
+        let (otlp_stop, otlp_rx) = watch::channel(false);
+        let (exporter, otlp_task) =
+            hopgate_proxy::otlp::start(Arc::clone(control.snapshot()), otlp_rx);
         let live = Arc::new(Listeners {
             forwarder: Forwarder::new(Arc::clone(control.snapshot()), Some(Arc::clone(&sessions)))
                 .with_stopping(tunnel_rx)
                 .with_maintenance(maint_tx)
-                .with_canary(control.canary_slot()),
+                .with_canary(control.canary_slot())
+                .with_otlp(exporter),
             tls: Arc::clone(control.tls_listeners()),
             running: Mutex::new(Vec::new()),
             inherited,
@@ -510,6 +530,10 @@ impl Gateway {
             admin_stop,
             admin_task,
             admin_configured,
+            otlp: OtlpTask {
+                stop: otlp_stop,
+                task: otlp_task,
+            },
         })
     }
 
@@ -628,6 +652,7 @@ impl Gateway {
         // Upgraded connections (WebSockets) are not part of hyper's graceful
         // shutdown: give them time to send their 1012 close frames.
         hopgate_proxy::wait_closed(deadline).await;
+        self.otlp.flush().await;
         for t in self.tasks {
             let _ = t.await;
         }

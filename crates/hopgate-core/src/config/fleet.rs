@@ -18,7 +18,7 @@ use super::raw::{RawConfig, RawNode, RawService, Text};
 use super::{parse_all, sniff_format, validate, ConfigError, Format};
 
 /// Sections that stay in the local file: they describe the process.
-pub const BOOTSTRAP_SECTIONS: [&str; 8] = [
+pub const BOOTSTRAP_SECTIONS: [&str; 9] = [
     "replica_id",
     "listeners",
     "admin",
@@ -27,6 +27,7 @@ pub const BOOTSTRAP_SECTIONS: [&str; 8] = [
     "access_log",
     "upgrade",
     "canary",
+    "tracing",
 ];
 
 /// Sections that come from `<prefix>config` when `sources.etcd` is set.
@@ -126,6 +127,7 @@ pub fn compose(bootstrap: &RawConfig, runtime: &RawConfig) -> RawConfig {
         access_log: bootstrap.access_log.clone(),
         upgrade: bootstrap.upgrade.clone(),
         canary: bootstrap.canary.clone(),
+        tracing: bootstrap.tracing.clone(),
         services: runtime.services.clone(),
         routes: runtime.routes.clone(),
         access: runtime.access.clone(),

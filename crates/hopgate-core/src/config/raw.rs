@@ -103,6 +103,57 @@ pub struct RawConfig {
     pub upgrade: Option<RawUpgrade>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<RawCanary>,
+    /// Span export (OTLP) of the gateway's own spans.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<RawTracing>,
+}
+
+/// `tracing:` — the gateway's own spans.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawTracing {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<RawOtlp>,
+}
+
+/// `tracing.otlp:` — export of spans to an OpenTelemetry collector
+/// (OTLP/HTTP).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawOtlp {
+    /// Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// The collector's traces URL (default
+    /// `http://127.0.0.1:4318/v1/traces`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// `http/protobuf` (the only one offered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// `service.name` of the spans (default `hopgate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_name: Option<String>,
+    /// Share of the traces the gateway starts that are recorded, 0 to 1
+    /// (default 1); a client's sampled flag decides for its own traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_ratio: Option<Text>,
+    /// Spans waiting for export at most; more are dropped (default 4096).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<Text>,
+    /// Spans per export request at most (default 512).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<Text>,
+    /// Longest wait before a partial batch is sent (default 1s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<Text>,
+    /// Bound of one export request (default 5s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Text>,
+    /// Extra request headers (for example an API key for a hosted
+    /// collector).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
 }
 
 /// Zero-downtime binary upgrades (`hopgate run --upgrade`).

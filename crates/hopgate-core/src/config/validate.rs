@@ -33,6 +33,7 @@ mod services;
 #[cfg(test)]
 mod tests;
 mod tls;
+mod tracing;
 mod upgrade;
 mod values;
 
@@ -73,6 +74,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
     let access_log = v.access_log(raw.access_log.as_ref());
     let upgrade = v.upgrade(raw.upgrade.as_ref());
     let canary = v.canary(raw.canary.as_ref());
+    let tracing = v.tracing(raw.tracing.as_ref());
     if !v.errors.is_empty() {
         return Err(v.errors);
     }
@@ -94,6 +96,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         access_log,
         upgrade,
         canary,
+        tracing,
     })
 }
 

@@ -36,6 +36,8 @@ pub(super) struct Outcome {
     pub(super) hopped: bool,
     /// The trace the request belongs to (all zeros before it is known).
     pub(super) trace_id: TraceId,
+    /// The request's spans, while it is sampled for export.
+    pub(super) span: Option<Box<crate::otlp::Span>>,
 }
 
 /// What the access log needs from the request's head, taken when the
@@ -91,7 +93,7 @@ impl Done {
     /// answer), counted and logged.
     pub(super) fn finish(
         self,
-        snap: &Snapshot,
+        snap: &std::sync::Arc<Snapshot>,
         conn: &ClientConn,
         result: Result<Response<ProxyBody>, ErrorKind>,
     ) -> Response<ProxyBody> {
@@ -117,6 +119,13 @@ impl Done {
             resp.status().as_u16()
         };
         METRICS.response(status);
+        if let Some(span) = out.span.take() {
+            if let Some(ex) = &conn.forwarder.otlp {
+                let end = (out.route, out.service, status, out.error, out.hopped);
+                let (m, id) = (&self.method, &self.request_id);
+                crate::otlp::finish(ex, span, snap, m, id, conn.peer, self.started, end);
+            }
+        }
         let took = self.started.elapsed();
         crate::latency::REQUEST_LATENCY.record(took);
         if let Some(r) = out.route {

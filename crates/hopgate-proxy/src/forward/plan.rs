@@ -316,7 +316,17 @@ impl Forwarder {
         parts
             .headers
             .insert(X_ROUTE_RULE_ID.clone(), route.id_header.clone());
-        out.trace_id = crate::trace::propagate(&mut parts.headers);
+        // Span export: one branch while it is off.
+        let otlp = &snap.config.tracing.otlp;
+        let sampler = (otlp.enabled && self.otlp.is_some())
+            .then(|| crate::trace::Sampler::new(otlp.sample_ratio));
+        let trace = crate::trace::propagate(&mut parts.headers, sampler);
+        out.trace_id = trace.trace_id;
+        if sampler.is_some() && trace.sampled() {
+            let host = parts.headers.get(HOST).cloned();
+            let span = crate::otlp::Span::new(&trace, parts.uri.clone(), host, https);
+            out.span = Some(Box::new(span));
+        }
         if !parts.headers.contains_key(HOST) {
             if let Some(a) = parts.uri.authority() {
                 if let Ok(v) = HeaderValue::from_str(a.as_str()) {

@@ -131,6 +131,7 @@ impl Gateway {
             .await;
         let _ = self.tunnel_stop.send(true);
         hopgate_proxy::wait_closed(TUNNEL_CLOSE_BOUND).await;
+        self.otlp.flush().await;
         for t in self.tasks {
             let _ = t.await;
         }

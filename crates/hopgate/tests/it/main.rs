@@ -29,6 +29,7 @@ mod interop_nginx;
 mod maintenance;
 mod maintenance_guard;
 mod observability;
+mod otlp;
 mod prometheus;
 mod reload;
 mod resilience;

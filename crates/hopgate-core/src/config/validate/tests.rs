@@ -1813,6 +1813,20 @@ fn nasty_values_never_panic() {
                 max_p99_ratio: t(),
                 min_p99_delta: t(),
             }),
+            tracing: Some(crate::config::raw::RawTracing {
+                otlp: Some(crate::config::raw::RawOtlp {
+                    enabled: Some(true),
+                    endpoint: Some(s.into()),
+                    protocol: Some(s.into()),
+                    service_name: Some(s.into()),
+                    sample_ratio: t(),
+                    queue: t(),
+                    batch: t(),
+                    interval: t(),
+                    timeout: t(),
+                    headers: [(s.to_owned(), s.to_owned())].into(),
+                }),
+            }),
         };
         let errs = validate(&raw).expect_err("every field is nonsense");
         for e in &errs {
