@@ -16,6 +16,7 @@
 #                  Prometheus text 0.0.4; `application/openmetrics-text` asks
 #                  for OpenMetrics)
 #   --names FILE   also write the sorted set of sample names to FILE
+#   --body FILE    also keep one scrape's body in FILE
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SERVICES=100
@@ -24,6 +25,7 @@ ROUTES=500
 SCRAPES=200
 ACCEPT=""
 NAMES=""
+BODY=""
 while (($#)); do
   case "$1" in
     --services) SERVICES=$2; shift 2 ;;
@@ -32,6 +34,7 @@ while (($#)); do
     --scrapes) SCRAPES=$2; shift 2 ;;
     --accept) ACCEPT=$2; shift 2 ;;
     --names) NAMES=$2; shift 2 ;;
+    --body) BODY=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -78,6 +81,7 @@ HDR=()
 [ -n "$ACCEPT" ] && HDR=(-H "Accept: $ACCEPT")
 M="http://127.0.0.1:$ADMIN/metrics"
 curl -s "${HDR[@]}" -D "$TMP/head" -o "$TMP/body" "$M"
+[ -z "$BODY" ] || cp "$TMP/body" "$BODY"
 if [ -n "$NAMES" ]; then
   grep -v '^#' "$TMP/body" | sed -E 's/[{ ].*//' | sort -u > "$NAMES"
 fi

@@ -245,6 +245,9 @@ struct NodeRow<'a> {
     pool: Option<hopgate_proxy::PoolStats>,
 }
 
+/// Reads one per-node gauge from a [`NodeRow`].
+type NodeValue = fn(&NodeRow) -> i64;
+
 /// Node state, pools and the queue-wait histogram.
 fn nodes(enc: &mut DescriptorEncoder, snap: &hopgate_proxy::Snapshot) -> fmt::Result {
     let now = now_ms();
@@ -274,7 +277,7 @@ fn nodes(enc: &mut DescriptorEncoder, snap: &hopgate_proxy::Snapshot) -> fmt::Re
             })
         })
         .collect();
-    let per_node: [(&str, &str, fn(&NodeRow) -> i64); 5] = [
+    let per_node: [(&str, &str, NodeValue); 5] = [
         (
             "hopgate_node_up",
             "1 when the node may take new requests.",
