@@ -44,11 +44,15 @@ pub struct Admin {
     ready: AtomicBool,
     sessions: Option<Arc<Sessions>>,
     maintenance: Option<Arc<Maintenance>>,
-    fleet: OnceLock<Arc<Fleet>>,
+    /// Shared with the `/metrics` collector, which sees it once set.
+    fleet: Arc<OnceLock<Arc<Fleet>>>,
     /// Signs event-stream tickets (`crate::events`).
     ticket_key: [u8; 32],
     /// The event stream's journal, from its first subscriber on.
     journal: OnceLock<Arc<crate::events::journal::Journal>>,
+    /// The `/metrics` registry, built at the first scrape
+    /// (`crate::metrics::registry`).
+    metrics: OnceLock<prometheus_client::registry::Registry>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -78,9 +82,10 @@ impl Admin {
             ready: AtomicBool::new(true),
             sessions,
             maintenance: None,
-            fleet: OnceLock::new(),
+            fleet: Arc::default(),
             ticket_key: crate::events::ticket_key(),
             journal: OnceLock::new(),
+            metrics: OnceLock::new(),
         }
     }
 
@@ -507,12 +512,17 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
                 "expires_in": crate::events::TICKET_TTL_SECS,
             }),
         ),
-        (Method::GET, ["metrics"]) => crate::metrics::render(
-            control,
-            admin.sessions.as_deref(),
-            admin.maintenance.as_deref(),
-            admin.fleet.get().map(|f| &**f),
-        ),
+        (Method::GET, ["metrics"]) => {
+            let registry = admin.metrics.get_or_init(|| {
+                crate::metrics::registry(
+                    admin.control.clone(),
+                    admin.sessions.clone(),
+                    admin.maintenance.clone(),
+                    admin.fleet.clone(),
+                )
+            });
+            crate::exposition::respond(registry, req.headers())
+        }
         (Method::POST, ["admin", "v1", "nodes", service, node, action @ ("drain" | "undrain")]) => {
             let snap = control.snapshot().load();
             let found = snap

@@ -3,7 +3,7 @@
 //! the canary back or promotes it.
 //!
 //! Owns [`CanaryState`] (the baking or last decided canary, the decision
-//! counters and their exposition lines), starting a canary
+//! counters and their `/metrics` families, [`CanaryCollector`]), starting a canary
 //! ([`start`]: validated and compiled exactly like an apply), the judge
 //! task ([`judge`]: every `canary.interval`, over a sliding
 //! `canary.window`), the verdict rule ([`verdict`]), ending a canary
@@ -14,12 +14,13 @@
 //! in the data plane's [`CanarySlot`]), sockets.
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
 use serde_json::{json, Value};
 
 use hopgate_core::config::{CanaryConfig, ConfigError, Format, RawConfig};
@@ -29,6 +30,7 @@ use hopgate_proxy::canary::{CanaryArm, CanarySlot, SideCounts};
 use hopgate_proxy::Snapshot;
 
 use crate::control::{content_hash, CanaryNote, Control, VersionRecord};
+use crate::exposition::{counter, counters, gauge};
 
 pub(crate) mod fleet;
 
@@ -180,33 +182,47 @@ impl CanaryState {
             .map(|r| r.version)
     }
 
-    /// Appends the canary counters to a Prometheus exposition.
-    pub(crate) fn render_metrics(&self, o: &mut String) {
-        let _ = writeln!(
-            o,
-            "# HELP hopgate_canary_started_total Config canaries started.\n# TYPE hopgate_canary_started_total counter\nhopgate_canary_started_total {}",
-            self.started.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            o,
-            "# HELP hopgate_canary_decisions_total Config canaries decided, by outcome.\n# TYPE hopgate_canary_decisions_total counter"
-        );
-        for (label, n) in [
-            ("promoted", &self.promoted),
-            ("rolled_back", &self.rolled_back),
-            ("aborted", &self.aborted),
-        ] {
-            let _ = writeln!(
-                o,
-                "hopgate_canary_decisions_total{{outcome=\"{label}\"}} {}",
-                n.load(Ordering::Relaxed)
-            );
-        }
-        let _ = writeln!(
-            o,
-            "# HELP hopgate_canary_baking 1 while a config canary bakes.\n# TYPE hopgate_canary_baking gauge\nhopgate_canary_baking {}",
-            u8::from(self.baking_version().is_some())
-        );
+    /// The canary families of `/metrics` (see [`CanaryCollector`]).
+    fn encode_metrics(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        counter(
+            enc,
+            "hopgate_canary_started",
+            "Config canaries started.",
+            self.started.load(Ordering::Relaxed),
+        )?;
+        counters(
+            enc,
+            "hopgate_canary_decisions",
+            "Config canaries decided, by outcome.",
+            [
+                ("promoted", &self.promoted),
+                ("rolled_back", &self.rolled_back),
+                ("aborted", &self.aborted),
+            ]
+            .map(|(outcome, n)| ([("outcome", outcome)], n.load(Ordering::Relaxed))),
+        )?;
+        gauge(
+            enc,
+            "hopgate_canary_baking",
+            "1 while a config canary bakes.",
+            i64::from(self.baking_version().is_some()),
+        )
+    }
+}
+
+/// The canary's decision counters and baking gauge, read at scrape time
+/// (registered in the `/metrics` registry).
+pub(crate) struct CanaryCollector(pub(crate) Arc<Control>);
+
+impl std::fmt::Debug for CanaryCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CanaryCollector").finish_non_exhaustive()
+    }
+}
+
+impl Collector for CanaryCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        self.0.canary.encode_metrics(&mut enc)
     }
 }
 

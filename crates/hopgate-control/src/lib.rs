@@ -23,6 +23,7 @@ mod control;
 mod dashboard;
 pub mod etcd;
 mod events;
+mod exposition;
 mod fleet;
 mod health;
 mod maintenance;

@@ -1,525 +1,428 @@
-//! Prometheus text exposition of the gateway's counters (`GET /metrics` on
-//! the admin listener).
+//! The gateway's metric families for `GET /metrics` on the admin listener,
+//! and the one `prometheus-client` [`Registry`] that serves them.
 //!
-//! Owns the metric names and the rendering; reads the data plane's atomics
-//! ([`hopgate_proxy::metrics::METRICS`]), node live state, pool stats, the
-//! control plane's reload counters and the session store size. Must not
-//! touch: any of those values (read only).
+//! Owns the metric names, help texts and labels of the gateway's families
+//! (requests, errors, sessions, hops, nodes, pools, maintenance, config,
+//! build, connections and bytes, per-route responses and duration
+//! histograms, fleet) as a [`Collector`] that reads, at scrape time, the data
+//! plane's atomics ([`hopgate_proxy::metrics::METRICS`] and the route stats
+//! the running snapshot carries), node live state, pool stats, the control
+//! plane's reload counters, the session store size and the fleet engines.
+//! The registry ([`registry`]) also holds the TLS collector
+//! (`hopgate_proxy::tls::metrics`) and the canary's ([`crate::canary`]);
+//! [`crate::exposition`] encodes it. Counter names are given without
+//! `_total`, which the encoder appends.
+//!
+//! Must not touch: any of those values (read only), the request path (no
+//! registration or lookup happens there: the hot path bumps plain atomics).
 
-use std::fmt::Write;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
 
-use bytes::Bytes;
-use http::header::{HeaderValue, CONTENT_TYPE};
-use http::{Response, StatusCode};
-use http_body_util::Full;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
 
 use hopgate_core::error::Side;
 use hopgate_core::node::{now_ms, CircuitState, Health};
-use hopgate_core::stats::{AtomicHistogram, DURATION_BUCKETS};
 use hopgate_proxy::metrics::{
     get, TokenRejection, ERROR_KIND_LIST, HOP_BUCKETS, METRICS, QUEUE_WAIT_BUCKETS,
 };
 use hopgate_store::Sessions;
 
 use crate::control::Control;
+use crate::exposition::{counter, counters, gauge, gauges, Cumulative, Durations};
 use crate::fleet::Fleet;
 use crate::maintenance::Maintenance;
 
-fn head(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
-/// Escapes a label value.
-fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// The whole exposition.
-pub(crate) fn render(
-    control: &Control,
-    sessions: Option<&Sessions>,
-    maintenance: Option<&Maintenance>,
-    fleet: Option<&Fleet>,
-) -> Response<Full<Bytes>> {
-    let m = &*METRICS;
-    let mut o = String::with_capacity(8 << 10);
-    head(
-        &mut o,
-        "hopgate_requests_total",
-        "counter",
-        "Client requests handled.",
-    );
-    let _ = writeln!(o, "hopgate_requests_total {}", get(&m.requests));
-    head(
-        &mut o,
-        "hopgate_responses_total",
-        "counter",
-        "Client responses by status class.",
-    );
-    for (i, class) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
-        let _ = writeln!(
-            o,
-            "hopgate_responses_total{{class=\"{class}\"}} {}",
-            get(&m.responses[i + 1])
-        );
-    }
-    head(
-        &mut o,
-        "hopgate_errors_total",
-        "counter",
-        "Requests that ended in an error the gateway answered, by kind.",
-    );
-    for (i, k) in ERROR_KIND_LIST.iter().enumerate() {
-        let _ = writeln!(
-            o,
-            "hopgate_errors_total{{kind=\"{}\"}} {}",
-            k.label(),
-            get(&m.upstream_errors[i])
-        );
-    }
-    head(
-        &mut o,
-        "hopgate_client_errors_total",
-        "counter",
-        "Requests the client got wrong (the subset of hopgate_errors_total on the client's side); never charged to a node.",
-    );
-    for (i, k) in ERROR_KIND_LIST.iter().enumerate() {
-        if k.side() == Side::Downstream {
-            let _ = writeln!(
-                o,
-                "hopgate_client_errors_total{{kind=\"{}\"}} {}",
-                k.label(),
-                get(&m.upstream_errors[i])
-            );
-        }
-    }
-    head(
-        &mut o,
-        "hopgate_retries_total",
-        "counter",
-        "Attempts after the first, on another node.",
-    );
-    let _ = writeln!(o, "hopgate_retries_total {}", get(&m.retries));
-    head(
-        &mut o,
-        "hopgate_last_resort_picks_total",
-        "counter",
-        "Attempts on nodes only passive verdicts kept out, when nothing else was left.",
-    );
-    let _ = writeln!(
-        o,
-        "hopgate_last_resort_picks_total {}",
-        get(&m.last_resort_picks)
-    );
-    head(
-        &mut o,
-        "hopgate_access_log_dropped_total",
-        "counter",
-        "Access log lines dropped because the log's buffer was full (its destination, stderr or access_log.path, slower than the traffic); requests never wait for the log.",
-    );
-    let _ = writeln!(
-        o,
-        "hopgate_access_log_dropped_total {}",
-        get(&m.access_log_dropped)
-    );
-
-    head(
-        &mut o,
-        "hopgate_sessions_created_total",
-        "counter",
-        "Sessions minted.",
-    );
-    let _ = writeln!(
-        o,
-        "hopgate_sessions_created_total {}",
-        get(&m.sessions_created)
-    );
-    head(
-        &mut o,
-        "hopgate_session_tokens_rejected_total",
-        "counter",
-        "Session tokens not trusted (replaced by a new session), by reason.",
-    );
-    for r in TokenRejection::ALL {
-        let _ = writeln!(
-            o,
-            "hopgate_session_tokens_rejected_total{{reason=\"{}\"}} {}",
-            r.label(),
-            get(&m.tokens_rejected[r as usize])
-        );
-    }
-    head(
-        &mut o,
-        "hopgate_sessions",
-        "gauge",
-        "Session bindings in the store.",
-    );
-    let _ = writeln!(
-        o,
-        "hopgate_sessions {}",
-        sessions.map_or(0, |s| s.store.len())
-    );
-    head(
-        &mut o,
-        "hopgate_session_evictions_total",
-        "counter",
-        "Session bindings evicted (least recently used) to bind new sessions in a full store.",
-    );
-    let _ = writeln!(
-        o,
-        "hopgate_session_evictions_total {}",
-        sessions.map_or(0, |s| s.store.evictions())
-    );
-    head(
-        &mut o,
-        "hopgate_session_contexts_total",
-        "counter",
-        "Hop-Session-Context headers stored, refused as oversized, and delivered after a hop.",
-    );
-    let _ = writeln!(
-        o,
-        "hopgate_session_contexts_total{{event=\"stored\"}} {}",
-        get(&m.contexts_stored)
-    );
-    let _ = writeln!(
-        o,
-        "hopgate_session_contexts_total{{event=\"oversized\"}} {}",
-        get(&m.contexts_oversized)
-    );
-    let _ = writeln!(
-        o,
-        "hopgate_session_contexts_total{{event=\"delivered\"}} {}",
-        get(&m.contexts_delivered)
-    );
-
-    head(
-        &mut o,
-        "hopgate_hops_total",
-        "counter",
-        "Sessions moved to another node, by service and reason.",
-    );
-    for (svc, reason, n) in m.hops_by_reason() {
-        let _ = writeln!(
-            o,
-            "hopgate_hops_total{{service=\"{}\",reason=\"{reason}\"}} {n}",
-            esc(&svc)
-        );
-    }
-    head(
-        &mut o,
-        "hopgate_hop_duration_seconds",
-        "histogram",
-        "From the hop decision to the new node's answer.",
-    );
-    let (buckets, count, sum) = m.hop_histogram();
-    for (i, le) in HOP_BUCKETS.iter().enumerate() {
-        let _ = writeln!(
-            o,
-            "hopgate_hop_duration_seconds_bucket{{le=\"{le}\"}} {}",
-            buckets[i]
-        );
-    }
-    let _ = writeln!(
-        o,
-        "hopgate_hop_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
-    );
-    let _ = writeln!(o, "hopgate_hop_duration_seconds_sum {sum}");
-    let _ = writeln!(o, "hopgate_hop_duration_seconds_count {count}");
-
-    let snap = control.snapshot().load();
-    let now = now_ms();
-    head(
-        &mut o,
-        "hopgate_node_up",
-        "gauge",
-        "1 when the node may take new requests.",
-    );
-    let mut health = String::new();
-    let mut circuit = String::new();
-    let mut draining = String::new();
-    let mut inflight = String::new();
-    let mut pool = String::new();
-    let mut queue = String::new();
-    let mut queue_waits = String::new();
-    let mut queue_rejected = String::new();
-    for svc in &snap.services {
-        for n in &svc.nodes {
-            let l = format!("service=\"{}\",node=\"{}\"", esc(&svc.name), esc(&n.id));
-            let s = &n.state;
-            let _ = writeln!(
-                o,
-                "hopgate_node_up{{{l}}} {}",
-                u8::from(s.is_available(now))
-            );
-            let h = match s.health() {
-                Health::Unknown => 0,
-                Health::Healthy => 1,
-                Health::Unhealthy => 2,
-            };
-            let _ = writeln!(health, "hopgate_node_health{{{l}}} {h}");
-            let c = match s.circuit() {
-                CircuitState::Closed => 0,
-                CircuitState::Open => 1,
-                CircuitState::HalfOpen => 2,
-            };
-            let _ = writeln!(circuit, "hopgate_node_circuit{{{l}}} {c}");
-            let _ = writeln!(
-                draining,
-                "hopgate_node_draining{{{l}}} {}",
-                u8::from(s.is_draining())
-            );
-            let _ = writeln!(inflight, "hopgate_node_in_flight{{{l}}} {}", s.in_flight());
-            if let Some(p) = n.upstream.pool_if_set() {
-                let st = p.stats();
-                let _ = writeln!(
-                    pool,
-                    "hopgate_pool_connections{{{l},state=\"open\"}} {}",
-                    st.open
-                );
-                let _ = writeln!(
-                    pool,
-                    "hopgate_pool_connections{{{l},state=\"idle\"}} {}",
-                    st.idle
-                );
-                let _ = writeln!(queue, "hopgate_pool_queue_depth{{{l}}} {}", st.queued);
-                let _ = writeln!(
-                    queue_waits,
-                    "hopgate_pool_queue_waits_total{{{l}}} {}",
-                    st.queue_waits
-                );
-                let _ = writeln!(
-                    queue_rejected,
-                    "hopgate_pool_queue_rejected_total{{{l},reason=\"full\"}} {}",
-                    st.queue_full
-                );
-                let _ = writeln!(
-                    queue_rejected,
-                    "hopgate_pool_queue_rejected_total{{{l},reason=\"timeout\"}} {}",
-                    st.queue_timeouts
-                );
-            }
-        }
-    }
-    head(
-        &mut o,
-        "hopgate_node_health",
-        "gauge",
-        "Active health: 0 unknown, 1 healthy, 2 unhealthy.",
-    );
-    o.push_str(&health);
-    head(
-        &mut o,
-        "hopgate_node_circuit",
-        "gauge",
-        "Circuit breaker: 0 closed, 1 open, 2 half-open.",
-    );
-    o.push_str(&circuit);
-    head(
-        &mut o,
-        "hopgate_node_draining",
-        "gauge",
-        "1 while the node drains.",
-    );
-    o.push_str(&draining);
-    head(
-        &mut o,
-        "hopgate_node_in_flight",
-        "gauge",
-        "Requests in flight to the node.",
-    );
-    o.push_str(&inflight);
-    head(
-        &mut o,
-        "hopgate_pool_connections",
-        "gauge",
-        "Upstream connections of the node's pool.",
-    );
-    o.push_str(&pool);
-    head(
-        &mut o,
-        "hopgate_pool_queue_depth",
-        "gauge",
-        "Requests waiting for an upstream connection to the node (pool.max_connections reached).",
-    );
-    o.push_str(&queue);
-    head(
-        &mut o,
-        "hopgate_pool_queue_waits_total",
-        "counter",
-        "Requests that had to wait for an upstream connection to the node.",
-    );
-    o.push_str(&queue_waits);
-    head(
-        &mut o,
-        "hopgate_pool_queue_rejected_total",
-        "counter",
-        "Requests the node's queue turned away (503, tried on another node): full (pool.max_pending) or timeout (pool.queue_timeout).",
-    );
-    o.push_str(&queue_rejected);
-    head(
-        &mut o,
-        "hopgate_pool_queue_wait_seconds",
-        "histogram",
-        "Time requests spent waiting for an upstream connection, admitted or not.",
-    );
-    for (i, le) in QUEUE_WAIT_BUCKETS.iter().enumerate() {
-        let _ = writeln!(
-            o,
-            "hopgate_pool_queue_wait_seconds_bucket{{le=\"{le}\"}} {}",
-            get(&m.queue_wait_buckets[i])
-        );
-    }
-    let waits = get(&m.queue_wait_count);
-    let _ = writeln!(
-        o,
-        "hopgate_pool_queue_wait_seconds_bucket{{le=\"+Inf\"}} {waits}"
-    );
-    let _ = writeln!(
-        o,
-        "hopgate_pool_queue_wait_seconds_sum {}",
-        get(&m.queue_wait_sum_us) as f64 / 1e6
-    );
-    let _ = writeln!(o, "hopgate_pool_queue_wait_seconds_count {waits}");
-
-    head(
-        &mut o,
-        "hopgate_maintenance_notifications_total",
-        "counter",
-        "Maintenance notifications by kind and result.",
-    );
-    if let Some(mt) = maintenance {
-        for ((kind, result), n) in mt.stats.notifications.lock().iter() {
-            let _ = writeln!(o, "hopgate_maintenance_notifications_total{{kind=\"{kind}\",result=\"{result}\"}} {n}");
-        }
-    }
-    head(
-        &mut o,
-        "hopgate_maintenance_headers_ignored_total",
-        "counter",
-        "Hop-Maintenance headers ignored, by reason.",
-    );
-    let _ = writeln!(
-        o,
-        "hopgate_maintenance_headers_ignored_total{{reason=\"malformed\"}} {}",
-        get(&m.maintenance_malformed)
-    );
-    let _ = writeln!(
-        o,
-        "hopgate_maintenance_headers_ignored_total{{reason=\"queue_full\"}} {}",
-        get(&m.maintenance_dropped)
-    );
-    let _ = writeln!(
-        o,
-        "hopgate_maintenance_headers_ignored_total{{reason=\"in_band_off\"}} {}",
-        get(&m.maintenance_in_band_off)
-    );
-    let _ = writeln!(
-        o,
-        "hopgate_maintenance_headers_ignored_total{{reason=\"request_carried\"}} {}",
-        get(&m.maintenance_request_carried)
-    );
-    if let Some(mt) = maintenance {
-        let st = &mt.stats;
-        head(
-            &mut o,
-            "hopgate_handoffs_total",
-            "counter",
-            "Connection handoffs by outcome.",
-        );
-        let _ = writeln!(
-            o,
-            "hopgate_handoffs_total{{outcome=\"ok\"}} {}",
-            get(&st.handoffs_ok)
-        );
-        let _ = writeln!(
-            o,
-            "hopgate_handoffs_total{{outcome=\"attempt_failed\"}} {}",
-            get(&st.handoff_attempts_failed)
-        );
-        let _ = writeln!(
-            o,
-            "hopgate_handoffs_total{{outcome=\"exhausted\"}} {}",
-            get(&st.handoffs_exhausted)
-        );
-        let _ = writeln!(
-            o,
-            "hopgate_handoffs_total{{outcome=\"queue_full\"}} {}",
-            get(&st.handoff_queue_full)
-        );
-        let _ = writeln!(
-            o,
-            "hopgate_handoffs_total{{outcome=\"breaker_open\"}} {}",
-            get(&st.handoff_breaker_rejections)
-        );
-        head(
-            &mut o,
-            "hopgate_handoff_workers",
-            "gauge",
-            "Handoff workers running.",
-        );
-        let _ = writeln!(
-            o,
-            "hopgate_handoff_workers {}",
-            st.workers.load(std::sync::atomic::Ordering::Relaxed)
-        );
-    }
-    head(
-        &mut o,
-        "hopgate_config_version",
-        "gauge",
-        "Version of the running config.",
-    );
-    let _ = writeln!(o, "hopgate_config_version {}", snap.version);
-    head(
-        &mut o,
-        "hopgate_config_reloads_total",
-        "counter",
-        "Configs applied after the first.",
-    );
-    let _ = writeln!(o, "hopgate_config_reloads_total {}", control.reloads());
-    head(
-        &mut o,
-        "hopgate_config_reload_failures_total",
-        "counter",
-        "Configs rejected (the running one kept).",
-    );
-    let _ = writeln!(
-        o,
-        "hopgate_config_reload_failures_total {}",
-        control.reload_failures()
-    );
-    fleet_section(&mut o, fleet);
-    traffic_section(&mut o, &snap);
-    hopgate_proxy::tls::metrics::render(&mut o);
-    control.canary.render_metrics(&mut o);
-
-    let mut r = Response::new(Full::new(Bytes::from(o)));
-    *r.status_mut() = StatusCode::OK;
-    r.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-    );
+/// The registry behind `/metrics`, built once per admin API: the gateway's
+/// families, then TLS, then the canary's. `fleet` may be filled in later
+/// (the fleet engines start after the admin API).
+pub(crate) fn registry(
+    control: Arc<Control>,
+    sessions: Option<Arc<Sessions>>,
+    maintenance: Option<Arc<Maintenance>>,
+    fleet: Arc<OnceLock<Arc<Fleet>>>,
+) -> Registry {
+    let mut r = Registry::default();
+    r.register_collector(Box::new(Gateway {
+        control: control.clone(),
+        sessions,
+        maintenance,
+        fleet,
+    }));
+    r.register_collector(Box::new(hopgate_proxy::tls::metrics::TlsCollector));
+    r.register_collector(Box::new(crate::canary::CanaryCollector(control)));
     r
 }
 
-/// One histogram's series: `labels` (already escaped, comma-joined) on
-/// every sample.
-fn histogram(o: &mut String, name: &str, labels: &str, h: &AtomicHistogram) {
-    let (buckets, count, sum) = h.read();
-    for (le, n) in DURATION_BUCKETS.iter().zip(buckets) {
-        let _ = writeln!(o, "{name}_bucket{{{labels},le=\"{le}\"}} {n}");
+/// What the gateway's families are read from.
+struct Gateway {
+    control: Arc<Control>,
+    sessions: Option<Arc<Sessions>>,
+    maintenance: Option<Arc<Maintenance>>,
+    fleet: Arc<OnceLock<Arc<Fleet>>>,
+}
+
+impl fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gateway").finish_non_exhaustive()
     }
-    let _ = writeln!(o, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
-    let _ = writeln!(o, "{name}_sum{{{labels}}} {sum}");
-    let _ = writeln!(o, "{name}_count{{{labels}}} {count}");
+}
+
+impl Collector for Gateway {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        requests(&mut enc)?;
+        sessions(&mut enc, self.sessions.as_deref())?;
+        hops(&mut enc)?;
+        let snap = self.control.snapshot().load();
+        nodes(&mut enc, &snap)?;
+        maintenance(&mut enc, self.maintenance.as_deref())?;
+        gauge(
+            &mut enc,
+            "hopgate_config_version",
+            "Version of the running config.",
+            i64::try_from(snap.version).unwrap_or(i64::MAX),
+        )?;
+        counter(
+            &mut enc,
+            "hopgate_config_reloads",
+            "Configs applied after the first.",
+            self.control.reloads(),
+        )?;
+        counter(
+            &mut enc,
+            "hopgate_config_reload_failures",
+            "Configs rejected (the running one kept).",
+            self.control.reload_failures(),
+        )?;
+        fleet(&mut enc, self.fleet.get().map(|f| &**f))?;
+        traffic(&mut enc, &snap)
+    }
+}
+
+/// Requests, responses, errors, retries and the access log.
+fn requests(enc: &mut DescriptorEncoder) -> fmt::Result {
+    let m = &*METRICS;
+    counter(
+        enc,
+        "hopgate_requests",
+        "Client requests handled.",
+        get(&m.requests),
+    )?;
+    counters(
+        enc,
+        "hopgate_responses",
+        "Client responses by status class.",
+        CLASSES
+            .iter()
+            .enumerate()
+            .map(|(i, class)| ([("class", *class)], get(&m.responses[i + 1]))),
+    )?;
+    counters(
+        enc,
+        "hopgate_errors",
+        "Requests that ended in an error the gateway answered, by kind.",
+        ERROR_KIND_LIST
+            .iter()
+            .zip(&m.upstream_errors)
+            .map(|(k, n)| ([("kind", k.label())], get(n))),
+    )?;
+    counters(
+        enc,
+        "hopgate_client_errors",
+        "Requests the client got wrong (the subset of hopgate_errors_total on the client's side); never charged to a node.",
+        ERROR_KIND_LIST
+            .iter()
+            .zip(&m.upstream_errors)
+            .filter(|(k, _)| k.side() == Side::Downstream)
+            .map(|(k, n)| ([("kind", k.label())], get(n))),
+    )?;
+    counter(
+        enc,
+        "hopgate_retries",
+        "Attempts after the first, on another node.",
+        get(&m.retries),
+    )?;
+    counter(
+        enc,
+        "hopgate_last_resort_picks",
+        "Attempts on nodes only passive verdicts kept out, when nothing else was left.",
+        get(&m.last_resort_picks),
+    )?;
+    counter(
+        enc,
+        "hopgate_access_log_dropped",
+        "Access log lines dropped because the log's buffer was full (its destination, stderr or access_log.path, slower than the traffic); requests never wait for the log.",
+        get(&m.access_log_dropped),
+    )
+}
+
+/// Sessions: minted, refused tokens, the store, contexts.
+fn sessions(enc: &mut DescriptorEncoder, sessions: Option<&Sessions>) -> fmt::Result {
+    let m = &*METRICS;
+    counter(
+        enc,
+        "hopgate_sessions_created",
+        "Sessions minted.",
+        get(&m.sessions_created),
+    )?;
+    counters(
+        enc,
+        "hopgate_session_tokens_rejected",
+        "Session tokens not trusted (replaced by a new session), by reason.",
+        TokenRejection::ALL.iter().map(|r| {
+            (
+                [("reason", r.label())],
+                get(&m.tokens_rejected[*r as usize]),
+            )
+        }),
+    )?;
+    gauge(
+        enc,
+        "hopgate_sessions",
+        "Session bindings in the store.",
+        sessions.map_or(0, |s| i64::try_from(s.store.len()).unwrap_or(i64::MAX)),
+    )?;
+    counter(
+        enc,
+        "hopgate_session_evictions",
+        "Session bindings evicted (least recently used) to bind new sessions in a full store.",
+        sessions.map_or(0, |s| s.store.evictions()),
+    )?;
+    counters(
+        enc,
+        "hopgate_session_contexts",
+        "Hop-Session-Context headers stored, refused as oversized, and delivered after a hop.",
+        [
+            ("stored", &m.contexts_stored),
+            ("oversized", &m.contexts_oversized),
+            ("delivered", &m.contexts_delivered),
+        ]
+        .map(|(event, n)| ([("event", event)], get(n))),
+    )
+}
+
+/// Hops by service and reason, and their duration.
+fn hops(enc: &mut DescriptorEncoder) -> fmt::Result {
+    let m = &*METRICS;
+    let by_reason = m.hops_by_reason();
+    counters(
+        enc,
+        "hopgate_hops",
+        "Sessions moved to another node, by service and reason.",
+        by_reason
+            .iter()
+            .map(|(svc, reason, n)| ([("service", svc.as_str()), ("reason", reason)], *n)),
+    )?;
+    let (buckets, count, sum) = m.hop_histogram();
+    let me = enc.encode_descriptor(
+        "hopgate_hop_duration",
+        "From the hop decision to the new node's answer.",
+        Some(&Unit::Seconds),
+        MetricType::Histogram,
+    )?;
+    Cumulative {
+        bounds: &HOP_BUCKETS,
+        cumulative: &buckets,
+        count,
+        sum,
+    }
+    .encode(me)
+}
+
+/// One node's state and pool, read once per scrape.
+struct NodeRow<'a> {
+    labels: [(&'static str, &'a str); 2],
+    up: bool,
+    health: i64,
+    circuit: i64,
+    draining: bool,
+    in_flight: u32,
+    pool: Option<hopgate_proxy::PoolStats>,
+}
+
+/// Reads one per-node gauge from a [`NodeRow`].
+type NodeValue = fn(&NodeRow) -> i64;
+
+/// Node state, pools and the queue-wait histogram.
+fn nodes(enc: &mut DescriptorEncoder, snap: &hopgate_proxy::Snapshot) -> fmt::Result {
+    let now = now_ms();
+    let rows: Vec<NodeRow> = snap
+        .services
+        .iter()
+        .flat_map(|svc| {
+            svc.nodes.iter().map(move |n| {
+                let s = &n.state;
+                NodeRow {
+                    labels: [("service", svc.name.as_str()), ("node", n.id.as_str())],
+                    up: s.is_available(now),
+                    health: match s.health() {
+                        Health::Unknown => 0,
+                        Health::Healthy => 1,
+                        Health::Unhealthy => 2,
+                    },
+                    circuit: match s.circuit() {
+                        CircuitState::Closed => 0,
+                        CircuitState::Open => 1,
+                        CircuitState::HalfOpen => 2,
+                    },
+                    draining: s.is_draining(),
+                    in_flight: s.in_flight(),
+                    pool: n.upstream.pool_if_set().map(|p| p.stats()),
+                }
+            })
+        })
+        .collect();
+    let per_node: [(&str, &str, NodeValue); 5] = [
+        (
+            "hopgate_node_up",
+            "1 when the node may take new requests.",
+            |r| i64::from(r.up),
+        ),
+        (
+            "hopgate_node_health",
+            "Active health: 0 unknown, 1 healthy, 2 unhealthy.",
+            |r| r.health,
+        ),
+        (
+            "hopgate_node_circuit",
+            "Circuit breaker: 0 closed, 1 open, 2 half-open.",
+            |r| r.circuit,
+        ),
+        ("hopgate_node_draining", "1 while the node drains.", |r| {
+            i64::from(r.draining)
+        }),
+        (
+            "hopgate_node_in_flight",
+            "Requests in flight to the node.",
+            |r| i64::from(r.in_flight),
+        ),
+    ];
+    for (name, help, value) in per_node {
+        gauges(
+            enc,
+            name,
+            help,
+            None,
+            rows.iter().map(|r| (r.labels, value(r))),
+        )?;
+    }
+    let pools = || {
+        rows.iter()
+            .filter_map(|r| r.pool.as_ref().map(|p| (r.labels, p)))
+    };
+    let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+    gauges(
+        enc,
+        "hopgate_pool_connections",
+        "Upstream connections of the node's pool.",
+        None,
+        pools().flat_map(|(l, p)| {
+            [("open", p.open), ("idle", p.idle)].map(|(state, v)| ((l, [("state", state)]), n(v)))
+        }),
+    )?;
+    gauges(
+        enc,
+        "hopgate_pool_queue_depth",
+        "Requests waiting for an upstream connection to the node (pool.max_connections reached).",
+        None,
+        pools().map(|(l, p)| (l, n(p.queued))),
+    )?;
+    counters(
+        enc,
+        "hopgate_pool_queue_waits",
+        "Requests that had to wait for an upstream connection to the node.",
+        pools().map(|(l, p)| (l, p.queue_waits)),
+    )?;
+    counters(
+        enc,
+        "hopgate_pool_queue_rejected",
+        "Requests the node's queue turned away (503, tried on another node): full (pool.max_pending) or timeout (pool.queue_timeout).",
+        pools().flat_map(|(l, p)| {
+            [("full", p.queue_full), ("timeout", p.queue_timeouts)]
+                .map(|(reason, v)| ((l, [("reason", reason)]), v))
+        }),
+    )?;
+    let m = &*METRICS;
+    let cumulative = m.queue_wait_buckets.each_ref().map(get);
+    let me = enc.encode_descriptor(
+        "hopgate_pool_queue_wait",
+        "Time requests spent waiting for an upstream connection, admitted or not.",
+        Some(&Unit::Seconds),
+        MetricType::Histogram,
+    )?;
+    Cumulative {
+        bounds: &QUEUE_WAIT_BUCKETS,
+        cumulative: &cumulative,
+        count: get(&m.queue_wait_count),
+        sum: get(&m.queue_wait_sum_us) as f64 / 1e6,
+    }
+    .encode(me)
+}
+
+/// Maintenance notifications, ignored headers and handoffs.
+fn maintenance(enc: &mut DescriptorEncoder, mt: Option<&Maintenance>) -> fmt::Result {
+    let notifications: Vec<((String, &'static str), u64)> = mt
+        .map(|mt| {
+            mt.stats
+                .notifications
+                .lock()
+                .iter()
+                .map(|(k, n)| (k.clone(), *n))
+                .collect()
+        })
+        .unwrap_or_default();
+    counters(
+        enc,
+        "hopgate_maintenance_notifications",
+        "Maintenance notifications by kind and result.",
+        notifications
+            .iter()
+            .map(|((kind, result), n)| ([("kind", kind.as_str()), ("result", result)], *n)),
+    )?;
+    let m = &*METRICS;
+    counters(
+        enc,
+        "hopgate_maintenance_headers_ignored",
+        "Hop-Maintenance headers ignored, by reason.",
+        [
+            ("malformed", &m.maintenance_malformed),
+            ("queue_full", &m.maintenance_dropped),
+            ("in_band_off", &m.maintenance_in_band_off),
+            ("request_carried", &m.maintenance_request_carried),
+        ]
+        .map(|(reason, n)| ([("reason", reason)], get(n))),
+    )?;
+    let Some(mt) = mt else { return Ok(()) };
+    let st = &mt.stats;
+    counters(
+        enc,
+        "hopgate_handoffs",
+        "Connection handoffs by outcome.",
+        [
+            ("ok", &st.handoffs_ok),
+            ("attempt_failed", &st.handoff_attempts_failed),
+            ("exhausted", &st.handoffs_exhausted),
+            ("queue_full", &st.handoff_queue_full),
+            ("breaker_open", &st.handoff_breaker_rejections),
+        ]
+        .map(|(outcome, n)| ([("outcome", outcome)], get(n))),
+    )?;
+    gauge(
+        enc,
+        "hopgate_handoff_workers",
+        "Handoff workers running.",
+        i64::try_from(st.workers.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or(i64::MAX),
+    )
 }
 
 /// The commit the binary was built from, set once at start
 /// ([`set_build_commit`]).
-static BUILD_COMMIT: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+static BUILD_COMMIT: OnceLock<&'static str> = OnceLock::new();
 
 /// Names the commit in `hopgate_build_info` (the binary knows it; this
 /// crate does not).
@@ -530,121 +433,110 @@ pub fn set_build_commit(commit: &'static str) {
 /// The build, connections and bytes, and the per-route families (the
 /// route stats of the running snapshot, labelled with the route and its
 /// service).
-fn traffic_section(o: &mut String, snap: &hopgate_proxy::Snapshot) {
+fn traffic(enc: &mut DescriptorEncoder, snap: &hopgate_proxy::Snapshot) -> fmt::Result {
     let m = &*METRICS;
-    head(
-        o,
-        "hopgate_build_info",
-        "gauge",
+    // An info metric: `hopgate_build_info` in both formats (typed `info`
+    // in OpenMetrics, `gauge` in Prometheus text).
+    enc.encode_descriptor(
+        "hopgate_build",
         "Always 1; the labels name the running build.",
-    );
-    let _ = writeln!(
-        o,
-        "hopgate_build_info{{version=\"{}\",commit=\"{}\"}} 1",
-        env!("CARGO_PKG_VERSION"),
-        esc(BUILD_COMMIT.get().copied().unwrap_or("unknown"))
-    );
-    let counters = [
-        (
-            "hopgate_connections_accepted_total",
-            "Client connections accepted by the listeners.",
-            &m.connections_accepted,
-        ),
-        (
-            "hopgate_client_bytes_received_total",
-            "Bytes read from client connections (listeners and the admin API), as sent.",
-            &m.client_bytes_received,
-        ),
-        (
-            "hopgate_client_bytes_sent_total",
-            "Bytes written to client connections (listeners and the admin API).",
-            &m.client_bytes_sent,
-        ),
-    ];
-    for (name, help, c) in counters {
-        head(o, name, "counter", help);
-        let _ = writeln!(o, "{name} {}", get(c));
-    }
-    head(
-        o,
+        None,
+        MetricType::Info,
+    )?
+    .encode_info(&[
+        ("version", env!("CARGO_PKG_VERSION")),
+        ("commit", BUILD_COMMIT.get().copied().unwrap_or("unknown")),
+    ])?;
+    counter(
+        enc,
+        "hopgate_connections_accepted",
+        "Client connections accepted by the listeners.",
+        get(&m.connections_accepted),
+    )?;
+    counter(
+        enc,
+        "hopgate_client_bytes_received",
+        "Bytes read from client connections (listeners and the admin API), as sent.",
+        get(&m.client_bytes_received),
+    )?;
+    counter(
+        enc,
+        "hopgate_client_bytes_sent",
+        "Bytes written to client connections (listeners and the admin API).",
+        get(&m.client_bytes_sent),
+    )?;
+    gauge(
+        enc,
         "hopgate_connections_open",
-        "gauge",
         "Client connections of the listeners open now.",
-    );
-    let _ = writeln!(o, "hopgate_connections_open {}", get(&m.connections_open));
+        i64::try_from(get(&m.connections_open)).unwrap_or(i64::MAX),
+    )?;
 
-    head(
-        o,
-        "hopgate_route_responses_total",
-        "counter",
-        "Responses by route, its service and status class (requests that matched a route).",
-    );
-    let labels: Vec<String> = snap
-        .routes
-        .iter()
-        .map(|r| {
+    let routes = || {
+        snap.routes.iter().map(|r| {
             let svc = snap.services.get(r.service).map_or("", |s| s.name.as_str());
-            format!("route=\"{}\",service=\"{}\"", esc(&r.id), esc(svc))
+            ([("route", r.id.as_str()), ("service", svc)], &r.stats)
         })
-        .collect();
-    for (r, l) in snap.routes.iter().zip(&labels) {
-        for (i, class) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "hopgate_route_responses_total{{{l},class=\"{class}\"}} {}",
-                get(&r.stats.responses[i])
-            );
-        }
-    }
-    head(
-        o,
-        "hopgate_request_duration_seconds",
-        "histogram",
+    };
+    counters(
+        enc,
+        "hopgate_route_responses",
+        "Responses by route, its service and status class (requests that matched a route).",
+        routes().flat_map(|(l, stats)| {
+            CLASSES
+                .iter()
+                .zip(&stats.responses)
+                .map(move |(class, n)| ((l, [("class", *class)]), get(n)))
+        }),
+    )?;
+    let mut me = enc.encode_descriptor(
+        "hopgate_request_duration",
         "From a request's arrival to its response head, by route and service.",
-    );
-    for (r, l) in snap.routes.iter().zip(&labels) {
-        histogram(o, "hopgate_request_duration_seconds", l, &r.stats.duration);
+        Some(&Unit::Seconds),
+        MetricType::Histogram,
+    )?;
+    for (l, stats) in routes() {
+        Durations(&stats.duration).encode(me.encode_family(&l)?)?;
     }
-    head(
-        o,
-        "hopgate_upstream_duration_seconds",
-        "histogram",
+    let mut me = enc.encode_descriptor(
+        "hopgate_upstream_duration",
         "From sending a request to a node to its answer's head or failure, per attempt, by route and service.",
-    );
-    for (r, l) in snap.routes.iter().zip(&labels) {
-        histogram(o, "hopgate_upstream_duration_seconds", l, &r.stats.upstream);
+        Some(&Unit::Seconds),
+        MetricType::Histogram,
+    )?;
+    for (l, stats) in routes() {
+        Durations(&stats.upstream).encode(me.encode_family(&l)?)?;
     }
+    Ok(())
 }
 
 /// `hopgate_fleet_*`: 1 up, 0 down; absent when that engine is off.
-fn fleet_section(o: &mut String, fleet: Option<&Fleet>) {
-    let Some(fleet) = fleet else { return };
+fn fleet(enc: &mut DescriptorEncoder, fleet: Option<&Fleet>) -> fmt::Result {
+    let Some(fleet) = fleet else { return Ok(()) };
     let (redis, etcd) = fleet.up();
-    let gauges = [
-        ("hopgate_fleet_redis_up", "the shared session store", redis),
-        (
+    if let Some(up) = redis {
+        gauge(
+            enc,
+            "hopgate_fleet_redis_up",
+            "Whether the shared session store answers.",
+            i64::from(up),
+        )?;
+    }
+    if let Some(up) = etcd {
+        gauge(
+            enc,
             "hopgate_fleet_etcd_up",
-            "etcd (config, discovery, actions)",
-            etcd,
-        ),
-    ];
-    for (name, what, up) in gauges {
-        if let Some(up) = up {
-            head(o, name, "gauge", &format!("Whether {what} answers."));
-            let _ = writeln!(o, "{name} {}", u8::from(up));
-        }
+            "Whether etcd (config, discovery, actions) answers.",
+            i64::from(up),
+        )?;
     }
     if let Some(e) = fleet.etcd() {
-        head(
-            o,
-            "hopgate_fleet_discovery_removals_deferred_total",
-            "counter",
+        counter(
+            enc,
+            "hopgate_fleet_discovery_removals_deferred",
             "Node removals held back because they would have emptied a healthy service.",
-        );
-        let _ = writeln!(
-            o,
-            "hopgate_fleet_discovery_removals_deferred_total {}",
-            e.deferred_removals()
-        );
+            e.deferred_removals(),
+        )?;
     }
+    Ok(())
 }

@@ -1,11 +1,22 @@
-//! TLS counters (atomics) and their Prometheus text: handshakes,
+//! TLS counters (atomics) and their collector for `/metrics`: handshakes,
 //! handshake failures by reason, upstream handshakes, and each loaded
 //! certificate's expiry time as a gauge.
+//!
+//! Owns the TLS family names and the counters the handshake code bumps
+//! (relaxed atomic adds, no lock); [`TlsCollector`] reads them at scrape
+//! time and `prometheus-client` encodes them (the admin API serves the
+//! registry). Must not touch: the exposition format.
 
-use std::fmt::Write;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Unit;
 
 /// Why a client handshake failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,81 +113,57 @@ impl TlsMetrics {
     }
 }
 
-fn head(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
+/// The TLS families, read from [`TLS_METRICS`] at scrape time; registered
+/// in the admin API's `/metrics` registry. Counter names are given without
+/// `_total`, which the encoder appends.
+#[derive(Debug)]
+pub struct TlsCollector;
 
-fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// Appends the TLS metrics in Prometheus text format.
-pub fn render(out: &mut String) {
-    let m = &TLS_METRICS;
-    head(
-        out,
-        "hopgate_tls_handshakes_total",
-        "counter",
-        "TLS handshakes completed on listeners.",
-    );
-    let _ = writeln!(
-        out,
-        "hopgate_tls_handshakes_total {}",
-        m.handshakes.load(Ordering::Relaxed)
-    );
-    head(
-        out,
-        "hopgate_tls_handshake_failures_total",
-        "counter",
-        "TLS handshakes on listeners that failed, by reason.",
-    );
-    for (f, n) in FAILURES.iter().zip(&m.failures) {
-        let _ = writeln!(
-            out,
-            "hopgate_tls_handshake_failures_total{{reason=\"{}\"}} {}",
-            f.name(),
-            n.load(Ordering::Relaxed)
-        );
-    }
-    head(
-        out,
-        "hopgate_tls_upstream_handshakes_total",
-        "counter",
-        "TLS handshakes with upstream nodes (failed ones included).",
-    );
-    let _ = writeln!(
-        out,
-        "hopgate_tls_upstream_handshakes_total {}",
-        m.upstream_handshakes.load(Ordering::Relaxed)
-    );
-    head(
-        out,
-        "hopgate_tls_upstream_handshake_failures_total",
-        "counter",
-        "TLS handshakes with upstream nodes that failed.",
-    );
-    let _ = writeln!(
-        out,
-        "hopgate_tls_upstream_handshake_failures_total {}",
-        m.upstream_failures.load(Ordering::Relaxed)
-    );
-    head(
-        out,
-        "hopgate_tls_certificate_expiry_timestamp_seconds",
-        "gauge",
-        "notAfter of each loaded certificate (Unix seconds): listeners' certificates and services' client certificates.",
-    );
-    for e in m.expiry.lock().iter() {
-        let _ = writeln!(
-            out,
-            "hopgate_tls_certificate_expiry_timestamp_seconds{{{}=\"{}\",certificate=\"{}\"}} {}",
-            e.scope,
-            esc(&e.owner),
-            e.index,
-            e.not_after
-        );
+impl Collector for TlsCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let m = &TLS_METRICS;
+        let counter = |enc: &mut DescriptorEncoder, name: &str, help: &str, n: &AtomicU64| {
+            let me = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            ConstCounter::new(n.load(Ordering::Relaxed)).encode(me)
+        };
+        counter(
+            &mut enc,
+            "hopgate_tls_handshakes",
+            "TLS handshakes completed on listeners.",
+            &m.handshakes,
+        )?;
+        let mut me = enc.encode_descriptor(
+            "hopgate_tls_handshake_failures",
+            "TLS handshakes on listeners that failed, by reason.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (f, n) in FAILURES.iter().zip(&m.failures) {
+            ConstCounter::new(n.load(Ordering::Relaxed))
+                .encode(me.encode_family(&[("reason", f.name())])?)?;
+        }
+        counter(
+            &mut enc,
+            "hopgate_tls_upstream_handshakes",
+            "TLS handshakes with upstream nodes (failed ones included).",
+            &m.upstream_handshakes,
+        )?;
+        counter(
+            &mut enc,
+            "hopgate_tls_upstream_handshake_failures",
+            "TLS handshakes with upstream nodes that failed.",
+            &m.upstream_failures,
+        )?;
+        let mut me = enc.encode_descriptor(
+            "hopgate_tls_certificate_expiry_timestamp",
+            "notAfter of each loaded certificate (Unix seconds): listeners' certificates and services' client certificates.",
+            Some(&Unit::Seconds),
+            MetricType::Gauge,
+        )?;
+        for e in m.expiry.lock().iter() {
+            let labels = ([(e.scope, e.owner.as_str())], [("certificate", e.index)]);
+            ConstGauge::new(e.not_after).encode(me.encode_family(&labels)?)?;
+        }
+        Ok(())
     }
 }

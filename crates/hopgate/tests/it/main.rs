@@ -28,6 +28,7 @@ mod hardening;
 mod interop_nginx;
 mod maintenance;
 mod maintenance_guard;
+mod metrics_format;
 mod observability;
 mod otlp;
 mod prometheus;
