@@ -3,10 +3,14 @@
 //! Owns [`Done`] (what the end needs from the start), [`Outcome`] (what
 //! the phases between found out), [`Done::finish`]: the choice between the
 //! gateway's text and gRPC error answers, the request and response
-//! counters (the gateway's and the route's), and the access log line.
+//! counters (the gateway's and the route's), and the access log line:
+//! written at once for an answer without a body, or handed to the body
+//! ([`PendingLine`], [`LoggedBody`]) to be written with the bytes passed on
+//! when the body ends or the client goes away.
 //! Must not touch: the backend's answer (it is passed through as it is),
 //! node state, sessions.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use http::header::{HeaderValue, CONTENT_LENGTH, HOST, USER_AGENT};
@@ -16,8 +20,10 @@ use http_body::Body as _;
 use crate::upstream::Snapshot;
 use hopgate_core::error::ErrorKind;
 
+use super::logged::LoggedBody;
 use super::{ClientConn, RequestCtx};
 use crate::body::ProxyBody;
+use crate::headers::RequestFacts;
 use crate::metrics::METRICS;
 use crate::respond::{error_response, grpc_error_response};
 use crate::trace::TraceId;
@@ -39,18 +45,25 @@ pub(super) struct Outcome {
 }
 
 /// What the access log needs from the request's head, taken when the
-/// request arrives (only while the access log is on).
+/// request arrives (only while the access log is on): copied into one
+/// string, so the request keeps its parts and no reference count moves.
 pub(super) struct AccessFacts {
-    uri: http::Uri,
-    host: Option<HeaderValue>,
-    user_agent: Option<HeaderValue>,
+    /// The host, the path and the user agent, one after the other.
+    text: String,
+    host_end: usize,
+    path_end: usize,
     version: Version,
     bytes_in: Option<u64>,
 }
 
 impl AccessFacts {
     /// The head's facts, or `None` when no access line will be written.
-    pub(super) fn of<B>(snap: &Snapshot, req: &Request<B>) -> Option<Box<AccessFacts>> {
+    /// `facts` saves the lookups of headers the request does not have.
+    pub(super) fn of<B>(
+        snap: &Snapshot,
+        req: &Request<B>,
+        facts: &RequestFacts,
+    ) -> Option<Box<AccessFacts>> {
         if !snap.config.access_log.enabled
             || !crate::access_log::has_sink()
             || !tracing::enabled!(target: "hopgate::access", tracing::Level::INFO)
@@ -58,20 +71,43 @@ impl AccessFacts {
             return None;
         }
         let h = req.headers();
+        let host = (facts.hosts > 0)
+            .then(|| h.get(HOST).and_then(|v| v.to_str().ok()))
+            .flatten()
+            .or_else(|| req.uri().authority().map(|a| a.as_str()))
+            .unwrap_or("-");
+        let path = req.uri().path();
+        let user_agent = text(h.get(USER_AGENT));
+        // A request without `Content-Length` or `Transfer-Encoding` has no
+        // body.
+        let bytes_in = match h.get(CONTENT_LENGTH) {
+            Some(v) => v.to_str().ok().and_then(|v| v.parse().ok()),
+            None => (!facts.transfer_encoding()).then_some(0),
+        };
+        let mut text = String::with_capacity(host.len() + path.len() + user_agent.len());
+        text.push_str(host);
+        text.push_str(path);
+        text.push_str(user_agent);
         Some(Box::new(AccessFacts {
-            uri: req.uri().clone(),
-            host: h.get(HOST).cloned(),
-            user_agent: h.get(USER_AGENT).cloned(),
+            text,
+            host_end: host.len(),
+            path_end: host.len() + path.len(),
             version: req.version(),
-            bytes_in: super::plan::content_length(h).or_else(|| req_body_len(h)),
+            bytes_in,
         }))
     }
-}
 
-/// A request without `Content-Length` or `Transfer-Encoding` has no body.
-fn req_body_len(h: &http::HeaderMap) -> Option<u64> {
-    (!h.contains_key(CONTENT_LENGTH) && !h.contains_key(http::header::TRANSFER_ENCODING))
-        .then_some(0)
+    fn host(&self) -> &str {
+        self.text.get(..self.host_end).unwrap_or("-")
+    }
+
+    fn path(&self) -> &str {
+        self.text.get(self.host_end..self.path_end).unwrap_or("-")
+    }
+
+    fn user_agent(&self) -> &str {
+        self.text.get(self.path_end..).unwrap_or("-")
+    }
 }
 
 /// What the end of a request needs from its start: the answer's form, the
@@ -88,11 +124,12 @@ pub(super) struct Done {
 
 impl Done {
     /// The response to the client (an error becomes the gateway's own
-    /// answer), counted and logged.
+    /// answer), counted and logged; an answer whose body is still to come
+    /// has its line written when the body ends ([`LoggedBody`]).
     pub(super) fn finish(
         self,
-        snap: &Snapshot,
-        conn: &ClientConn,
+        snap: &Arc<Snapshot>,
+        conn: &Arc<ClientConn>,
         result: Result<Response<ProxyBody>, ErrorKind>,
     ) -> Response<ProxyBody> {
         let mut out = self.out;
@@ -128,7 +165,14 @@ impl Done {
                 side.record(status, took);
             }
         }
-        if let Some(facts) = &self.access {
+        let Some(facts) = self.access else {
+            return resp;
+        };
+        // Nothing to wait for: no body, or one the server never sends.
+        if resp.body().is_end_stream()
+            || self.method == Method::HEAD
+            || matches!(resp.status().as_u16(), 204 | 304)
+        {
             let line = Inputs {
                 method: &self.method,
                 request_id: &self.request_id,
@@ -136,12 +180,56 @@ impl Done {
                 took,
                 peer: &conn.peer_text,
                 ctx: &conn.ctx,
-                facts,
-                bytes_out: resp.body().size_hint().exact(),
+                facts: &facts,
+                bytes_out: Some(0),
             };
             log_access(snap, &line);
+            return resp;
         }
-        resp
+        let line = PendingLine {
+            snap: Arc::clone(snap),
+            conn: Arc::clone(conn),
+            method: self.method,
+            request_id: self.request_id,
+            out,
+            took,
+            facts,
+        };
+        resp.map(|body| LoggedBody::wrap(body, line))
+    }
+}
+
+/// An access line waiting for the end of its answer's body.
+pub(super) struct PendingLine {
+    snap: Arc<Snapshot>,
+    conn: Arc<ClientConn>,
+    method: Method,
+    request_id: HeaderValue,
+    out: Outcome,
+    took: std::time::Duration,
+    facts: Box<AccessFacts>,
+}
+
+impl PendingLine {
+    /// Writes the line: `bytes_out` body bytes were passed on; `cut`
+    /// says why the body did not end (the line keeps the status the
+    /// client got, like nginx does, and names the cause as its `error`).
+    pub(super) fn write(self, bytes_out: u64, cut: Option<ErrorKind>) {
+        let mut out = self.out;
+        if out.error.is_none() {
+            out.error = cut;
+        }
+        let line = Inputs {
+            method: &self.method,
+            request_id: &self.request_id,
+            out: &out,
+            took: self.took,
+            peer: &self.conn.peer_text,
+            ctx: &self.conn.ctx,
+            facts: &self.facts,
+            bytes_out: Some(bytes_out),
+        };
+        log_access(&self.snap, &line);
     }
 }
 
@@ -168,8 +256,14 @@ fn protocol(v: Version) -> &'static str {
     }
 }
 
+/// A header's value, or `-` when it is missing or not printable ASCII.
 fn text(v: Option<&HeaderValue>) -> &str {
     v.and_then(|v| v.to_str().ok()).unwrap_or("-")
+}
+
+/// A value the gateway made or checked (ASCII): no second check.
+fn ascii(v: &HeaderValue) -> &str {
+    std::str::from_utf8(v.as_bytes()).unwrap_or("-")
 }
 
 fn log_access(snap: &Snapshot, l: &Inputs<'_>) {
@@ -181,19 +275,13 @@ fn log_access(snap: &Snapshot, l: &Inputs<'_>) {
             (
                 snap.services[s].name.as_str(),
                 node.id.as_str(),
-                node.address_header.to_str().unwrap_or("-"),
+                ascii(&node.address_header),
             )
         }
         (Some(s), None) => (snap.services[s].name.as_str(), "-", "-"),
         _ => ("-", "-", "-"),
     };
     let f = l.facts;
-    let host = f
-        .host
-        .as_ref()
-        .and_then(|v| v.to_str().ok())
-        .or_else(|| f.uri.authority().map(|a| a.as_str()))
-        .unwrap_or("-");
     let mut hex = [0u8; 32];
     let trace_id = if out.trace_id.0 == [0; 16] {
         "-"
@@ -204,10 +292,10 @@ fn log_access(snap: &Snapshot, l: &Inputs<'_>) {
         listener: &l.ctx.listener,
         peer: l.peer,
         method: l.method.as_str(),
-        host,
-        path: f.uri.path(),
+        host: f.host(),
+        path: f.path(),
         protocol: protocol(f.version),
-        request_id: l.request_id.to_str().unwrap_or("-"),
+        request_id: ascii(l.request_id),
         rule: route,
         service,
         node,
@@ -218,7 +306,7 @@ fn log_access(snap: &Snapshot, l: &Inputs<'_>) {
         error: out.error.map(|e| e.label()).unwrap_or("-"),
         bytes_in: f.bytes_in,
         bytes_out: l.bytes_out,
-        user_agent: text(f.user_agent.as_ref()),
+        user_agent: f.user_agent(),
         trace_id,
         latency_us: u64::try_from(l.took.as_micros()).unwrap_or(u64::MAX),
     });
