@@ -311,3 +311,32 @@ fn log_access(snap: &Snapshot, l: &Inputs<'_>) {
         latency_us: u64::try_from(l.took.as_micros()).unwrap_or(u64::MAX),
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values_that_are_not_printable_ascii_are_written_as_a_dash() {
+        for raw in [&b"caf\xe9/1.0"[..], b"\xff\xfe", "é".as_bytes()] {
+            let v = HeaderValue::from_bytes(raw).unwrap();
+            assert_eq!(text(Some(&v)), "-", "{raw:?}");
+        }
+        assert_eq!(text(None), "-");
+        let v = HeaderValue::from_static("curl/8.5.0 \"x\"\t\\");
+        assert_eq!(text(Some(&v)), "curl/8.5.0 \"x\"\t\\");
+    }
+
+    #[test]
+    fn the_facts_string_splits_back_into_its_three_values() {
+        let (host, path, ua) = ("shop.example", "/a/b", "curl/8");
+        let f = AccessFacts {
+            text: format!("{host}{path}{ua}"),
+            host_end: host.len(),
+            path_end: host.len() + path.len(),
+            version: Version::HTTP_11,
+            bytes_in: None,
+        };
+        assert_eq!((f.host(), f.path(), f.user_agent()), (host, path, ua));
+    }
+}
