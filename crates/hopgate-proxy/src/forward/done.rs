@@ -58,29 +58,36 @@ pub(super) struct AccessFacts {
 
 impl AccessFacts {
     /// The head's facts, or `None` when no access line will be written.
-    /// `facts` saves the lookups of headers the request does not have.
+    /// `facts` saves looking for a `Transfer-Encoding`.
     pub(super) fn of<B>(
         snap: &Snapshot,
         req: &Request<B>,
         facts: &RequestFacts,
     ) -> Option<Box<AccessFacts>> {
-        if !snap.config.access_log.enabled
-            || !crate::access_log::has_sink()
-            || !tracing::enabled!(target: "hopgate::access", tracing::Level::INFO)
-        {
+        if !snap.config.access_log.enabled || !crate::access_log::wanted() {
             return None;
         }
-        let h = req.headers();
-        let host = (facts.hosts > 0)
-            .then(|| h.get(HOST).and_then(|v| v.to_str().ok()))
-            .flatten()
+        // One pass over the headers (a request has few) instead of a hashed
+        // lookup for each of the three; the first value of each counts.
+        let (mut host, mut user_agent, mut length) = (None, None, None);
+        for (name, value) in req.headers() {
+            if *name == HOST {
+                host.get_or_insert(value);
+            } else if *name == USER_AGENT {
+                user_agent.get_or_insert(value);
+            } else if *name == CONTENT_LENGTH {
+                length.get_or_insert(value);
+            }
+        }
+        let host = host
+            .and_then(|v| v.to_str().ok())
             .or_else(|| req.uri().authority().map(|a| a.as_str()))
             .unwrap_or("-");
         let path = req.uri().path();
-        let user_agent = text(h.get(USER_AGENT));
+        let user_agent = text(user_agent);
         // A request without `Content-Length` or `Transfer-Encoding` has no
         // body.
-        let bytes_in = match h.get(CONTENT_LENGTH) {
+        let bytes_in = match length {
             Some(v) => v.to_str().ok().and_then(|v| v.parse().ok()),
             None => (!facts.transfer_encoding()).then_some(0),
         };
@@ -256,6 +263,25 @@ fn protocol(v: Version) -> &'static str {
     }
 }
 
+/// Lower-case hex of a trace id, a byte at a time from a table of pairs
+/// (`TraceId::hex` goes a digit at a time: twice the instructions).
+fn hex_id<'a>(id: &[u8; 16], buf: &'a mut [u8; 32]) -> &'a str {
+    const PAIRS: [[u8; 2]; 256] = {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut t = [[0u8; 2]; 256];
+        let mut i = 0;
+        while i < 256 {
+            t[i] = [DIGITS[i >> 4], DIGITS[i & 15]];
+            i += 1;
+        }
+        t
+    };
+    for (out, &b) in buf.chunks_exact_mut(2).zip(id) {
+        out.copy_from_slice(&PAIRS[usize::from(b)]);
+    }
+    std::str::from_utf8(buf).unwrap_or("-")
+}
+
 /// A header's value, or `-` when it is missing or not printable ASCII.
 fn text(v: Option<&HeaderValue>) -> &str {
     v.and_then(|v| v.to_str().ok()).unwrap_or("-")
@@ -286,7 +312,7 @@ fn log_access(snap: &Snapshot, l: &Inputs<'_>) {
     let trace_id = if out.trace_id.0 == [0; 16] {
         "-"
     } else {
-        out.trace_id.hex(&mut hex)
+        hex_id(&out.trace_id.0, &mut hex)
     };
     crate::access_log::write(&crate::access_log::Line {
         listener: &l.ctx.listener,
@@ -325,6 +351,18 @@ mod tests {
         assert_eq!(text(None), "-");
         let v = HeaderValue::from_static("curl/8.5.0 \"x\"\t\\");
         assert_eq!(text(Some(&v)), "curl/8.5.0 \"x\"\t\\");
+    }
+
+    #[test]
+    fn trace_ids_in_hex_like_the_trace_module_writes_them() {
+        for id in [
+            [0u8; 16],
+            [0xff; 16],
+            *b"\x4b\xf9\x2f\x35\x77\xb3\x4d\xa6\xa3\xce\x92\x9d\x0e\x0e\x47\x36",
+        ] {
+            let (mut a, mut b) = ([0u8; 32], [0u8; 32]);
+            assert_eq!(hex_id(&id, &mut a), TraceId(id).hex(&mut b));
+        }
     }
 
     #[test]
