@@ -196,7 +196,7 @@ fn plain(s: &str) -> bool {
 }
 
 /// A value the gateway made itself, written as it is.
-fn trusted<'a>(s: &'a str) -> &'a [u8] {
+fn trusted(s: &str) -> &[u8] {
     debug_assert!(plain(s), "{s:?}");
     s.as_bytes()
 }
@@ -211,6 +211,7 @@ fn push_u64(out: &mut Vec<u8>, v: u64) {
 
 /// A text value between the quotes `out` already ends with and the ones
 /// the next part starts with: escaped like `{:?}` when it must be.
+#[inline(always)]
 fn push_text_str(out: &mut Vec<u8>, s: &str) {
     if plain(s) {
         out.extend_from_slice(s.as_bytes());
@@ -275,6 +276,7 @@ fn text_line(out: &mut Vec<u8>, clock: &mut Clock, l: &Line<'_>) {
 
 /// A JSON string's content (the quotes are the parts' around it):
 /// quotes, backslashes and control characters escaped.
+#[inline(always)]
 fn push_json_str(out: &mut Vec<u8>, s: &str) {
     if plain(s) {
         out.extend_from_slice(s.as_bytes());
