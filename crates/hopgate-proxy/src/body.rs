@@ -159,6 +159,8 @@ pub enum ProxyBody {
     Guarded(Box<Guarded>),
     /// An HTTP/2 client's response under the send stall limit.
     SendWatched(Box<SendWatch>),
+    /// A client's response whose access line waits for its end.
+    Logged(Box<crate::forward::LoggedBody>),
 }
 
 /// See [`ProxyBody::Guarded`].
@@ -344,6 +346,7 @@ impl Body for ProxyBody {
                 Pin::new(rest.as_mut()).poll_frame(cx)
             }
             ProxyBody::SendWatched(w) => Pin::new(w.as_mut()).poll_frame(cx),
+            ProxyBody::Logged(l) => l.poll_frame(cx),
             ProxyBody::Guarded(g) => {
                 if g.ended {
                     return Poll::Ready(None);
@@ -398,6 +401,7 @@ impl Body for ProxyBody {
             // status the server sent.
             ProxyBody::Guarded(g) => g.ended || g.inner.is_end_stream(),
             ProxyBody::SendWatched(w) => w.is_end_stream(),
+            ProxyBody::Logged(l) => l.is_end_stream(),
             ProxyBody::Prefixed {
                 head,
                 trailers,
@@ -414,6 +418,7 @@ impl Body for ProxyBody {
                 inner.size_hint()
             }
             ProxyBody::SendWatched(w) => w.size_hint(),
+            ProxyBody::Logged(l) => l.size_hint(),
             ProxyBody::H1(b) => b.size_hint(),
             ProxyBody::Guarded(_) | ProxyBody::Prefixed { .. } => SizeHint::default(),
         }

@@ -56,12 +56,14 @@ mod attempt;
 mod done;
 mod failure;
 mod grpc;
+mod logged;
 mod plan;
 mod replay;
 
 use attempt::{Attempted, Choice, Tried};
 use done::{Done, Outcome};
 use failure::{AfterFailure, Failed};
+pub(crate) use logged::LoggedBody;
 use plan::{begin_hop_if_bound, Plan};
 use replay::{Capture, Replay};
 
@@ -470,7 +472,7 @@ impl ClientConn {
             }
         };
         METRICS.requests.fetch_add(1, Ordering::Relaxed);
-        let access = done::AccessFacts::of(&snap, &req);
+        let access = done::AccessFacts::of(&snap, &req, &facts);
         let mut done = Done {
             method,
             request_id,

@@ -122,6 +122,11 @@ impl RequestFacts {
     pub fn carries_maintenance(&self) -> bool {
         self.hop & HOP_MAINTENANCE_BIT != 0
     }
+
+    /// The client sent a `Transfer-Encoding` header.
+    pub fn transfer_encoding(&self) -> bool {
+        self.hop & TRANSFER_ENCODING_BIT != 0
+    }
 }
 
 /// One pass over a request's headers; see [`RequestFacts`].

@@ -3,10 +3,14 @@
 //! Owns [`Done`] (what the end needs from the start), [`Outcome`] (what
 //! the phases between found out), [`Done::finish`]: the choice between the
 //! gateway's text and gRPC error answers, the request and response
-//! counters (the gateway's and the route's), and the access log line.
+//! counters (the gateway's and the route's), and the access log line:
+//! written at once for an answer without a body, or handed to the body
+//! ([`PendingLine`], [`LoggedBody`]) to be written with the bytes passed on
+//! when the body ends or the client goes away.
 //! Must not touch: the backend's answer (it is passed through as it is),
 //! node state, sessions.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use http::header::{HeaderValue, CONTENT_LENGTH, HOST, USER_AGENT};
@@ -16,8 +20,10 @@ use http_body::Body as _;
 use crate::upstream::Snapshot;
 use hopgate_core::error::ErrorKind;
 
+use super::logged::LoggedBody;
 use super::{ClientConn, RequestCtx};
 use crate::body::ProxyBody;
+use crate::headers::RequestFacts;
 use crate::metrics::METRICS;
 use crate::respond::{error_response, grpc_error_response};
 use crate::trace::TraceId;
@@ -41,39 +47,76 @@ pub(super) struct Outcome {
 }
 
 /// What the access log needs from the request's head, taken when the
-/// request arrives (only while the access log is on).
+/// request arrives (only while the access log is on): copied into one
+/// string, so the request keeps its parts and no reference count moves.
 pub(super) struct AccessFacts {
-    uri: http::Uri,
-    host: Option<HeaderValue>,
-    user_agent: Option<HeaderValue>,
+    /// The host, the path and the user agent, one after the other.
+    text: String,
+    host_end: usize,
+    path_end: usize,
     version: Version,
     bytes_in: Option<u64>,
 }
 
 impl AccessFacts {
     /// The head's facts, or `None` when no access line will be written.
-    pub(super) fn of<B>(snap: &Snapshot, req: &Request<B>) -> Option<Box<AccessFacts>> {
-        if !snap.config.access_log.enabled
-            || !crate::access_log::has_sink()
-            || !tracing::enabled!(target: "hopgate::access", tracing::Level::INFO)
-        {
+    /// `facts` saves looking for a `Transfer-Encoding`.
+    pub(super) fn of<B>(
+        snap: &Snapshot,
+        req: &Request<B>,
+        facts: &RequestFacts,
+    ) -> Option<Box<AccessFacts>> {
+        if !snap.config.access_log.enabled || !crate::access_log::wanted() {
             return None;
         }
-        let h = req.headers();
+        // One pass over the headers (a request has few) instead of a hashed
+        // lookup for each of the three; the first value of each counts.
+        let (mut host, mut user_agent, mut length) = (None, None, None);
+        for (name, value) in req.headers() {
+            if *name == HOST {
+                host.get_or_insert(value);
+            } else if *name == USER_AGENT {
+                user_agent.get_or_insert(value);
+            } else if *name == CONTENT_LENGTH {
+                length.get_or_insert(value);
+            }
+        }
+        let host = host
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| req.uri().authority().map(|a| a.as_str()))
+            .unwrap_or("-");
+        let path = req.uri().path();
+        let user_agent = text(user_agent);
+        // A request without `Content-Length` or `Transfer-Encoding` has no
+        // body.
+        let bytes_in = match length {
+            Some(v) => v.to_str().ok().and_then(|v| v.parse().ok()),
+            None => (!facts.transfer_encoding()).then_some(0),
+        };
+        let mut text = String::with_capacity(host.len() + path.len() + user_agent.len());
+        text.push_str(host);
+        text.push_str(path);
+        text.push_str(user_agent);
         Some(Box::new(AccessFacts {
-            uri: req.uri().clone(),
-            host: h.get(HOST).cloned(),
-            user_agent: h.get(USER_AGENT).cloned(),
+            text,
+            host_end: host.len(),
+            path_end: host.len() + path.len(),
             version: req.version(),
-            bytes_in: super::plan::content_length(h).or_else(|| req_body_len(h)),
+            bytes_in,
         }))
     }
-}
 
-/// A request without `Content-Length` or `Transfer-Encoding` has no body.
-fn req_body_len(h: &http::HeaderMap) -> Option<u64> {
-    (!h.contains_key(CONTENT_LENGTH) && !h.contains_key(http::header::TRANSFER_ENCODING))
-        .then_some(0)
+    fn host(&self) -> &str {
+        self.text.get(..self.host_end).unwrap_or("-")
+    }
+
+    fn path(&self) -> &str {
+        self.text.get(self.host_end..self.path_end).unwrap_or("-")
+    }
+
+    fn user_agent(&self) -> &str {
+        self.text.get(self.path_end..).unwrap_or("-")
+    }
 }
 
 /// What the end of a request needs from its start: the answer's form, the
@@ -90,11 +133,12 @@ pub(super) struct Done {
 
 impl Done {
     /// The response to the client (an error becomes the gateway's own
-    /// answer), counted and logged.
+    /// answer), counted and logged; an answer whose body is still to come
+    /// has its line written when the body ends ([`LoggedBody`]).
     pub(super) fn finish(
         self,
-        snap: &std::sync::Arc<Snapshot>,
-        conn: &ClientConn,
+        snap: &Arc<Snapshot>,
+        conn: &Arc<ClientConn>,
         result: Result<Response<ProxyBody>, ErrorKind>,
     ) -> Response<ProxyBody> {
         let mut out = self.out;
@@ -137,7 +181,14 @@ impl Done {
                 side.record(status, took);
             }
         }
-        if let Some(facts) = &self.access {
+        let Some(facts) = self.access else {
+            return resp;
+        };
+        // Nothing to wait for: no body, or one the server never sends.
+        if resp.body().is_end_stream()
+            || self.method == Method::HEAD
+            || matches!(resp.status().as_u16(), 204 | 304)
+        {
             let line = Inputs {
                 method: &self.method,
                 request_id: &self.request_id,
@@ -145,12 +196,56 @@ impl Done {
                 took,
                 peer: &conn.peer_text,
                 ctx: &conn.ctx,
-                facts,
-                bytes_out: resp.body().size_hint().exact(),
+                facts: &facts,
+                bytes_out: Some(0),
             };
             log_access(snap, &line);
+            return resp;
         }
-        resp
+        let line = PendingLine {
+            snap: Arc::clone(snap),
+            conn: Arc::clone(conn),
+            method: self.method,
+            request_id: self.request_id,
+            out,
+            took,
+            facts,
+        };
+        resp.map(|body| LoggedBody::wrap(body, line))
+    }
+}
+
+/// An access line waiting for the end of its answer's body.
+pub(super) struct PendingLine {
+    snap: Arc<Snapshot>,
+    conn: Arc<ClientConn>,
+    method: Method,
+    request_id: HeaderValue,
+    out: Outcome,
+    took: std::time::Duration,
+    facts: Box<AccessFacts>,
+}
+
+impl PendingLine {
+    /// Writes the line: `bytes_out` body bytes were passed on; `cut`
+    /// says why the body did not end (the line keeps the status the
+    /// client got, like nginx does, and names the cause as its `error`).
+    pub(super) fn write(self, bytes_out: u64, cut: Option<ErrorKind>) {
+        let mut out = self.out;
+        if out.error.is_none() {
+            out.error = cut;
+        }
+        let line = Inputs {
+            method: &self.method,
+            request_id: &self.request_id,
+            out: &out,
+            took: self.took,
+            peer: &self.conn.peer_text,
+            ctx: &self.conn.ctx,
+            facts: &self.facts,
+            bytes_out: Some(bytes_out),
+        };
+        log_access(&self.snap, &line);
     }
 }
 
@@ -177,8 +272,33 @@ fn protocol(v: Version) -> &'static str {
     }
 }
 
+/// Lower-case hex of a trace id, a byte at a time from a table of pairs
+/// (`TraceId::hex` goes a digit at a time: twice the instructions).
+fn hex_id<'a>(id: &[u8; 16], buf: &'a mut [u8; 32]) -> &'a str {
+    const PAIRS: [[u8; 2]; 256] = {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut t = [[0u8; 2]; 256];
+        let mut i = 0;
+        while i < 256 {
+            t[i] = [DIGITS[i >> 4], DIGITS[i & 15]];
+            i += 1;
+        }
+        t
+    };
+    for (out, &b) in buf.chunks_exact_mut(2).zip(id) {
+        out.copy_from_slice(&PAIRS[usize::from(b)]);
+    }
+    std::str::from_utf8(buf).unwrap_or("-")
+}
+
+/// A header's value, or `-` when it is missing or not printable ASCII.
 fn text(v: Option<&HeaderValue>) -> &str {
     v.and_then(|v| v.to_str().ok()).unwrap_or("-")
+}
+
+/// A value the gateway made or checked (ASCII): no second check.
+fn ascii(v: &HeaderValue) -> &str {
+    std::str::from_utf8(v.as_bytes()).unwrap_or("-")
 }
 
 fn log_access(snap: &Snapshot, l: &Inputs<'_>) {
@@ -190,33 +310,27 @@ fn log_access(snap: &Snapshot, l: &Inputs<'_>) {
             (
                 snap.services[s].name.as_str(),
                 node.id.as_str(),
-                node.address_header.to_str().unwrap_or("-"),
+                ascii(&node.address_header),
             )
         }
         (Some(s), None) => (snap.services[s].name.as_str(), "-", "-"),
         _ => ("-", "-", "-"),
     };
     let f = l.facts;
-    let host = f
-        .host
-        .as_ref()
-        .and_then(|v| v.to_str().ok())
-        .or_else(|| f.uri.authority().map(|a| a.as_str()))
-        .unwrap_or("-");
     let mut hex = [0u8; 32];
     let trace_id = if out.trace_id.0 == [0; 16] {
         "-"
     } else {
-        out.trace_id.hex(&mut hex)
+        hex_id(&out.trace_id.0, &mut hex)
     };
     crate::access_log::write(&crate::access_log::Line {
         listener: &l.ctx.listener,
         peer: l.peer,
         method: l.method.as_str(),
-        host,
-        path: f.uri.path(),
+        host: f.host(),
+        path: f.path(),
         protocol: protocol(f.version),
-        request_id: l.request_id.to_str().unwrap_or("-"),
+        request_id: ascii(l.request_id),
         rule: route,
         service,
         node,
@@ -227,8 +341,49 @@ fn log_access(snap: &Snapshot, l: &Inputs<'_>) {
         error: out.error.map(|e| e.label()).unwrap_or("-"),
         bytes_in: f.bytes_in,
         bytes_out: l.bytes_out,
-        user_agent: text(f.user_agent.as_ref()),
+        user_agent: f.user_agent(),
         trace_id,
         latency_us: u64::try_from(l.took.as_micros()).unwrap_or(u64::MAX),
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values_that_are_not_printable_ascii_are_written_as_a_dash() {
+        for raw in [&b"caf\xe9/1.0"[..], b"\xff\xfe", "é".as_bytes()] {
+            let v = HeaderValue::from_bytes(raw).unwrap();
+            assert_eq!(text(Some(&v)), "-", "{raw:?}");
+        }
+        assert_eq!(text(None), "-");
+        let v = HeaderValue::from_static("curl/8.5.0 \"x\"\t\\");
+        assert_eq!(text(Some(&v)), "curl/8.5.0 \"x\"\t\\");
+    }
+
+    #[test]
+    fn trace_ids_in_hex_like_the_trace_module_writes_them() {
+        for id in [
+            [0u8; 16],
+            [0xff; 16],
+            *b"\x4b\xf9\x2f\x35\x77\xb3\x4d\xa6\xa3\xce\x92\x9d\x0e\x0e\x47\x36",
+        ] {
+            let (mut a, mut b) = ([0u8; 32], [0u8; 32]);
+            assert_eq!(hex_id(&id, &mut a), TraceId(id).hex(&mut b));
+        }
+    }
+
+    #[test]
+    fn the_facts_string_splits_back_into_its_three_values() {
+        let (host, path, ua) = ("shop.example", "/a/b", "curl/8");
+        let f = AccessFacts {
+            text: format!("{host}{path}{ua}"),
+            host_end: host.len(),
+            path_end: host.len() + path.len(),
+            version: Version::HTTP_11,
+            bytes_in: None,
+        };
+        assert_eq!((f.host(), f.path(), f.user_agent()), (host, path, ua));
+    }
 }

@@ -8,6 +8,7 @@ mod etcd_server;
 mod harness;
 mod redis_server;
 
+mod access_log_bytes;
 mod admin;
 mod backpressure;
 mod canary;
