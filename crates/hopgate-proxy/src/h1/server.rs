@@ -1,0 +1,630 @@
+//! hopgate's own HTTP/1.1 server: one task per client connection reads
+//! each request head with [`super::head::parse_request`], hands the request
+//! to [`ClientConn::serve`], awaits its future in the same task and writes
+//! the response itself (head, framing and body in as few vectored writes
+//! as it can).
+//!
+//! What it does, in the order of a request:
+//!
+//! - **Heads.** Ambiguous framing (a `Content-Length` next to a
+//!   `Transfer-Encoding`, differing `Content-Length`s, a transfer coding
+//!   other than one `chunked`, obsolete line folding, a bare LF, NUL or CR
+//!   in a value) is answered 400 and never forwarded; a head past the
+//!   listener's buffer limit or with too many lines, 431. The first bytes
+//!   of a connection are bounded by [`crate::client_io::ClientIo`]; a head
+//!   begun and not finished within `timeouts.header_read` gets 408; an
+//!   idle keep-alive connection is closed after `timeouts.idle`.
+//! - **Bodies.** Content-Length and chunked request bodies (trailers
+//!   included) stream to the forwarder as a [`ServerBody`], which writes
+//!   `100 Continue` on its first read when the client asked for one.
+//! - **Responses.** Content-Length, chunked (with trailers when the client
+//!   sent `TE: trailers` and the response announces them in `Trailer`) or,
+//!   for an HTTP/1.0 client and a body of unknown length, close-delimited;
+//!   HEAD, 1xx, 204 and 304 answers carry no body.
+//! - **Connections.** Keep-alive (HTTP/1.0 only when asked for), pipelined
+//!   requests answered in order (the next head may already be in the
+//!   buffer), a client that shuts its write side after a request still gets
+//!   its answer, an upgrade answered 101 hands the socket (and any bytes
+//!   read past the head) to the tunnel, and a draining listener or a
+//!   handover closes the connection after the answer in flight (idle ones
+//!   at once).
+//!
+//! Must not touch: routing and forwarding ([`crate::forward`]), protocol
+//! selection ([`crate::listener`]).
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::FutureExt;
+use http::header::{
+    HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, DATE, TE, TRAILER,
+    TRANSFER_ENCODING,
+};
+use http::{Method, Request, Response, Uri, Version};
+use http_body::Body;
+use http_body_util::BodyExt;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::head::{self, BodyKind, Head, HeadError};
+use super::server_body::{ClientStream, Conn, RequestBody, ServerBody, Shared, Slot};
+use super::write::{self, HeadWriter, Out};
+use crate::body::ProxyBody;
+use crate::forward::ClientConn;
+use hopgate_core::error::ErrorKind;
+
+/// Bytes asked of the kernel per read of a head.
+const HEAD_READ: usize = 8 * 1024;
+/// How long a closing connection keeps reading (and dropping) what the
+/// client still sends, so that closing with unread bytes does not reset
+/// the connection under the answer just written.
+const LINGER: Duration = Duration::from_secs(2);
+/// The most bytes a closing connection reads and drops.
+const LINGER_BYTES: usize = 1 << 20;
+
+/// The listener's limits as the server uses them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    pub max_header_bytes: usize,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+impl Settings {
+    /// The most bytes a head may take in the buffer before it is refused
+    /// with 431: room above `limits.max_header_bytes`, so that the
+    /// gateway's own check answers a head between the limit and this with
+    /// its 431 page (what hyper's server did too).
+    fn head_buffer(&self) -> usize {
+        (self.max_header_bytes * 2).clamp(16 << 10, head::MAX_HEAD_BYTES)
+    }
+}
+
+/// A connection's end before a request could be read.
+enum NoHead {
+    /// Closed, idle too long, or draining: close quietly.
+    Quiet,
+    /// Answer with this error, then close.
+    Refuse(ErrorKind),
+}
+
+/// Serves HTTP/1.x requests on `io` (whose first bytes, `read`, were
+/// already read) until the client closes, a request asks to close, the
+/// listener drains (`drain` turns true) or an error ends the connection.
+pub(crate) async fn serve(
+    io: Box<dyn ClientStream>,
+    read: BytesMut,
+    conn: Arc<ClientConn>,
+    settings: Settings,
+    mut drain: watch::Receiver<bool>,
+) {
+    let mut c = Conn { io, buf: read };
+    let mut first = true;
+    loop {
+        let head = match read_head(&mut c, &settings, first, &mut drain).await {
+            Ok(h) => h,
+            Err(NoHead::Quiet) => return,
+            Err(NoHead::Refuse(kind)) => return refuse(c, kind).await,
+        };
+        first = false;
+        let bytes = c.buf.split_to(head.len).freeze();
+        let mut req = match request(&head, &bytes) {
+            Ok(r) => r,
+            Err(kind) => return refuse(c, kind).await,
+        };
+        let is_head = req.method() == Method::HEAD;
+        let connect = req.method() == Method::CONNECT;
+        let trailers_ok = head.minor == 1 && te_trailers(req.headers());
+        let mut keep = head.keeps_alive() && !connect;
+        // An upgrade: the socket goes to the tunnel after a 101.
+        let upgrade = crate::tunnel::upgrade_request(&req).map(|_| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            req.extensions_mut()
+                .insert(crate::tunnel::NativeUpgrade::new(rx));
+            tx
+        });
+        let (body, slot, held) = match head::request_body(&head) {
+            BodyKind::Empty | BodyKind::Close => (RequestBody::Empty, None, Some(c)),
+            kind => {
+                let slot: Slot = Arc::new(parking_lot::Mutex::new(Shared { conn: Some(c), done: false }));
+                let (chunked, len) = match kind {
+                    BodyKind::Length(n) => (false, n),
+                    _ => (true, 0),
+                };
+                let expect = head.facts.expect_continue && head.minor == 1;
+                let body = ServerBody::new(Arc::clone(&slot), chunked, len, expect);
+                (RequestBody::Native(Box::new(body)), Some(slot), None)
+            }
+        };
+        let req = req.map(|()| body);
+        let resp = conn.serve(req).await;
+        // The connection back from the body, and whether it read the body
+        // to its end (anything else leaves unread bytes: close).
+        let back = match (held, slot) {
+            (Some(c), _) => Some(c),
+            (None, Some(slot)) => {
+                let mut shared = slot.lock();
+                if !shared.done {
+                    keep = false;
+                }
+                shared.conn.take()
+            }
+            (None, None) => None,
+        };
+        let Some(back) = back else { return };
+        c = back;
+        if *drain.borrow() || crate::handover::handing_over() {
+            keep = false;
+        }
+        let version = if head.minor == 0 {
+            Version::HTTP_10
+        } else {
+            Version::HTTP_11
+        };
+        let ask = Ask {
+            version,
+            is_head,
+            trailers_ok,
+        };
+        let status = resp.status().as_u16();
+        if status == 101 {
+            let Some(tx) = upgrade else {
+                return;
+            };
+            let (parts, _) = resp.into_parts();
+            let mut w = HeadWriter::with_lines(parts.headers.len() + 2);
+            let mut date = [0u8; 29];
+            let mut close = false;
+            status_and_headers(&mut w, &parts, ask, &Framing::None, &mut date, &mut close);
+            if w.write_to(&mut c.io).await.is_err() || c.io.flush().await.is_err() {
+                return;
+            }
+            let _ = tx.send((c.io, c.buf.freeze()));
+            return;
+        }
+        match write_response(&mut c, resp, ask, &mut keep).await {
+            Ok(()) => {}
+            Err(e) => {
+                tracing::debug!(peer = %conn.peer, error = %e, "writing a response failed");
+                return;
+            }
+        }
+        if !keep {
+            return linger_close(c).await;
+        }
+    }
+}
+
+/// What the response depends on from its request.
+#[derive(Clone, Copy)]
+struct Ask {
+    version: Version,
+    is_head: bool,
+    /// The client sent `TE: trailers` (HTTP/1.1).
+    trailers_ok: bool,
+}
+
+/// Does `TE` list `trailers`?
+fn te_trailers(headers: &HeaderMap) -> bool {
+    headers.get_all(TE).iter().any(|v| {
+        v.as_bytes()
+            .split(|b| *b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"))
+    })
+}
+
+/// Reads until a whole request head is in the buffer.
+async fn read_head(
+    c: &mut Conn,
+    s: &Settings,
+    first: bool,
+    drain: &mut watch::Receiver<bool>,
+) -> Result<Head, NoHead> {
+    // The head's clock: from its first byte (the first bytes of a
+    // connection are bounded by `ClientIo`, and start it too).
+    let mut began = (first || !c.buf.is_empty()).then(Instant::now);
+    loop {
+        if !c.buf.is_empty() {
+            match head::parse_request(&c.buf) {
+                Ok(Some(h)) => return Ok(h),
+                Ok(None) => {}
+                Err(e) => return Err(NoHead::Refuse(refusal(e))),
+            }
+            if c.buf.len() >= s.head_buffer() {
+                return Err(NoHead::Refuse(ErrorKind::HeadersTooLarge));
+            }
+            began.get_or_insert_with(Instant::now);
+        }
+        let read = std::future::poll_fn(|cx| c.poll_fill(HEAD_READ, cx));
+        let got = match began {
+            Some(at) => match tokio::time::timeout_at(at + s.header_read_timeout, read).await {
+                Ok(r) => r,
+                // A head begun and not finished in time.
+                Err(_) if !c.buf.is_empty() => {
+                    return Err(NoHead::Refuse(ErrorKind::ClientTimeout))
+                }
+                Err(_) => return Err(NoHead::Quiet),
+            },
+            None => {
+                // Between requests: idle until the next one, or drained.
+                if *drain.borrow() {
+                    return Err(NoHead::Quiet);
+                }
+                tokio::select! {
+                    r = read => r,
+                    () = tokio::time::sleep(s.idle_timeout) => return Err(NoHead::Quiet),
+                    _ = drain.wait_for(|d| *d) => return Err(NoHead::Quiet),
+                }
+            }
+        };
+        match got {
+            Ok(0) | Err(_) => return Err(NoHead::Quiet),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// The answer to a head that cannot be served.
+fn refusal(e: HeadError) -> ErrorKind {
+    match e {
+        HeadError::TooManyHeaders | HeadError::TooLarge => ErrorKind::HeadersTooLarge,
+        _ => ErrorKind::BadRequest,
+    }
+}
+
+/// The request a head describes, its header values sharing `bytes`.
+fn request(head: &Head, bytes: &Bytes) -> Result<Request<()>, ErrorKind> {
+    let method = Method::from_bytes(&bytes[head.method.clone()]).map_err(|_| ErrorKind::BadRequest)?;
+    let target = bytes.slice(head.target.clone());
+    if target.len() >= usize::from(u16::MAX) {
+        return Err(ErrorKind::UriTooLong);
+    }
+    let uri = Uri::from_maybe_shared(target).map_err(|_| ErrorKind::BadRequest)?;
+    let mut req = Request::new(());
+    *req.method_mut() = method;
+    *req.uri_mut() = uri;
+    *req.version_mut() = if head.minor == 0 {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    let headers = req.headers_mut();
+    // Room for the lines the gateway adds, so the map grows once.
+    headers.reserve(head.headers.len() + 6);
+    for h in &head.headers {
+        let name = HeaderName::from_bytes(&bytes[h.name.clone()]).map_err(|_| ErrorKind::BadRequest)?;
+        let value = HeaderValue::from_maybe_shared(bytes.slice(h.value.clone()))
+            .map_err(|_| ErrorKind::BadRequest)?;
+        headers.append(name, value);
+    }
+    Ok(req)
+}
+
+/// Answers `kind` (no request was made of the bytes), then closes.
+async fn refuse(mut c: Conn, kind: ErrorKind) {
+    let mut resp = crate::respond::error_response(kind, None);
+    resp.headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    let ask = Ask {
+        version: Version::HTTP_11,
+        is_head: false,
+        trailers_ok: false,
+    };
+    let mut keep = false;
+    if write_response(&mut c, resp, ask, &mut keep).await.is_ok() {
+        linger_close(c).await;
+    }
+}
+
+/// Shuts the write side, then reads and drops what the client still sends
+/// (bounded in time and bytes) before the socket is closed.
+async fn linger_close(mut c: Conn) {
+    if c.io.shutdown().await.is_err() {
+        return;
+    }
+    let until = Instant::now() + LINGER;
+    let mut dropped = 0;
+    while dropped < LINGER_BYTES {
+        c.buf.clear();
+        let read = std::future::poll_fn(|cx| c.poll_fill(HEAD_READ, cx));
+        match tokio::time::timeout_at(until, read).await {
+            Ok(Ok(n)) if n > 0 => dropped += n,
+            _ => return,
+        }
+    }
+}
+
+/// How a response body is delimited on the wire.
+enum Framing {
+    /// No body (HEAD, 1xx, 204, 304).
+    None,
+    /// The response's own `Content-Length`, or one the gateway adds
+    /// (`add`).
+    Length { left: u64, add: bool },
+    /// `Transfer-Encoding: chunked`, with the trailer fields the response
+    /// announces (when the client accepts trailers).
+    Chunked { allowed: Vec<HeaderName> },
+    /// Until the connection closes (an HTTP/1.0 client, unknown length).
+    Close,
+}
+
+/// `Content-Length` of a response when it is one valid value.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    let mut all = headers.get_all(CONTENT_LENGTH).iter();
+    let first = all.next()?;
+    if all.next().is_some() {
+        return None;
+    }
+    let s = first.to_str().ok()?.trim();
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// Decides a response's framing (the rules of hyper's server, so clients
+/// see what they saw before).
+fn framing(resp: &Response<ProxyBody>, ask: Ask) -> Framing {
+    let status = resp.status().as_u16();
+    if ask.is_head || status < 200 || status == 204 || status == 304 {
+        return Framing::None;
+    }
+    if let Some(n) = declared_length(resp.headers()) {
+        return Framing::Length { left: n, add: false };
+    }
+    let body = resp.body();
+    if body.is_end_stream() {
+        return Framing::Length { left: 0, add: true };
+    }
+    if let Some(n) = body.size_hint().exact() {
+        return Framing::Length { left: n, add: true };
+    }
+    if ask.version == Version::HTTP_11 {
+        let allowed = if ask.trailers_ok && resp.headers().contains_key(TRAILER) {
+            write::allowed_trailers(resp.headers())
+        } else {
+            Vec::new()
+        };
+        Framing::Chunked { allowed }
+    } else {
+        Framing::Close
+    }
+}
+
+/// The status line and header lines of a response, with the framing,
+/// connection and date lines it needs. `close`: says whether the response
+/// itself asks to close.
+fn status_and_headers<'a>(
+    w: &mut HeadWriter<'a>,
+    parts: &'a http::response::Parts,
+    ask: Ask,
+    framing: &Framing,
+    date: &'a mut [u8; 29],
+    close: &mut bool,
+) {
+    let status = &parts.status;
+    w.push(if ask.version == Version::HTTP_10 {
+        b"HTTP/1.0 "
+    } else {
+        b"HTTP/1.1 "
+    });
+    w.push(status.as_str().as_bytes());
+    w.push(b" ");
+    let reason = parts
+        .extensions
+        .get::<hyper::ext::ReasonPhrase>()
+        .map(|r| r.as_bytes())
+        .or_else(|| status.canonical_reason().map(str::as_bytes))
+        .unwrap_or(b"");
+    w.push(reason);
+    w.push(b"\r\n");
+    // 1xx and 204 never carry framing lines.
+    let no_framing = status.is_informational() || status.as_u16() == 204;
+    let mut has_date = false;
+    for (name, value) in &parts.headers {
+        if no_framing && (name == CONTENT_LENGTH || name == TRANSFER_ENCODING) {
+            continue;
+        }
+        if matches!(framing, Framing::Chunked { .. } | Framing::Close) && name == CONTENT_LENGTH {
+            continue;
+        }
+        if name == TRANSFER_ENCODING {
+            // The gateway frames the body itself.
+            continue;
+        }
+        if name == CONNECTION {
+            if value
+                .as_bytes()
+                .split(|b| *b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+            {
+                *close = true;
+            }
+        }
+        has_date |= name == DATE;
+        w.header(name.as_str().as_bytes(), value.as_bytes());
+    }
+    if !has_date {
+        *date = crate::h1::date::now();
+        w.header(b"date", &date[..]);
+    }
+}
+
+/// Writes one response: head, then body. `keep`: the connection stays
+/// open after it; cleared when the response or its framing needs a close.
+async fn write_response(
+    c: &mut Conn,
+    resp: Response<ProxyBody>,
+    ask: Ask,
+    keep: &mut bool,
+) -> io::Result<()> {
+    let mut framing = framing(&resp, ask);
+    if matches!(framing, Framing::Close) {
+        *keep = false;
+    }
+    let (parts, mut body) = resp.into_parts();
+    // The first body bytes, when they are there already: written with the
+    // head in one vectored write.
+    let first = match &framing {
+        Framing::Length { left, .. } if *left > 0 => first_data(&mut body),
+        Framing::Chunked { .. } | Framing::Close => first_data(&mut body),
+        _ => Ok(None),
+    };
+    let first = match first {
+        Ok(f) => f,
+        Err(e) => {
+            *keep = false;
+            return Err(io::Error::other(e));
+        }
+    };
+    let mut date = [0u8; 29];
+    let mut close = false;
+    let mut digits = write::Digits::default();
+    let mut chunk_pre = [0u8; 18];
+    {
+        let mut w = HeadWriter::with_lines(parts.headers.len() + 4);
+        status_and_headers(&mut w, &parts, ask, &framing, &mut date, &mut close);
+        if close {
+            *keep = false;
+        }
+        match &framing {
+            Framing::Length { left, add: true } => {
+                w.header(b"content-length", digits.of(*left));
+            }
+            Framing::Chunked { .. } => w.header(b"transfer-encoding", b"chunked"),
+            _ => {}
+        }
+        if !close {
+            if ask.version == Version::HTTP_10 && *keep {
+                w.header(b"connection", b"keep-alive");
+            } else if ask.version == Version::HTTP_11 && !*keep {
+                w.header(b"connection", b"close");
+            }
+        }
+        w.push(b"\r\n");
+        if let Some(d) = &first {
+            match &mut framing {
+                Framing::Length { left, .. } => {
+                    let take = (d.len() as u64).min(*left) as usize;
+                    *left -= take as u64;
+                    w.push(&d[..take]);
+                }
+                Framing::Chunked { .. } => {
+                    let n = chunk_prefix(d.len(), &mut chunk_pre);
+                    w.push(&chunk_pre[..n]);
+                    w.push(d);
+                    w.push(b"\r\n");
+                }
+                Framing::Close => w.push(d),
+                Framing::None => {}
+            }
+        }
+        w.write_to(&mut c.io).await.map_err(|(e, _)| e)?;
+    }
+    drop(parts);
+    let mut out = Out::default();
+    loop {
+        let more = match &framing {
+            Framing::None => false,
+            Framing::Length { left, .. } => *left > 0 || !body.is_end_stream(),
+            _ => true,
+        };
+        if !more {
+            break;
+        }
+        let frame = match body.frame().await {
+            None => break,
+            Some(Ok(f)) => f,
+            Some(Err(e)) => {
+                *keep = false;
+                return Err(io::Error::other(e));
+            }
+        };
+        match frame.into_data() {
+            Ok(d) if d.is_empty() => {}
+            Ok(d) => match &mut framing {
+                Framing::Length { left, .. } => {
+                    if d.len() as u64 > *left {
+                        *keep = false;
+                        return Err(io::Error::other("response body longer than its Content-Length"));
+                    }
+                    *left -= d.len() as u64;
+                    out.raw(d);
+                }
+                Framing::Chunked { .. } => out.chunk(d),
+                Framing::Close => out.raw(d),
+                Framing::None => {}
+            },
+            Err(frame) => {
+                if let (Ok(t), Framing::Chunked { allowed }) = (frame.into_trailers(), &framing) {
+                    out.last_chunk(write::encode_trailers(&t, allowed));
+                    std::future::poll_fn(|cx| out.poll_write(&mut c.io, cx)).await?;
+                    framing = Framing::None;
+                    break;
+                }
+                continue;
+            }
+        }
+        std::future::poll_fn(|cx| out.poll_write(&mut c.io, cx)).await?;
+    }
+    match framing {
+        Framing::Chunked { .. } => {
+            out.last_chunk(Bytes::new());
+            std::future::poll_fn(|cx| out.poll_write(&mut c.io, cx)).await?;
+        }
+        Framing::Length { left, .. } if left > 0 => {
+            *keep = false;
+            c.io.flush().await?;
+            return Err(io::Error::other("response body shorter than its Content-Length"));
+        }
+        _ => {}
+    }
+    c.io.flush().await
+}
+
+/// A body's first data frame when it is ready without waiting.
+fn first_data(body: &mut ProxyBody) -> Result<Option<Bytes>, crate::body::BoxError> {
+    if let ProxyBody::Full(b) = body {
+        return Ok(b.take());
+    }
+    match body.frame().now_or_never() {
+        Some(Some(Ok(f))) => match f.into_data() {
+            Ok(d) => Ok(Some(d)),
+            // Trailers first: put back as a body of their own.
+            Err(f) => {
+                let rest = std::mem::take(body);
+                *body = ProxyBody::Prefixed {
+                    head: None,
+                    trailers: f.into_trailers().ok(),
+                    rest: Box::new(rest),
+                };
+                Ok(None)
+            }
+        },
+        Some(Some(Err(e))) => Err(e),
+        _ => Ok(None),
+    }
+}
+
+/// A chunk's size line (hex digits and CRLF) into `buf`; returns its length.
+fn chunk_prefix(n: usize, buf: &mut [u8; 18]) -> usize {
+    let mut digits = [0u8; 16];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = b"0123456789abcdef"[n & 15];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    let len = digits.len() - i;
+    buf[..len].copy_from_slice(&digits[i..]);
+    buf[len..len + 2].copy_from_slice(b"\r\n");
+    len + 2
+}
+
