@@ -29,11 +29,11 @@ use hopgate_store::{Binding, FetchFuture};
 
 use super::done::Outcome;
 use super::{grpc, ClientConn, Forwarder};
+use crate::h1::RequestBody;
 use crate::headers::{
     append_forwarded_for, strip_request, RequestFacts, GRPC_TIMEOUT, X_FORWARDED_FOR,
     X_FORWARDED_PROTO, X_ROUTE_RULE_ID,
 };
-use crate::h1::RequestBody;
 use crate::session::{self, ClientSession, Stickiness};
 use crate::tunnel;
 

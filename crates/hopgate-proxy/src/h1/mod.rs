@@ -19,8 +19,8 @@ pub(crate) mod write;
 
 pub use chunked::{ChunkError, ChunkedDecoder, Step, MAX_CHUNK_LINE};
 pub use client::ResponseBody;
-pub use server_body::{RequestBody, ServerBody};
 pub use head::{
     parse_request, parse_response, parse_trailers, request_body, response_kind, BodyKind, Facts,
     Head, HeadError, HeaderRange, ResponseKind, MAX_HEADERS, MAX_HEAD_BYTES,
 };
+pub use server_body::{RequestBody, ServerBody};

@@ -33,7 +33,9 @@
 //! selection ([`crate::listener`]).
 
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -45,7 +47,7 @@ use http::header::{
 use http::{Method, Request, Response, Uri, Version};
 use http_body::Body;
 use http_body_util::BodyExt;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -129,7 +131,11 @@ pub(crate) async fn serve(
         let (body, slot, held) = match head::request_body(&head) {
             BodyKind::Empty | BodyKind::Close => (RequestBody::Empty, None, Some(c)),
             kind => {
-                let slot: Slot = Arc::new(parking_lot::Mutex::new(Shared { conn: Some(c), done: false }));
+                let slot: Slot = Arc::new(parking_lot::Mutex::new(Shared {
+                    conn: Some(c),
+                    done: false,
+                    answered: false,
+                }));
                 let (chunked, len) = match kind {
                     BodyKind::Length(n) => (false, n),
                     _ => (true, 0),
@@ -140,22 +146,8 @@ pub(crate) async fn serve(
             }
         };
         let req = req.map(|()| body);
+        let mut unread = false;
         let resp = conn.serve(req).await;
-        // The connection back from the body, and whether it read the body
-        // to its end (anything else leaves unread bytes: close).
-        let back = match (held, slot) {
-            (Some(c), _) => Some(c),
-            (None, Some(slot)) => {
-                let mut shared = slot.lock();
-                if !shared.done {
-                    keep = false;
-                }
-                shared.conn.take()
-            }
-            (None, None) => None,
-        };
-        let Some(back) = back else { return };
-        c = back;
         if *drain.borrow() || crate::handover::handing_over() {
             keep = false;
         }
@@ -169,31 +161,137 @@ pub(crate) async fn serve(
             is_head,
             trailers_ok,
         };
-        let status = resp.status().as_u16();
-        if status == 101 {
-            let Some(tx) = upgrade else {
-                return;
-            };
-            let (parts, _) = resp.into_parts();
-            let mut w = HeadWriter::with_lines(parts.headers.len() + 2);
-            let mut date = [0u8; 29];
-            let mut close = false;
-            status_and_headers(&mut w, &parts, ask, &Framing::None, &mut date, &mut close);
-            if w.write_to(&mut c.io).await.is_err() || c.io.flush().await.is_err() {
-                return;
+        let written = match (held, slot) {
+            (Some(mut own), _) => {
+                if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+                    if let Some(tx) = upgrade {
+                        if write_upgrade(&mut own.io, resp).await.is_ok() {
+                            let _ = tx.send((own.io, own.buf.freeze()));
+                        }
+                    }
+                    return;
+                }
+                let r = write_response(&mut own.io, resp, ask, &mut keep).await;
+                r.map(|()| own)
             }
-            let _ = tx.send((c.io, c.buf.freeze()));
-            return;
-        }
-        match write_response(&mut c, resp, ask, &mut keep).await {
-            Ok(()) => {}
+            (None, Some(slot)) => {
+                // The body may still be reading: a backend that answers
+                // while it reads (an echo) gets its answer streamed while
+                // the client's body still comes, written through the slot;
+                // the connection comes back after it.
+                let reading = {
+                    let mut shared = slot.lock();
+                    shared.answered = true;
+                    !shared.done && Arc::strong_count(&slot) > 1
+                };
+                let mut resp = Some(resp);
+                let r = match if reading { resp.take() } else { None } {
+                    Some(resp) => {
+                        write_response(&mut SlotIo(Arc::clone(&slot)), resp, ask, &mut keep).await
+                    }
+                    None => Ok(()),
+                };
+                let (own, done) = {
+                    let mut shared = slot.lock();
+                    (shared.conn.take(), shared.done)
+                };
+                // A body not read to its end leaves bytes of it unread.
+                if !done {
+                    keep = false;
+                    unread = true;
+                }
+                match (r, own) {
+                    (Ok(()), Some(mut own)) if !reading => {
+                        let r = match resp {
+                            Some(resp) => write_response(&mut own.io, resp, ask, &mut keep).await,
+                            None => Ok(()),
+                        };
+                        r.map(|()| own)
+                    }
+                    (Ok(()), Some(own)) => Ok(own),
+                    (Err(e), _) => Err(e),
+                    (Ok(()), None) => Err(io::ErrorKind::NotConnected.into()),
+                }
+            }
+            (None, None) => return,
+        };
+        c = match written {
+            Ok(c) => c,
             Err(e) => {
                 tracing::debug!(peer = %conn.peer, error = %e, "writing a response failed");
                 return;
             }
-        }
+        };
         if !keep {
-            return linger_close(c).await;
+            let unread = unread || !c.buf.is_empty();
+            return linger_close(c, unread).await;
+        }
+    }
+}
+
+/// Writes a 101 answer's head (the tunnel takes the connection after it).
+async fn write_upgrade<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    resp: Response<ProxyBody>,
+) -> io::Result<()> {
+    let ask = Ask {
+        version: Version::HTTP_11,
+        is_head: false,
+        trailers_ok: false,
+    };
+    let (parts, _) = resp.into_parts();
+    let mut date = [0u8; 29];
+    let mut close = false;
+    {
+        let mut w = HeadWriter::with_lines(parts.headers.len() + 2);
+        status_and_headers(&mut w, &parts, ask, &Framing::None, &mut date, &mut close);
+        w.push(b"\r\n");
+        w.write_to(io).await.map_err(|(e, _)| e)?;
+    }
+    io.flush().await
+}
+
+/// Writes to the client's socket while it sits in the body's slot.
+struct SlotIo(Slot);
+
+impl AsyncWrite for SlotIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.0.lock().conn.as_mut() {
+            Some(c) => Pin::new(&mut *c.io).poll_write(cx, buf),
+            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.0.lock().conn.as_mut() {
+            Some(c) => Pin::new(&mut *c.io).poll_write_vectored(cx, bufs),
+            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.0.lock().conn.as_mut() {
+            Some(c) => Pin::new(&mut *c.io).poll_flush(cx),
+            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.0.lock().conn.as_mut() {
+            Some(c) => Pin::new(&mut *c.io).poll_shutdown(cx),
+            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
         }
     }
 }
@@ -277,7 +375,8 @@ fn refusal(e: HeadError) -> ErrorKind {
 
 /// The request a head describes, its header values sharing `bytes`.
 fn request(head: &Head, bytes: &Bytes) -> Result<Request<()>, ErrorKind> {
-    let method = Method::from_bytes(&bytes[head.method.clone()]).map_err(|_| ErrorKind::BadRequest)?;
+    let method =
+        Method::from_bytes(&bytes[head.method.clone()]).map_err(|_| ErrorKind::BadRequest)?;
     let target = bytes.slice(head.target.clone());
     if target.len() >= usize::from(u16::MAX) {
         return Err(ErrorKind::UriTooLong);
@@ -294,8 +393,18 @@ fn request(head: &Head, bytes: &Bytes) -> Result<Request<()>, ErrorKind> {
     let headers = req.headers_mut();
     // Room for the lines the gateway adds, so the map grows once.
     headers.reserve(head.headers.len() + 6);
+    let mut length_seen = false;
     for h in &head.headers {
-        let name = HeaderName::from_bytes(&bytes[h.name.clone()]).map_err(|_| ErrorKind::BadRequest)?;
+        let raw = &bytes[h.name.clone()];
+        // Repeated `Content-Length` lines (the parser made sure they
+        // agree) are forwarded as one, as hyper's server did.
+        if raw.len() == 14 && raw.eq_ignore_ascii_case(b"content-length") {
+            if length_seen {
+                continue;
+            }
+            length_seen = true;
+        }
+        let name = HeaderName::from_bytes(raw).map_err(|_| ErrorKind::BadRequest)?;
         let value = HeaderValue::from_maybe_shared(bytes.slice(h.value.clone()))
             .map_err(|_| ErrorKind::BadRequest)?;
         headers.append(name, value);
@@ -314,15 +423,20 @@ async fn refuse(mut c: Conn, kind: ErrorKind) {
         trailers_ok: false,
     };
     let mut keep = false;
-    if write_response(&mut c, resp, ask, &mut keep).await.is_ok() {
-        linger_close(c).await;
+    if write_response(&mut c.io, resp, ask, &mut keep)
+        .await
+        .is_ok()
+    {
+        linger_close(c, true).await;
     }
 }
 
-/// Shuts the write side, then reads and drops what the client still sends
-/// (bounded in time and bytes) before the socket is closed.
-async fn linger_close(mut c: Conn) {
-    if c.io.shutdown().await.is_err() {
+/// Shuts the write side; when the client may still be sending (`unread`:
+/// a body or pipelined requests left unread), reads and drops what it
+/// sends (bounded in time and bytes) before the socket is closed, so that
+/// the close does not reset the connection under the answer.
+async fn linger_close(mut c: Conn, unread: bool) {
+    if c.io.shutdown().await.is_err() || !unread {
         return;
     }
     let until = Instant::now() + LINGER;
@@ -373,7 +487,10 @@ fn framing(resp: &Response<ProxyBody>, ask: Ask) -> Framing {
         return Framing::None;
     }
     if let Some(n) = declared_length(resp.headers()) {
-        return Framing::Length { left: n, add: false };
+        return Framing::Length {
+            left: n,
+            add: false,
+        };
     }
     let body = resp.body();
     if body.is_end_stream() {
@@ -455,8 +572,8 @@ fn status_and_headers<'a>(
 
 /// Writes one response: head, then body. `keep`: the connection stays
 /// open after it; cleared when the response or its framing needs a close.
-async fn write_response(
-    c: &mut Conn,
+async fn write_response<W: AsyncWrite + Unpin>(
+    io: &mut W,
     resp: Response<ProxyBody>,
     ask: Ask,
     keep: &mut bool,
@@ -522,7 +639,7 @@ async fn write_response(
                 Framing::None => {}
             }
         }
-        w.write_to(&mut c.io).await.map_err(|(e, _)| e)?;
+        w.write_to(io).await.map_err(|(e, _)| e)?;
     }
     drop(parts);
     let mut out = Out::default();
@@ -549,7 +666,9 @@ async fn write_response(
                 Framing::Length { left, .. } => {
                     if d.len() as u64 > *left {
                         *keep = false;
-                        return Err(io::Error::other("response body longer than its Content-Length"));
+                        return Err(io::Error::other(
+                            "response body longer than its Content-Length",
+                        ));
                     }
                     *left -= d.len() as u64;
                     out.raw(d);
@@ -561,28 +680,30 @@ async fn write_response(
             Err(frame) => {
                 if let (Ok(t), Framing::Chunked { allowed }) = (frame.into_trailers(), &framing) {
                     out.last_chunk(write::encode_trailers(&t, allowed));
-                    std::future::poll_fn(|cx| out.poll_write(&mut c.io, cx)).await?;
+                    std::future::poll_fn(|cx| out.poll_write(io, cx)).await?;
                     framing = Framing::None;
                     break;
                 }
                 continue;
             }
         }
-        std::future::poll_fn(|cx| out.poll_write(&mut c.io, cx)).await?;
+        std::future::poll_fn(|cx| out.poll_write(io, cx)).await?;
     }
     match framing {
         Framing::Chunked { .. } => {
             out.last_chunk(Bytes::new());
-            std::future::poll_fn(|cx| out.poll_write(&mut c.io, cx)).await?;
+            std::future::poll_fn(|cx| out.poll_write(io, cx)).await?;
         }
         Framing::Length { left, .. } if left > 0 => {
             *keep = false;
-            c.io.flush().await?;
-            return Err(io::Error::other("response body shorter than its Content-Length"));
+            io.flush().await?;
+            return Err(io::Error::other(
+                "response body shorter than its Content-Length",
+            ));
         }
         _ => {}
     }
-    c.io.flush().await
+    io.flush().await
 }
 
 /// A body's first data frame when it is ready without waiting.
@@ -627,4 +748,3 @@ fn chunk_prefix(n: usize, buf: &mut [u8; 18]) -> usize {
     buf[len..len + 2].copy_from_slice(b"\r\n");
     len + 2
 }
-

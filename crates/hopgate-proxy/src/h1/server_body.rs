@@ -55,7 +55,11 @@ const BODY_READ: usize = 64 * 1024;
 
 impl Conn {
     /// Reads what the socket has into the buffer: `Ok(0)` at end of stream.
-    pub(crate) fn poll_fill(&mut self, want: usize, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+    pub(crate) fn poll_fill(
+        &mut self,
+        want: usize,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
         if self.buf.capacity() - self.buf.len() < 512 {
             self.buf.reserve(want);
         }
@@ -69,6 +73,8 @@ impl Conn {
 pub(crate) struct Shared {
     pub(crate) conn: Option<Conn>,
     pub(crate) done: bool,
+    /// The final answer is on its way: no `100 Continue` any more.
+    pub(crate) answered: bool,
 }
 
 /// See [`Shared`].
@@ -133,7 +139,10 @@ impl ServerBody {
             ));
         };
         // The client waits for this before it sends the body: written on
-        // the first read, as hyper does.
+        // the first read, as hyper does (never after the final answer).
+        if shared.answered {
+            self.continue_left = 0;
+        }
         while self.continue_left > 0 {
             let at = CONTINUE.len() - self.continue_left as usize;
             match ready!(Pin::new(&mut *conn.io).poll_write(cx, &CONTINUE[at..])) {

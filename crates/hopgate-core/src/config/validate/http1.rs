@@ -47,7 +47,11 @@ mod tests {
     #[test]
     fn an_unknown_http1_server_is_refused_under_its_path() {
         let e = load(&listener(", http1: nginx"), Format::Yaml).unwrap_err();
-        let text = e.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n");
+        let text = e
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n");
         assert!(text.contains("listeners[0].http1"), "{text}");
         assert!(text.contains("native"), "{text}");
     }
