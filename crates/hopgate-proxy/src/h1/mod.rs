@@ -23,4 +23,5 @@ pub use head::{
     parse_request, parse_response, parse_trailers, request_body, response_kind, BodyKind, Facts,
     Head, HeadError, HeaderRange, ResponseKind, MAX_HEADERS, MAX_HEAD_BYTES,
 };
+pub use server::request_from_head;
 pub use server_body::{RequestBody, ServerBody};

@@ -148,7 +148,7 @@ pub(crate) async fn serve(
         let req = req.map(|()| body);
         let mut unread = false;
         let resp = conn.serve(req).await;
-        if *drain.borrow() || crate::handover::handing_over() {
+        if draining(&drain) || crate::handover::handing_over() {
             keep = false;
         }
         let version = if head.minor == 0 {
@@ -314,6 +314,13 @@ fn te_trailers(headers: &HeaderMap) -> bool {
     })
 }
 
+/// Has the listener begun to drain? The drain signal only ever turns
+/// true, so a change seen is the drain (an atomic load, no lock); a
+/// listener gone is one too.
+fn draining(drain: &watch::Receiver<bool>) -> bool {
+    drain.has_changed().unwrap_or(true)
+}
+
 /// Reads until a whole request head is in the buffer.
 async fn read_head(
     c: &mut Conn,
@@ -348,13 +355,14 @@ async fn read_head(
             },
             None => {
                 // Between requests: idle until the next one, or drained.
-                if *drain.borrow() {
+                if draining(drain) {
                     return Err(NoHead::Quiet);
                 }
                 tokio::select! {
                     r = read => r,
                     () = tokio::time::sleep(s.idle_timeout) => return Err(NoHead::Quiet),
-                    _ = drain.wait_for(|d| *d) => return Err(NoHead::Quiet),
+                    // The one change there is: false to true.
+                    _ = drain.changed() => return Err(NoHead::Quiet),
                 }
             }
         };
@@ -410,6 +418,12 @@ fn request(head: &Head, bytes: &Bytes) -> Result<Request<()>, ErrorKind> {
         headers.append(name, value);
     }
     Ok(req)
+}
+
+/// [`request`] for a head parsed from `head_bytes` (a copy is taken): the
+/// fuzz target's way in.
+pub fn request_from_head(head: &Head, head_bytes: &[u8]) -> Result<Request<()>, ErrorKind> {
+    request(head, &Bytes::copy_from_slice(head_bytes))
 }
 
 /// Answers `kind` (no request was made of the bytes), then closes.
@@ -601,6 +615,7 @@ async fn write_response<W: AsyncWrite + Unpin>(
     let mut close = false;
     let mut digits = write::Digits::default();
     let mut chunk_pre = [0u8; 18];
+    let mut overlong = false;
     {
         let mut w = HeadWriter::with_lines(parts.headers.len() + 4);
         status_and_headers(&mut w, &parts, ask, &framing, &mut date, &mut close);
@@ -626,6 +641,7 @@ async fn write_response<W: AsyncWrite + Unpin>(
             match &mut framing {
                 Framing::Length { left, .. } => {
                     let take = (d.len() as u64).min(*left) as usize;
+                    overlong = take < d.len();
                     *left -= take as u64;
                     w.push(&d[..take]);
                 }
@@ -642,6 +658,13 @@ async fn write_response<W: AsyncWrite + Unpin>(
         w.write_to(io).await.map_err(|(e, _)| e)?;
     }
     drop(parts);
+    if overlong {
+        *keep = false;
+        io.flush().await?;
+        return Err(io::Error::other(
+            "response body longer than its Content-Length",
+        ));
+    }
     let mut out = Out::default();
     loop {
         let more = match &framing {
@@ -747,4 +770,170 @@ fn chunk_prefix(n: usize, buf: &mut [u8; 18]) -> usize {
     buf[..len].copy_from_slice(&digits[i..]);
     buf[len..len + 2].copy_from_slice(b"\r\n");
     len + 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(version: Version, is_head: bool, trailers_ok: bool) -> Ask {
+        Ask {
+            version,
+            is_head,
+            trailers_ok,
+        }
+    }
+
+    /// A body of unknown length: `data`, then `trailers`.
+    fn streamed(data: &'static [u8], trailers: Option<HeaderMap>) -> ProxyBody {
+        ProxyBody::Prefixed {
+            head: Some(Bytes::from_static(data)),
+            trailers,
+            rest: Box::new(ProxyBody::Empty),
+        }
+    }
+
+    async fn written(resp: Response<ProxyBody>, ask: Ask) -> (String, bool) {
+        let mut out: Vec<u8> = Vec::new();
+        let mut keep = true;
+        write_response(&mut out, resp, ask, &mut keep)
+            .await
+            .unwrap();
+        // The date varies: blank it.
+        let text = String::from_utf8(out).unwrap();
+        let text = text
+            .split("\r\n")
+            .map(|l| {
+                if l.starts_with("date: ") {
+                    "date: *"
+                } else {
+                    l
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\r\n");
+        (text, keep)
+    }
+
+    #[tokio::test]
+    async fn answers_are_framed_as_hyper_framed_them() {
+        // A known length is added; the body goes with the head.
+        let (t, keep) = written(
+            Response::new(ProxyBody::full("hi")),
+            ask(Version::HTTP_11, false, false),
+        )
+        .await;
+        assert_eq!(
+            t,
+            "HTTP/1.1 200 OK\r\ndate: *\r\ncontent-length: 2\r\n\r\nhi"
+        );
+        assert!(keep);
+        // Unknown length to HTTP/1.1: chunked.
+        let (t, _) = written(
+            Response::new(streamed(b"hello", None)),
+            ask(Version::HTTP_11, false, false),
+        )
+        .await;
+        assert_eq!(t, "HTTP/1.1 200 OK\r\ndate: *\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+        // Trailers: only those the answer announces, only to a client
+        // that sent `TE: trailers`.
+        let mut tr = HeaderMap::new();
+        tr.insert("x-sum", HeaderValue::from_static("42"));
+        tr.insert("x-other", HeaderValue::from_static("no"));
+        let announced = || {
+            let mut r = Response::new(streamed(b"hello", Some(tr.clone())));
+            r.headers_mut()
+                .insert(TRAILER, HeaderValue::from_static("x-sum"));
+            r
+        };
+        let (t, _) = written(announced(), ask(Version::HTTP_11, false, true)).await;
+        assert!(
+            t.ends_with("\r\n\r\n5\r\nhello\r\n0\r\nx-sum: 42\r\n\r\n"),
+            "{t}"
+        );
+        let (t, _) = written(announced(), ask(Version::HTTP_11, false, false)).await;
+        assert!(t.ends_with("\r\n\r\n5\r\nhello\r\n0\r\n\r\n"), "{t}");
+        // Unknown length to HTTP/1.0: close-delimited, and the connection
+        // closes after it.
+        let (t, keep) = written(
+            Response::new(streamed(b"hello", None)),
+            ask(Version::HTTP_10, false, false),
+        )
+        .await;
+        assert_eq!(t, "HTTP/1.0 200 OK\r\ndate: *\r\n\r\nhello");
+        assert!(!keep);
+        // HEAD keeps the length it was given and sends no body.
+        let mut r = Response::new(ProxyBody::Empty);
+        r.headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from_static("1000"));
+        let (t, _) = written(r, ask(Version::HTTP_11, true, false)).await;
+        assert_eq!(
+            t,
+            "HTTP/1.1 200 OK\r\ncontent-length: 1000\r\ndate: *\r\n\r\n"
+        );
+        // 204: no framing lines at all.
+        let mut r = Response::new(ProxyBody::Empty);
+        *r.status_mut() = http::StatusCode::NO_CONTENT;
+        r.headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
+        let (t, _) = written(r, ask(Version::HTTP_11, false, false)).await;
+        assert_eq!(t, "HTTP/1.1 204 No Content\r\ndate: *\r\n\r\n");
+        // Closing: `Connection: close` on HTTP/1.1, `keep-alive` said to
+        // an HTTP/1.0 client that keeps the connection.
+        let mut out: Vec<u8> = Vec::new();
+        let mut keep = false;
+        write_response(
+            &mut out,
+            Response::new(ProxyBody::Empty),
+            ask(Version::HTTP_11, false, false),
+            &mut keep,
+        )
+        .await
+        .unwrap();
+        assert!(String::from_utf8_lossy(&out).contains("\r\nconnection: close\r\n"));
+        let mut out: Vec<u8> = Vec::new();
+        let mut keep = true;
+        write_response(
+            &mut out,
+            Response::new(ProxyBody::Empty),
+            ask(Version::HTTP_10, false, false),
+            &mut keep,
+        )
+        .await
+        .unwrap();
+        assert!(String::from_utf8_lossy(&out).contains("\r\nconnection: keep-alive\r\n"));
+    }
+
+    #[tokio::test]
+    async fn a_body_longer_than_its_length_is_cut_and_closes() {
+        let mut r = Response::new(streamed(b"too long", None));
+        r.headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from_static("3"));
+        let mut out: Vec<u8> = Vec::new();
+        let mut keep = true;
+        let res = write_response(&mut out, r, ask(Version::HTTP_11, false, false), &mut keep).await;
+        assert!(res.is_err());
+        assert!(!keep);
+        assert!(
+            out.ends_with(b"\r\n\r\ntoo"),
+            "{:?}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+
+    #[test]
+    fn heads_become_requests_sharing_their_bytes() {
+        let raw = b"POST /p?q=1 HTTP/1.1\r\nHost: a\r\ncontent-length: 3\r\nContent-Length: 3\r\nx-v: caf\xe9\r\n\r\n";
+        let head = head::parse_request(raw).unwrap().unwrap();
+        let req = request_from_head(&head, raw).unwrap();
+        assert_eq!(req.method(), Method::POST);
+        assert_eq!(req.uri(), "/p?q=1");
+        assert_eq!(req.version(), Version::HTTP_11);
+        assert_eq!(req.headers().get_all(CONTENT_LENGTH).iter().count(), 1);
+        assert_eq!(req.headers()["x-v"].as_bytes(), b"caf\xe9");
+        let bad = b"G(T / HTTP/1.1\r\nhost: a\r\n\r\n";
+        if let Ok(Some(h)) = head::parse_request(bad) {
+            assert!(request_from_head(&h, bad).is_err());
+        }
+    }
 }
