@@ -566,14 +566,13 @@ fn status_and_headers<'a>(
             // The gateway frames the body itself.
             continue;
         }
-        if name == CONNECTION {
-            if value
+        if name == CONNECTION
+            && value
                 .as_bytes()
                 .split(|b| *b == b',')
                 .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
-            {
-                *close = true;
-            }
+        {
+            *close = true;
         }
         has_date |= name == DATE;
         w.header(name.as_str().as_bytes(), value.as_bytes());

@@ -8,7 +8,9 @@
 //! backend.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -46,7 +48,7 @@ impl Recorder {
     }
 
     fn take(&self) -> Vec<Vec<u8>> {
-        std::mem::take(&mut *self.got.lock().unwrap())
+        std::mem::take(&mut *self.got.lock())
     }
 }
 
@@ -99,7 +101,7 @@ async fn record(mut s: TcpStream, got: Arc<Mutex<Vec<Vec<u8>>>>) {
             let req: Vec<u8> = buf.drain(..n).collect();
             let head = req.starts_with(b"HEAD ");
             let chunked = find(&req, b" /chunked").is_some_and(|i| i < 8);
-            got.lock().unwrap().push(req);
+            got.lock().push(req);
             let answer: &[u8] = if head {
                 b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
             } else if chunked {
