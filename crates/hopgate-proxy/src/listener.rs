@@ -222,6 +222,7 @@ pub async fn serve_listener(
         let native = (current.http1 == Http1Server::Native).then(|| Native {
             settings: crate::h1::server::Settings {
                 max_header_bytes: current.max_header_bytes,
+                max_headers: current.max_headers,
                 header_read_timeout: current.header_read_timeout,
                 idle_timeout: current.idle_timeout,
             },

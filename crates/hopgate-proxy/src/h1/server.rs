@@ -71,11 +71,25 @@ const LINGER_BYTES: usize = 1 << 20;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Settings {
     pub max_header_bytes: usize,
+    /// `limits.max_headers`: above the parser's own 100, heads are parsed
+    /// with room for one more line than this, so that the gateway's check
+    /// answers what lies between (as with hyper's cap).
+    pub max_headers: usize,
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
 }
 
 impl Settings {
+    /// The most header lines the parser takes: its own 100, or one more
+    /// than a higher `limits.max_headers`.
+    fn head_lines(&self) -> usize {
+        if self.max_headers > head::MAX_HEADERS {
+            self.max_headers + 1
+        } else {
+            head::MAX_HEADERS
+        }
+    }
+
     /// The most bytes a head may take in the buffer before it is refused
     /// with 431: room above `limits.max_header_bytes`, so that the
     /// gateway's own check answers a head between the limit and this with
@@ -333,7 +347,7 @@ async fn read_head(
     let mut began = (first || !c.buf.is_empty()).then(Instant::now);
     loop {
         if !c.buf.is_empty() {
-            match head::parse_request(&c.buf) {
+            match head::parse_request_up_to(&c.buf, s.head_lines()) {
                 Ok(Some(h)) => return Ok(h),
                 Ok(None) => {}
                 Err(e) => return Err(NoHead::Refuse(refusal(e))),

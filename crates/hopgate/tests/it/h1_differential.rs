@@ -522,3 +522,46 @@ async fn native_server_connection_rules() {
         String::from_utf8_lossy(&got[0])
     );
 }
+
+#[tokio::test]
+async fn native_server_takes_more_than_100_header_lines_when_the_limit_allows() {
+    let backend = Recorder::start().await;
+    let gw = Gateway::start(&format!(
+        "listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\nlimits: {{ max_headers: 200 }}\nservices:\n  - name: app\n    nodes:\n      - {{ id: n1, address: \"{}\" }}\nroutes:\n  - {{ id: all, match: {{ path_prefix: / }}, service: app }}\n",
+        backend.addr
+    ))
+    .await;
+    let lines = |n: usize| -> String { (0..n).map(|i| format!("x-h{i}: v\r\n")).collect() };
+    // 150 lines: under the raised limit, forwarded.
+    let got = exchange(
+        gw.addr,
+        format!(
+            "GET /150 HTTP/1.1\r\nhost: example\r\nconnection: close\r\n{}\r\n",
+            lines(150)
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(
+        status_lines(&got),
+        ["HTTP/1.1 200 OK"],
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    assert_eq!(backend.take().len(), 1);
+    // 250 lines: above it, 431 and never forwarded.
+    let got = exchange(
+        gw.addr,
+        format!(
+            "GET /250 HTTP/1.1\r\nhost: example\r\nconnection: close\r\n{}\r\n",
+            lines(250)
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(
+        status_lines(&got),
+        ["HTTP/1.1 431 Request Header Fields Too Large"]
+    );
+    assert!(backend.take().is_empty());
+}
