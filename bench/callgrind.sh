@@ -10,6 +10,9 @@
 #   CG_OTLP=on exports every request's spans (tracing.otlp, sample_ratio 1)
 #     to a local OTLP/HTTP sink that answers 200; CG_OTLP=unsampled turns
 #     export on with sample_ratio 0 (no request is recorded); default off.
+#   CG_HTTP1=hyper puts the listener on hyper's HTTP/1.1 server
+#     (`listeners[].http1`); unset, the binary's default is used (a binary
+#     from before the setting existed refuses the field, so leave it unset).
 set -uo pipefail
 BIN=$1; LABEL=$2
 D=${TMPDIR:-/tmp}/hopgate-cg/$LABEL; rm -rf "$D"; mkdir -p "$D/www"; chmod 755 "$D" "$D/www"
@@ -43,7 +46,7 @@ NG
 done
 cat > "$D/hopgate.yaml" <<Y
 listeners:
-  - { name: public, address: 127.0.0.1:$PG }
+  - { name: public, address: 127.0.0.1:$PG${CG_HTTP1:+, http1: $CG_HTTP1} }
 admin: { address: 127.0.0.1:$PA }
 services:
   - name: origin
@@ -89,6 +92,6 @@ sleep 1
 REQS=$(grep -oE '^ *[0-9]+ requests' "$D/wrk.txt" | awk '{print $1}')
 F=$(ls -t "$D"/cg.out* | grep -v '^$' | head -1)
 IR=$(grep -E '^(summary|totals):' "$F" | head -1 | awk '{print $2}')
-echo "$LABEL threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
+echo "$LABEL threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} http1=${CG_HTTP1:-default} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
 grep -m1 -o 'runtime: .*' "$D/hopgate.log" || true
 grep -E 'Non-2xx|Socket errors' "$D/wrk.txt"

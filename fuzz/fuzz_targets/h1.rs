@@ -1,12 +1,14 @@
-//! hopgate's HTTP/1.1 codec: the request and response head parsers and the
-//! chunked decoder over arbitrary bytes. Never a panic; a parsed head's
-//! ranges lie inside the head and its framing is never ambiguous; the
-//! chunked decoder gives the same body, trailers and verdict however its
-//! input is split.
+//! hopgate's HTTP/1.1 codec: the request and response head parsers, the
+//! server's request built from a parsed head, and the chunked decoder over
+//! arbitrary bytes. Never a panic; a parsed head's ranges lie inside the
+//! head and its framing is never ambiguous; a request built from it has at
+//! most its lines and one `Content-Length`; the chunked decoder gives the
+//! same body, trailers and verdict however its input is split.
 #![no_main]
 
 use hopgate_proxy::http1::{
-    parse_request, parse_response, request_body, response_kind, ChunkedDecoder, Head, Step,
+    parse_request, parse_response, request_body, request_from_head, response_kind,
+    ChunkedDecoder, Head, Step,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -68,6 +70,10 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(Some(head)) = parse_request(data) {
         check_head(data, &head);
         let _ = request_body(&head);
+        if let Ok(req) = request_from_head(&head, data) {
+            assert!(req.headers().len() <= head.headers.len());
+            assert!(req.headers().get_all(http::header::CONTENT_LENGTH).iter().count() <= 1);
+        }
     }
     if let Ok(Some(head)) = parse_response(data) {
         check_head(data, &head);

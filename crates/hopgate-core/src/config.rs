@@ -477,6 +477,19 @@ pub struct ListenerConfig {
     pub normalize_path: bool,
     /// HTTPS: the certificates this listener terminates TLS with.
     pub tls: Option<ListenerTls>,
+    /// Which server speaks HTTP/1.1 to its clients.
+    pub http1: Http1Server,
+}
+
+/// The HTTP/1.1 server of a listener's client connections (HTTP/2 is
+/// always hyper's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Http1Server {
+    /// hopgate's own connection loop on its own codec.
+    #[default]
+    Native,
+    /// hyper's server: the escape hatch.
+    Hyper,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

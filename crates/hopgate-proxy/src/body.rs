@@ -22,6 +22,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
+use crate::h1::RequestBody;
 use crate::pool::Returner;
 use crate::send_watch::SendWatch;
 
@@ -63,8 +64,8 @@ impl ClientBody {
     }
 
     /// Records an error of the client's body.
-    pub(crate) fn failed(&self, e: &hyper::Error) {
-        self.set(if client_error(e) == ErrorKind::MalformedBody {
+    pub(crate) fn failed(&self, e: &BoxError) {
+        self.set(if body_error(e) == ErrorKind::MalformedBody {
             ClientBody::MALFORMED
         } else {
             ClientBody::ABORTED
@@ -111,11 +112,29 @@ pub(crate) fn client_error(e: &hyper::Error) -> ErrorKind {
     }
 }
 
+/// What an error of a client's body means, from either server: hyper's
+/// errors as [`client_error`] reads them; hopgate's own server's are
+/// `io::Error`s of the same kinds (a bad chunk is `InvalidData`).
+pub(crate) fn body_error(e: &BoxError) -> ErrorKind {
+    if let Some(e) = e.downcast_ref::<hyper::Error>() {
+        client_error(e)
+    } else if let Some(io) = e.downcast_ref::<std::io::Error>() {
+        match io.kind() {
+            std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => {
+                ErrorKind::MalformedBody
+            }
+            _ => ErrorKind::ClientAborted,
+        }
+    } else {
+        ErrorKind::ClientAborted
+    }
+}
+
 /// The error kind of a client body read that failed while the gateway
 /// read it itself (a buffered body).
 pub(crate) fn read_error(e: &BoxError) -> ErrorKind {
-    if let Some(e) = e.downcast_ref::<hyper::Error>() {
-        client_error(e)
+    if e.is::<hyper::Error>() || e.is::<std::io::Error>() {
+        body_error(e)
     } else if e.is::<BodyTooLarge>() {
         ErrorKind::BodyTooLarge
     } else {
@@ -130,10 +149,11 @@ pub enum ProxyBody {
     Empty,
     /// A complete body held in memory (error pages, replayed requests).
     Full(Option<Bytes>),
-    /// A client request body, streamed, failing once it passes `limit` bytes;
+    /// A client request body (from hyper's server or hopgate's own),
+    /// streamed, failing once it passes `limit` bytes;
     /// what it does is recorded in `watch`, when there is one.
     Limited {
-        inner: Incoming,
+        inner: RequestBody,
         seen: u64,
         limit: u64,
         watch: Option<Arc<ClientBody>>,
@@ -229,7 +249,7 @@ impl ProxyBody {
         }))
     }
 
-    pub fn limited(inner: Incoming, limit: u64) -> ProxyBody {
+    pub fn limited(inner: RequestBody, limit: u64) -> ProxyBody {
         ProxyBody::Limited {
             inner,
             seen: 0,
@@ -239,7 +259,7 @@ impl ProxyBody {
     }
 
     /// [`ProxyBody::limited`], recording what the client does in `watch`.
-    pub(crate) fn watched(inner: Incoming, limit: u64, watch: Arc<ClientBody>) -> ProxyBody {
+    pub(crate) fn watched(inner: RequestBody, limit: u64, watch: Arc<ClientBody>) -> ProxyBody {
         ProxyBody::Limited {
             inner,
             seen: 0,
@@ -297,7 +317,7 @@ impl Body for ProxyBody {
                         }
                         ClientBody::FLOWING
                     }
-                    Poll::Ready(Some(Err(e))) if client_error(e) == ErrorKind::MalformedBody => {
+                    Poll::Ready(Some(Err(e))) if body_error(e) == ErrorKind::MalformedBody => {
                         ClientBody::MALFORMED
                     }
                     Poll::Ready(Some(Err(_))) => ClientBody::ABORTED,
@@ -307,7 +327,7 @@ impl Body for ProxyBody {
                 if let Some(w) = watch {
                     w.set(state);
                 }
-                polled.map(|f| f.map(|r| r.map_err(|e| Box::new(e) as BoxError)))
+                polled
             }
             ProxyBody::H1(b) => b.poll_frame(cx),
             ProxyBody::Upstream { inner, returner } => match Pin::new(&mut *inner).poll_frame(cx) {
@@ -389,9 +409,8 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Empty => true,
             ProxyBody::Full(b) => b.is_none(),
-            ProxyBody::Limited { inner, .. } | ProxyBody::Upstream { inner, .. } => {
-                inner.is_end_stream()
-            }
+            ProxyBody::Limited { inner, .. } => inner.is_end_stream(),
+            ProxyBody::Upstream { inner, .. } => inner.is_end_stream(),
             ProxyBody::H1(b) => b.is_end_stream(),
             // A gRPC answer that is complete with its head (trailers-only:
             // `grpc-status` in the HEADERS frame with END_STREAM) must say
@@ -414,9 +433,8 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Empty => SizeHint::with_exact(0),
             ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            ProxyBody::Limited { inner, .. } | ProxyBody::Upstream { inner, .. } => {
-                inner.size_hint()
-            }
+            ProxyBody::Limited { inner, .. } => inner.size_hint(),
+            ProxyBody::Upstream { inner, .. } => inner.size_hint(),
             ProxyBody::SendWatched(w) => w.size_hint(),
             ProxyBody::Logged(l) => l.size_hint(),
             ProxyBody::H1(b) => b.size_hint(),

@@ -36,7 +36,6 @@ use bytes::Bytes;
 use http::header::HeaderValue;
 use http::{Request, Response};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 
 use crate::upstream::{SharedSnapshot, Snapshot};
 use hopgate_core::error::ErrorKind;
@@ -47,6 +46,7 @@ use hopgate_core::session::HopReason;
 
 use crate::body::{ClientBody, ProxyBody};
 use crate::canary::CanarySlot;
+use crate::h1::RequestBody;
 use crate::headers::{new_request_id, scan_request, valid_request_id, RequestFacts, X_REQUEST_ID};
 use crate::metrics::METRICS;
 use crate::session::Sessions;
@@ -365,7 +365,7 @@ fn canary_side(
     fwd: &Forwarder,
     arm: &crate::canary::CanaryArm,
     snap: &mut Arc<Snapshot>,
-    req: &Request<Incoming>,
+    req: &Request<RequestBody>,
     conn: &ClientConn,
 ) -> Option<crate::session::ClientSession> {
     if snap.version != arm.baseline_version {
@@ -443,7 +443,7 @@ impl ClientConn {
     /// Everything up to the first attempt runs synchronously here; a
     /// request turned away before that (limits, access, no route) costs no
     /// future at all.
-    pub(crate) fn serve(self: &Arc<Self>, req: Request<Incoming>) -> ResponseFuture {
+    pub(crate) fn serve(self: &Arc<Self>, req: Request<RequestBody>) -> ResponseFuture {
         let started = Instant::now();
         let fwd = &self.forwarder;
         let mut snap = fwd.snapshot.load_full();

@@ -20,7 +20,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use hopgate_core::config::{Config, ListenerConfig};
+use hopgate_core::config::{Config, Http1Server, ListenerConfig};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -32,6 +32,7 @@ use tokio::sync::watch;
 use crate::body::ProxyBody;
 use crate::client_io::ClientIo;
 use crate::forward::{ClientConn, Forwarder, RequestCtx, ResponseFuture};
+use crate::h1::RequestBody;
 use crate::tls::ListenerTlsState;
 
 /// What one listener needs to serve.
@@ -61,6 +62,8 @@ pub struct ListenerSettings {
     pub idle_timeout: Duration,
     /// How long shutdown waits for in-flight requests.
     pub shutdown_timeout: Duration,
+    /// Which server speaks HTTP/1.1 to clients (HTTP/2 is hyper's).
+    pub http1: Http1Server,
 }
 
 impl ListenerSettings {
@@ -75,6 +78,7 @@ impl ListenerSettings {
             header_read_timeout: cfg.timeouts.header_read,
             idle_timeout: cfg.timeouts.idle,
             shutdown_timeout: cfg.timeouts.shutdown,
+            http1: l.http1,
         }
     }
 }
@@ -136,7 +140,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         let h1 = req.version() < http::Version::HTTP_2;
-        Infallibly(self.0.serve(req), h1)
+        Infallibly(self.0.serve(req.map(RequestBody::Hyper)), h1)
     }
 }
 
@@ -149,6 +153,9 @@ pub async fn serve_listener(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let graceful = GracefulShutdown::new();
+    // hopgate's own HTTP/1.1 connections drain on this (each holds a
+    // receiver; the sender sees when the last one is gone).
+    let drain = watch::Sender::new(false);
     let open = Arc::new(AtomicUsize::new(0));
     let mut current = ctx.settings.load_full();
     let mut builder = Arc::new(server_builder(&current));
@@ -212,6 +219,15 @@ pub async fn serve_listener(
         let guard = OpenGuard::new(&open);
         let (builder, watcher) = (Arc::clone(&builder), graceful.watcher());
         let (first_bytes, stall) = (current.header_read_timeout, current.idle_timeout);
+        let native = (current.http1 == Http1Server::Native).then(|| Native {
+            settings: crate::h1::server::Settings {
+                max_header_bytes: current.max_header_bytes,
+                max_headers: current.max_headers,
+                header_read_timeout: current.header_read_timeout,
+                idle_timeout: current.idle_timeout,
+            },
+            drain: drain.subscribe(),
+        });
         // TLS when the listener's settings say so (they follow reloads; the
         // certificates are installed before the settings change). A TLS
         // listener never falls back to cleartext: without certificates the
@@ -221,12 +237,33 @@ pub async fn serve_listener(
             let _guard = guard;
             let Some(tls) = tls else {
                 let io = ClientIo::new(stream, first_bytes, stall);
-                return serve_conn(&builder, io, svc, watcher, close, peer).await;
+                let Some(native) = native else {
+                    return serve_conn(&builder, io, svc, watcher, close, peer).await;
+                };
+                // h2c (the preface) stays on hyper; everything else is
+                // HTTP/1.x for hopgate's own server.
+                return match sniff(io).await {
+                    Some(Sniffed::H2c(io)) => {
+                        serve_conn(&builder, io, svc, watcher, close, peer).await;
+                    }
+                    Some(Sniffed::Http1(io, read)) => {
+                        serve_native(Box::new(io), read, svc, native, close).await;
+                    }
+                    None => {}
+                };
             };
             // The handshake shares the first-bytes deadline.
             if let Some(stream) = crate::tls::accept(&tls, stream, first_bytes).await {
+                let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
                 let io = ClientIo::new(stream, first_bytes, stall);
-                serve_conn(&builder, io, svc, watcher, close, peer).await;
+                match native {
+                    // ALPN `h2` stays on hyper.
+                    Some(native) if !h2 => {
+                        serve_native(Box::new(io), bytes::BytesMut::new(), svc, native, close)
+                            .await;
+                    }
+                    _ => serve_conn(&builder, io, svc, watcher, close, peer).await,
+                }
             }
         });
     }
@@ -234,7 +271,11 @@ pub async fn serve_listener(
     tracing::info!(listener = %ctx.name, open = open.load(Ordering::Relaxed), "listener stopped accepting; draining");
     let deadline = ctx.settings.load().shutdown_timeout;
     let lingered = crate::handover::linger(&open, deadline).await;
-    if tokio::time::timeout(deadline.saturating_sub(lingered), graceful.shutdown())
+    drain.send_replace(true);
+    let both = async {
+        tokio::join!(graceful.shutdown(), drain.closed());
+    };
+    if tokio::time::timeout(deadline.saturating_sub(lingered), both)
         .await
         .is_err()
     {
@@ -246,7 +287,7 @@ pub async fn serve_listener(
 /// closes it, or an HTTP/2 stream stalls past the send limit.
 async fn serve_conn<I>(
     builder: &auto::Builder<TokioExecutor>,
-    io: ClientIo<I>,
+    io: I,
     svc: ConnService,
     watcher: hyper_util::server::graceful::Watcher,
     close: Arc<tokio::sync::Notify>,
@@ -268,6 +309,66 @@ async fn serve_conn<I>(
         // dropped, which closes it.
         () = close.notified() => {
             tracing::info!(%peer, "client connection closed: an HTTP/2 stream accepted no response data for the stall limit");
+        }
+    }
+}
+
+/// What a connection served by hopgate's own HTTP/1.1 server needs from
+/// its listener.
+struct Native {
+    settings: crate::h1::server::Settings,
+    /// Turns true when the listener drains.
+    drain: watch::Receiver<bool>,
+}
+
+/// A plain connection's protocol, told from its first bytes.
+enum Sniffed<I> {
+    /// The HTTP/2 preface: hyper's, with the bytes read so far replayed.
+    H2c(crate::tunnel::ReadAhead<ClientIo<I>>),
+    /// Anything else: HTTP/1.x, with the bytes read so far.
+    Http1(ClientIo<I>, bytes::BytesMut),
+}
+
+/// Reads until the first bytes tell h2c's preface from HTTP/1.x (the
+/// first-bytes deadline is `ClientIo`'s); `None` when the client closed
+/// or timed out first.
+async fn sniff<I>(mut io: ClientIo<I>) -> Option<Sniffed<I>>
+where
+    I: tokio::io::AsyncRead + Unpin,
+{
+    use tokio::io::AsyncReadExt;
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let mut buf = bytes::BytesMut::with_capacity(8 << 10);
+    loop {
+        match io.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
+        }
+        let n = buf.len().min(PREFACE.len());
+        if buf[..n] != PREFACE[..n] {
+            return Some(Sniffed::Http1(io, buf));
+        }
+        if n == PREFACE.len() {
+            let read_ahead = buf.freeze();
+            return Some(Sniffed::H2c(crate::tunnel::ReadAhead { read_ahead, io }));
+        }
+    }
+}
+
+/// Serves one client connection with hopgate's own HTTP/1.1 server until
+/// it ends, or the connection's close is asked for.
+async fn serve_native(
+    io: Box<dyn crate::h1::server_body::ClientStream>,
+    read: bytes::BytesMut,
+    svc: ConnService,
+    native: Native,
+    close: Arc<tokio::sync::Notify>,
+) {
+    let peer = svc.0.peer;
+    tokio::select! {
+        () = crate::h1::server::serve(io, read, svc.0, native.settings, native.drain) => {}
+        () = close.notified() => {
+            tracing::info!(%peer, "client connection closed by the gateway");
         }
     }
 }

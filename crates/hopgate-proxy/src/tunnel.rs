@@ -11,7 +11,9 @@
 //! node) instead of seeing a reset. To inject that frame safely the tunnel
 //! follows the backend→client frame boundaries; it never splits a frame.
 //!
-//! The client's side comes from hyper's upgrade machinery; the backend's
+//! The client's side comes from hyper's upgrade machinery, or from
+//! hopgate's own HTTP/1.1 server, which hands over its socket and any bytes
+//! it read past the head ([`NativeUpgrade`]); the backend's
 //! side is the raw socket hopgate's HTTP/1.1 client read the 101 from,
 //! with any bytes it read past the head ([`RawUpgrade`]), or hyper's
 //! upgrade for a connection hyper spoke on.
@@ -134,50 +136,100 @@ pub(crate) fn upstream_upgrade(resp: &mut Response<ProxyBody>) -> UpstreamUpgrad
     }
 }
 
+/// The client's side of an upgrade from hopgate's own server: its socket
+/// and the bytes read past the request head, sent once the 101 is
+/// written. Carried in the request's extensions (which want `Clone`,
+/// hence the shared slot).
+#[derive(Clone)]
+pub(crate) struct NativeUpgrade(
+    Arc<parking_lot::Mutex<Option<tokio::sync::oneshot::Receiver<NativeClient>>>>,
+);
+
+/// A client socket handed over by hopgate's server, and its read-ahead.
+pub(crate) type NativeClient = (Box<dyn crate::h1::server_body::ClientStream>, Bytes);
+
+impl NativeUpgrade {
+    pub(crate) fn new(rx: tokio::sync::oneshot::Receiver<NativeClient>) -> NativeUpgrade {
+        NativeUpgrade(Arc::new(parking_lot::Mutex::new(Some(rx))))
+    }
+}
+
+/// The client's side of an upgrade.
+pub(crate) enum ClientUpgrade {
+    Hyper(OnUpgrade),
+    Native(NativeUpgrade),
+}
+
+/// Takes the client's side of an upgrade out of its request.
+pub(crate) fn client_upgrade<B>(req: &mut Request<B>) -> ClientUpgrade {
+    match req.extensions_mut().remove::<NativeUpgrade>() {
+        Some(n) => ClientUpgrade::Native(n),
+        None => ClientUpgrade::Hyper(hyper::upgrade::on(req)),
+    }
+}
+
 /// Joins the client and backend once both upgrades complete.
-pub(crate) fn spawn(client: OnUpgrade, upstream: UpstreamUpgrade, ctx: TunnelCtx) {
+pub(crate) fn spawn(client: ClientUpgrade, upstream: UpstreamUpgrade, ctx: TunnelCtx) {
     let open = OpenTunnel::new();
     tokio::spawn(async move {
         let _open = open;
-        let end = match upstream {
-            UpstreamUpgrade::Raw(raw) => {
-                let (client, (io, read_ahead)) = match (client.await, raw) {
-                    (Ok(c), Some(raw)) => (c, raw),
-                    (Err(e), _) => {
-                        tracing::debug!(error = %e, "upgrade did not complete");
-                        return;
-                    }
-                    (Ok(_), None) => return,
-                };
-                let mut client = TokioIo::new(client);
-                let mut upstream = ReadAhead { read_ahead, io };
-                run(&mut client, &mut upstream, ctx).await
-            }
-            UpstreamUpgrade::Hyper(upstream) => {
-                let (client, upstream) = match tokio::try_join!(client, upstream) {
-                    Ok(pair) => pair,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "upgrade did not complete");
-                        return;
-                    }
-                };
-                let mut client = TokioIo::new(client);
-                let mut upstream = TokioIo::new(upstream);
-                run(&mut client, &mut upstream, ctx).await
+        let end = match client {
+            ClientUpgrade::Hyper(on) => match on.await {
+                Ok(c) => with_client(TokioIo::new(c), upstream, ctx).await,
+                Err(e) => {
+                    tracing::debug!(error = %e, "upgrade did not complete");
+                    return;
+                }
+            },
+            ClientUpgrade::Native(n) => {
+                let rx = n.0.lock().take();
+                match rx {
+                    Some(rx) => match rx.await {
+                        Ok((io, read_ahead)) => {
+                            with_client(ReadAhead { read_ahead, io }, upstream, ctx).await
+                        }
+                        Err(_) => return,
+                    },
+                    None => return,
+                }
             }
         };
-        tracing::debug!(?end, "tunnel closed");
+        if let Some(end) = end {
+            tracing::debug!(?end, "tunnel closed");
+        }
     });
+}
+
+/// Runs the tunnel between `client` and the backend once its side is
+/// there.
+async fn with_client<A>(mut client: A, upstream: UpstreamUpgrade, ctx: TunnelCtx) -> Option<End>
+where
+    A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    match upstream {
+        UpstreamUpgrade::Raw(Some((io, read_ahead))) => {
+            let mut upstream = ReadAhead { read_ahead, io };
+            Some(run(&mut client, &mut upstream, ctx).await)
+        }
+        UpstreamUpgrade::Raw(None) => None,
+        UpstreamUpgrade::Hyper(upstream) => match upstream.await {
+            Ok(u) => Some(run(&mut client, &mut TokioIo::new(u), ctx).await),
+            Err(e) => {
+                tracing::debug!(error = %e, "upgrade did not complete");
+                None
+            }
+        },
+    }
 }
 
 /// A socket whose first bytes were already read: they are read again
 /// first.
-struct ReadAhead {
-    read_ahead: Bytes,
-    io: UpstreamIo,
+pub(crate) struct ReadAhead<T> {
+    pub(crate) read_ahead: Bytes,
+    pub(crate) io: T,
 }
 
-impl AsyncRead for ReadAhead {
+impl<T: AsyncRead + Unpin> AsyncRead for ReadAhead<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -193,13 +245,25 @@ impl AsyncRead for ReadAhead {
     }
 }
 
-impl AsyncWrite for ReadAhead {
+impl<T: AsyncWrite + Unpin> AsyncWrite for ReadAhead<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -25,6 +25,7 @@ use super::{Config, ConfigError, RawConfig};
 mod access_log;
 mod canary;
 mod edge;
+mod http1;
 mod maintenance_guard;
 mod pool_limits;
 mod resilience;

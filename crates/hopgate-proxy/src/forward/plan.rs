@@ -16,7 +16,6 @@ use std::time::Instant;
 
 use http::header::{HeaderMap, HeaderValue, HOST};
 use http::{Method, Request, Version};
-use hyper::body::Incoming;
 
 use crate::upstream::Snapshot;
 use hopgate_core::balance::hash_key;
@@ -30,6 +29,7 @@ use hopgate_store::{Binding, FetchFuture};
 
 use super::done::Outcome;
 use super::{grpc, ClientConn, Forwarder};
+use crate::h1::RequestBody;
 use crate::headers::{
     append_forwarded_for, strip_request, RequestFacts, GRPC_TIMEOUT, X_FORWARDED_FOR,
     X_FORWARDED_PROTO, X_ROUTE_RULE_ID,
@@ -38,8 +38,9 @@ use crate::session::{self, ClientSession, Stickiness};
 use crate::tunnel;
 
 /// The client side of an HTTP/1.1 upgrade: the protocol asked for, and the
-/// client connection once hyper hands it over.
-pub(super) type Upgrade = (HeaderValue, hyper::upgrade::OnUpgrade);
+/// client connection once its server (hyper or hopgate's own) hands it
+/// over.
+pub(super) type Upgrade = (HeaderValue, tunnel::ClientUpgrade);
 
 /// A hop decided for this request, completed when a new node answers.
 pub(super) struct PendingHop {
@@ -112,7 +113,7 @@ pub(super) struct Plan {
     pub(super) hop: Option<PendingHop>,
     pub(super) upgrade: Option<Upgrade>,
     pub(super) parts: http::request::Parts,
-    pub(super) body: Incoming,
+    pub(super) body: RequestBody,
 }
 
 impl Forwarder {
@@ -123,7 +124,7 @@ impl Forwarder {
     pub(super) fn plan(
         &self,
         snap: &Snapshot,
-        req: Request<Incoming>,
+        req: Request<RequestBody>,
         conn: &ClientConn,
         facts: &RequestFacts,
         arrival: Arrival,
@@ -275,7 +276,7 @@ impl Forwarder {
         // headers, then tunnelled as bytes once the backend says 101.
         let mut req = req;
         let upgrade =
-            tunnel::upgrade_request(&req).map(|proto| (proto, hyper::upgrade::on(&mut req)));
+            tunnel::upgrade_request(&req).map(|proto| (proto, tunnel::client_upgrade(&mut req)));
         // Build the upstream request once; retries re-target it.
         let (mut parts, body) = req.into_parts();
         if let Some(path) = &normal {

@@ -15,13 +15,13 @@ use bytes::Bytes;
 use http::header::HeaderMap;
 use http::Request;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 
 use hopgate_core::config::UpstreamProtocol;
 
 use super::grpc::GRPC_BODY_WAIT;
 use super::plan::content_length;
 use crate::body::{ClientBody, ProxyBody};
+use crate::h1::RequestBody;
 
 /// How the client's body is taken before the first attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +43,7 @@ pub(super) enum Capture {
 /// already arrived, streamed).
 #[inline]
 pub(super) fn capture(
-    body: &Incoming,
+    body: &RequestBody,
     headers: &HeaderMap,
     replay_safe: bool,
     buffer_body: u64,
@@ -156,7 +156,7 @@ fn copy_head(p: &http::request::Parts) -> http::request::Parts {
 /// Returns the body to send and, when the whole body (at most `keep` bytes,
 /// data frames only) arrived in time, a copy of it.
 pub(super) async fn take_arrived(
-    mut body: Incoming,
+    mut body: RequestBody,
     keep: u64,
     limit: u64,
     wait: Duration,
@@ -203,7 +203,7 @@ pub(super) async fn take_arrived(
 fn prefixed(
     head: Bytes,
     trailers: Option<HeaderMap>,
-    rest: Incoming,
+    rest: RequestBody,
     limit: u64,
     watch: Arc<ClientBody>,
 ) -> ProxyBody {

@@ -356,7 +356,7 @@ fn response(head: &Head, bytes: &Bytes) -> Result<Response<ProxyBody>, head::Hea
 }
 
 /// Trailer lines as a header map.
-fn trailer_map(section: &Bytes) -> Result<HeaderMap, head::HeadError> {
+pub(crate) fn trailer_map(section: &Bytes) -> Result<HeaderMap, head::HeadError> {
     let mut map = HeaderMap::new();
     for h in head::parse_trailers(section)? {
         let name = HeaderName::from_bytes(&section[h.name.clone()])

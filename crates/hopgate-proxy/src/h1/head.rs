@@ -144,6 +144,39 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Head>, HeadError> {
     Ok(Some(head))
 }
 
+/// [`parse_request`] for a listener that takes more than [`MAX_HEADERS`]
+/// header lines: up to `max_lines`, parsed into slots on the heap (only
+/// such a listener pays for them).
+pub fn parse_request_up_to(buf: &[u8], max_lines: usize) -> Result<Option<Head>, HeadError> {
+    if max_lines <= MAX_HEADERS {
+        return parse_request(buf);
+    }
+    let mut slots: Vec<MaybeUninit<httparse::Header<'_>>> = Vec::with_capacity(max_lines);
+    slots.resize_with(max_lines, MaybeUninit::uninit);
+    let mut req = httparse::Request::new(&mut []);
+    let status = req.parse_with_uninit_headers(buf, &mut slots);
+    let len = match status {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return partial(buf),
+        Err(e) => return Err(e.into()),
+    };
+    let (Some(method), Some(path), Some(minor)) = (req.method, req.path, req.version) else {
+        return Err(HeadError::Malformed("incomplete request line"));
+    };
+    let mut head = Head {
+        len,
+        minor,
+        method: range_of(buf, method.as_bytes()),
+        target: range_of(buf, path.as_bytes()),
+        status: 0,
+        reason: 0..0,
+        headers: Vec::with_capacity(req.headers.len()),
+        facts: Facts::default(),
+    };
+    finish(buf, req.headers, &mut head)?;
+    Ok(Some(head))
+}
+
 /// Parses a response head at the start of `buf`: `Ok(None)` when the head
 /// is not complete yet.
 pub fn parse_response(buf: &[u8]) -> Result<Option<Head>, HeadError> {
@@ -361,6 +394,26 @@ pub fn parse_trailers(buf: &[u8]) -> Result<Vec<HeaderRange>, HeadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn more_lines_only_when_asked_for() {
+        let many: String = (0..150).map(|i| format!("x-h{i}: v\r\n")).collect();
+        let raw = format!("GET / HTTP/1.1\r\nhost: a\r\n{many}\r\n");
+        assert_eq!(
+            parse_request(raw.as_bytes()),
+            Err(HeadError::TooManyHeaders)
+        );
+        assert_eq!(
+            parse_request_up_to(raw.as_bytes(), 100),
+            Err(HeadError::TooManyHeaders)
+        );
+        let head = parse_request_up_to(raw.as_bytes(), 200).unwrap().unwrap();
+        assert_eq!(head.headers.len(), 151);
+        assert_eq!(
+            parse_request_up_to(raw.as_bytes(), 150),
+            Err(HeadError::TooManyHeaders)
+        );
+    }
 
     fn req(text: &[u8]) -> Result<Option<Head>, HeadError> {
         parse_request(text)

@@ -3,13 +3,18 @@
 //!
 //! Owns: heads parsed into byte ranges of the read buffer with their
 //! framing facts ([`head`]), the chunked decoder ([`chunked`]), head and
-//! body writing ([`write`]) and one request/response exchange over a raw
-//! pooled socket ([`client`]). Must not touch: pool bookkeeping, routing,
-//! retries.
+//! body writing ([`write`]), one request/response exchange over a raw
+//! pooled socket ([`client`]), and the client-facing server: the
+//! connection loop ([`server`]), the request body it streams
+//! ([`server_body`]) and its `Date` line ([`date`]). Must not touch: pool
+//! bookkeeping, routing, retries.
 
 pub(crate) mod chunked;
 pub(crate) mod client;
+pub(crate) mod date;
 pub(crate) mod head;
+pub(crate) mod server;
+pub(crate) mod server_body;
 pub(crate) mod write;
 
 pub use chunked::{ChunkError, ChunkedDecoder, Step, MAX_CHUNK_LINE};
@@ -18,3 +23,5 @@ pub use head::{
     parse_request, parse_response, parse_trailers, request_body, response_kind, BodyKind, Facts,
     Head, HeadError, HeaderRange, ResponseKind, MAX_HEADERS, MAX_HEAD_BYTES,
 };
+pub use server::request_from_head;
+pub use server_body::{RequestBody, ServerBody};

@@ -192,7 +192,7 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
 pub(crate) struct Digits([u8; 20], usize);
 
 impl Digits {
-    fn of(&mut self, mut n: u64) -> &[u8] {
+    pub(crate) fn of(&mut self, mut n: u64) -> &[u8] {
         let mut i = self.0.len();
         loop {
             i -= 1;

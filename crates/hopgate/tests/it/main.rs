@@ -24,6 +24,7 @@ mod fleet_redis;
 mod fleet_three;
 mod grpc;
 mod grpcio;
+mod h1_differential;
 mod h2_conformance;
 mod hardening;
 mod interop_nginx;

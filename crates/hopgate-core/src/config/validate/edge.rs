@@ -65,6 +65,7 @@ impl Validator {
                 .tls
                 .as_ref()
                 .map(|t| self.listener_tls(&format!("{p}.tls"), t));
+            let http1 = self.http1_server(&p, l.http1.as_deref());
             out.push((
                 ListenerConfig {
                     name: l.name.clone(),
@@ -72,6 +73,7 @@ impl Validator {
                     debug_headers: l.debug_headers,
                     normalize_path: l.normalize_path.unwrap_or(true),
                     tls,
+                    http1,
                 },
                 address.is_some(),
             ));

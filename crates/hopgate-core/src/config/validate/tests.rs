@@ -1644,6 +1644,7 @@ fn nasty_values_never_panic() {
                         sni: vec![s.into(), format!("*.{s}")],
                     }],
                 }),
+                http1: Some(s.into()),
             }],
             admin: Some(RawAdmin {
                 address: s.into(),
@@ -1869,6 +1870,7 @@ fn random_documents_never_panic() {
                 debug_headers: false,
                 normalize_path: None,
                 tls: None,
+                http1: Some(v()),
             }],
             admin: None,
             services: vec![RawService {
