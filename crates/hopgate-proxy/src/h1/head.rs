@@ -147,7 +147,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Head>, HeadError> {
 /// [`parse_request`] for a listener that takes more than [`MAX_HEADERS`]
 /// header lines: up to `max_lines`, parsed into slots on the heap (only
 /// such a listener pays for them).
-pub fn parse_request_up_to(buf: &[u8], max_lines: usize) -> Result<Option<Head>, HeadError> {
+pub(crate) fn parse_request_up_to(buf: &[u8], max_lines: usize) -> Result<Option<Head>, HeadError> {
     if max_lines <= MAX_HEADERS {
         return parse_request(buf);
     }
