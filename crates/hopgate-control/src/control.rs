@@ -7,7 +7,7 @@
 //! Must not touch: sockets (the admin API and file watcher call in here).
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -108,6 +108,10 @@ pub struct Control {
     pub(crate) next_version: AtomicU64,
     reload_failures: AtomicU64,
     reloads: AtomicU64,
+    /// Whether the last document offered (file, API, etcd) went in, and
+    /// when (Unix seconds): the first config counts as a success.
+    last_reload_ok: AtomicBool,
+    last_reload_at: AtomicU64,
     health: HealthChecker,
     applied: tokio::sync::watch::Sender<u64>,
     /// Fleet mode: the runtime sections (with discovered nodes merged) last
@@ -161,6 +165,8 @@ impl Control {
             next_version: AtomicU64::new(2),
             reload_failures: AtomicU64::new(0),
             reloads: AtomicU64::new(0),
+            last_reload_ok: AtomicBool::new(true),
+            last_reload_at: AtomicU64::new(unix_now()),
             health: HealthChecker::default(),
             applied: tokio::sync::watch::Sender::new(1),
             runtime_layer: Mutex::new(None),
@@ -210,6 +216,14 @@ impl Control {
         self.reloads.load(Ordering::Relaxed)
     }
 
+    /// Whether the last document offered went in, and when (Unix seconds).
+    pub fn last_reload(&self) -> (bool, u64) {
+        (
+            self.last_reload_ok.load(Ordering::Relaxed),
+            self.last_reload_at.load(Ordering::Relaxed),
+        )
+    }
+
     pub fn last_error(&self) -> Option<LastError> {
         self.last_error.lock().clone()
     }
@@ -250,6 +264,8 @@ impl Control {
     /// Counts and remembers a rejected document.
     pub(crate) fn rejected(&self, errors: Vec<ConfigError>, source: &str) -> Vec<ConfigError> {
         self.reload_failures.fetch_add(1, Ordering::Relaxed);
+        self.last_reload_ok.store(false, Ordering::Relaxed);
+        self.last_reload_at.store(unix_now(), Ordering::Relaxed);
         // One line per rejected document, every error in it.
         let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
         tracing::error!(
@@ -406,6 +422,10 @@ impl Control {
         // canary that was rolled back).
         if self.running_hash(current.version).as_deref() == Some(hash.as_str()) {
             self.install_tls(&tls, &current);
+            // The running document offered again: nothing to swap, but the
+            // offer was good.
+            self.last_reload_ok.store(true, Ordering::Relaxed);
+            self.last_reload_at.store(unix_now(), Ordering::Relaxed);
             return Ok(ApplyOutcome {
                 version: current.version,
                 hash,
@@ -473,6 +493,8 @@ impl Control {
         snap.configure_nodes();
         self.snapshot.store(Arc::clone(&snap));
         self.reloads.fetch_add(1, Ordering::Relaxed);
+        self.last_reload_ok.store(true, Ordering::Relaxed);
+        self.last_reload_at.store(unix_now(), Ordering::Relaxed);
         self.health.reconcile(&snap);
         self.applied.send_replace(version);
         self.drain_all_but(&snap);

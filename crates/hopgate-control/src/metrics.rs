@@ -99,6 +99,19 @@ impl Collector for Gateway {
             "Configs rejected (the running one kept).",
             self.control.reload_failures(),
         )?;
+        let (ok, at) = self.control.last_reload();
+        gauge(
+            &mut enc,
+            "hopgate_config_last_reload_successful",
+            "1 when the last config offered (file, admin API, etcd) was applied, 0 when it was rejected.",
+            i64::from(ok),
+        )?;
+        gauge(
+            &mut enc,
+            "hopgate_config_last_reload_timestamp_seconds",
+            "When the last config was offered (applied or rejected), Unix seconds; the start for the first.",
+            i64::try_from(at).unwrap_or(i64::MAX),
+        )?;
         fleet(&mut enc, self.fleet.get().map(|f| &**f))?;
         traffic(&mut enc, &snap)
     }

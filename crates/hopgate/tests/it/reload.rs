@@ -93,6 +93,8 @@ async fn broken_configs_by_api_and_by_file_keep_the_running_config() {
     let good = two_service_config(&a, &b, "sb", "sources: { file: { interval: 50ms } }\n");
     let gw = Gateway::start(&good).await;
     let c = client();
+    let last_ok = "hopgate_config_last_reload_successful ";
+    assert!(gw.metrics().await.contains(&format!("{last_ok}1\n")));
     let dir =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/configs/broken");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
@@ -137,6 +139,10 @@ async fn broken_configs_by_api_and_by_file_keep_the_running_config() {
         );
     }
     assert_eq!(versions(&gw).await["reload_failures"], failures);
+    assert!(
+        gw.metrics().await.contains(&format!("{last_ok}0\n")),
+        "the last offer was rejected"
+    );
     // By file: a few broken files in turn, each noticed, counted and shown.
     for f in files.iter().take(5) {
         let before = versions(&gw).await["reload_failures"].as_u64().unwrap();
@@ -168,6 +174,17 @@ async fn broken_configs_by_api_and_by_file_keep_the_running_config() {
         versions(&gw).await["current"],
         1,
         "no broken config was applied"
+    );
+    let r = c
+        .put(gw.admin_url("/admin/v1/config"))
+        .body(good.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        gw.metrics().await.contains(&format!("{last_ok}1\n")),
+        "a good config went in after the broken ones"
     );
 }
 
