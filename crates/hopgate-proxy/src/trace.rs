@@ -58,10 +58,20 @@ fn parse_hex<const N: usize>(s: &[u8]) -> Option<[u8; N]> {
 }
 
 fn hex_into(bytes: &[u8], out: &mut [u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    // A byte at a time from a table of digit pairs (a digit at a time
+    // takes twice the instructions: ids are written on every request).
+    const PAIRS: [[u8; 2]; 256] = {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut t = [[0u8; 2]; 256];
+        let mut i = 0;
+        while i < 256 {
+            t[i] = [DIGITS[i >> 4], DIGITS[i & 15]];
+            i += 1;
+        }
+        t
+    };
     for (b, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
-        pair[0] = DIGITS[usize::from(b >> 4)];
-        pair[1] = DIGITS[usize::from(b & 0xf)];
+        pair.copy_from_slice(&PAIRS[usize::from(*b)]);
     }
 }
 
@@ -244,6 +254,15 @@ mod tests {
     use super::*;
 
     const VALID: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn every_byte_in_lower_case_hex() {
+        for b in 0..=255u8 {
+            let mut out = [0u8; 2];
+            hex_into(&[b], &mut out);
+            assert_eq!(std::str::from_utf8(&out).unwrap(), format!("{b:02x}"));
+        }
+    }
 
     #[test]
     fn valid_values_parse() {

@@ -272,25 +272,6 @@ fn protocol(v: Version) -> &'static str {
     }
 }
 
-/// Lower-case hex of a trace id, a byte at a time from a table of pairs
-/// (`TraceId::hex` goes a digit at a time: twice the instructions).
-fn hex_id<'a>(id: &[u8; 16], buf: &'a mut [u8; 32]) -> &'a str {
-    const PAIRS: [[u8; 2]; 256] = {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut t = [[0u8; 2]; 256];
-        let mut i = 0;
-        while i < 256 {
-            t[i] = [DIGITS[i >> 4], DIGITS[i & 15]];
-            i += 1;
-        }
-        t
-    };
-    for (out, &b) in buf.chunks_exact_mut(2).zip(id) {
-        out.copy_from_slice(&PAIRS[usize::from(b)]);
-    }
-    std::str::from_utf8(buf).unwrap_or("-")
-}
-
 /// A header's value, or `-` when it is missing or not printable ASCII.
 fn text(v: Option<&HeaderValue>) -> &str {
     v.and_then(|v| v.to_str().ok()).unwrap_or("-")
@@ -321,7 +302,7 @@ fn log_access(snap: &Snapshot, l: &Inputs<'_>) {
     let trace_id = if out.trace_id.0 == [0; 16] {
         "-"
     } else {
-        hex_id(&out.trace_id.0, &mut hex)
+        out.trace_id.hex(&mut hex)
     };
     crate::access_log::write(&crate::access_log::Line {
         listener: &l.ctx.listener,
@@ -360,18 +341,6 @@ mod tests {
         assert_eq!(text(None), "-");
         let v = HeaderValue::from_static("curl/8.5.0 \"x\"\t\\");
         assert_eq!(text(Some(&v)), "curl/8.5.0 \"x\"\t\\");
-    }
-
-    #[test]
-    fn trace_ids_in_hex_like_the_trace_module_writes_them() {
-        for id in [
-            [0u8; 16],
-            [0xff; 16],
-            *b"\x4b\xf9\x2f\x35\x77\xb3\x4d\xa6\xa3\xce\x92\x9d\x0e\x0e\x47\x36",
-        ] {
-            let (mut a, mut b) = ([0u8; 32], [0u8; 32]);
-            assert_eq!(hex_id(&id, &mut a), TraceId(id).hex(&mut b));
-        }
     }
 
     #[test]
