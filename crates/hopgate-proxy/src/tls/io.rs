@@ -1,7 +1,8 @@
 //! The socket of an upstream HTTP/1.1 connection: plain TCP, or TLS over
-//! TCP. The plain variant keeps the readiness-based reads hopgate's codec
-//! does on a bare socket (`try_read_buf`, no system call when nothing
-//! arrived); the TLS variant reads through rustls.
+//! TCP. The plain variant reads through tokio's `AsyncRead` (a read that
+//! does not fill the buffer marks the socket drained, so checking an idle
+//! connection makes no system call until the reactor sees something on
+//! it); the TLS variant reads through rustls.
 
 use std::io;
 use std::pin::Pin;
@@ -32,13 +33,13 @@ impl UpstreamIo {
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<usize>> {
         match self {
-            UpstreamIo::Plain(io) => loop {
-                ready!(io.poll_read_ready(cx))?;
-                match io.try_read_buf(buf) {
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    other => return Poll::Ready(other),
-                }
-            },
+            // Through `AsyncRead`: a read that leaves room in the buffer
+            // tells tokio the socket is drained (edge-triggered epoll), so
+            // the next readiness check — the pool's stale check at
+            // checkout — costs no system call. (`try_read_buf` after
+            // `poll_read_ready` kept the socket marked readable, and every
+            // checkout paid a `recvfrom` that answered EAGAIN.)
+            UpstreamIo::Plain(io) => tokio_util::io::poll_read_buf(Pin::new(io), cx, buf),
             UpstreamIo::Tls(io) => {
                 // rustls hands out at most a record (16 KiB) at a time.
                 let len = buf.len();
