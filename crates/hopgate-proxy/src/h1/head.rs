@@ -120,28 +120,7 @@ fn range_of(buf: &[u8], part: &[u8]) -> Range<usize> {
 /// is not complete yet.
 pub fn parse_request(buf: &[u8]) -> Result<Option<Head>, HeadError> {
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut []);
-    let status = req.parse_with_uninit_headers(buf, &mut slots);
-    let len = match status {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => return partial(buf),
-        Err(e) => return Err(e.into()),
-    };
-    let (Some(method), Some(path), Some(minor)) = (req.method, req.path, req.version) else {
-        return Err(HeadError::Malformed("incomplete request line"));
-    };
-    let mut head = Head {
-        len,
-        minor,
-        method: range_of(buf, method.as_bytes()),
-        target: range_of(buf, path.as_bytes()),
-        status: 0,
-        reason: 0..0,
-        headers: Vec::with_capacity(req.headers.len()),
-        facts: Facts::default(),
-    };
-    finish(buf, req.headers, &mut head)?;
-    Ok(Some(head))
+    parse_request_into(buf, &mut slots)
 }
 
 /// [`parse_request`] for a listener that takes more than [`MAX_HEADERS`]
@@ -153,8 +132,19 @@ pub(crate) fn parse_request_up_to(buf: &[u8], max_lines: usize) -> Result<Option
     }
     let mut slots: Vec<MaybeUninit<httparse::Header<'_>>> = Vec::with_capacity(max_lines);
     slots.resize_with(max_lines, MaybeUninit::uninit);
+    parse_request_into(buf, &mut slots)
+}
+
+/// A request head parsed with `slots` for its header lines (their number
+/// is the most lines taken). Inlined into both callers, so that
+/// [`parse_request`] stays one function over its stack array.
+#[inline(always)]
+fn parse_request_into<'b>(
+    buf: &'b [u8],
+    slots: &mut [MaybeUninit<httparse::Header<'b>>],
+) -> Result<Option<Head>, HeadError> {
     let mut req = httparse::Request::new(&mut []);
-    let status = req.parse_with_uninit_headers(buf, &mut slots);
+    let status = req.parse_with_uninit_headers(buf, slots);
     let len = match status {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return partial(buf),
