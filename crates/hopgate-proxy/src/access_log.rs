@@ -1,7 +1,8 @@
 //! The access line: formatted on the request path straight into bytes and
 //! handed to the process's log writer.
 //!
-//! Owns the line's two formats and their field order ([`Line`], [`write`]):
+//! Owns the line's two formats and their field order ([`Line`], [`write`],
+//! one walk over the fields for both, [`write_line`]):
 //! text, the `tracing` fmt subscriber's layout
 //! (`<time>  INFO hopgate::access: access name=value ...`, strings quoted
 //! and escaped like `{:?}` does), and JSON, one object per line in the
@@ -145,9 +146,9 @@ pub fn write(line: &Line<'_>) {
         let Scratch { line: out, clock } = &mut *s;
         out.clear();
         if json {
-            json_line(out, clock, line);
+            write_line::<Json>(out, clock, line);
         } else {
-            text_line(out, clock, line);
+            write_line::<Text>(out, clock, line);
         }
         sink(out);
     });
@@ -209,143 +210,170 @@ fn push_u64(out: &mut Vec<u8>, v: u64) {
     }
 }
 
-/// A text value between the quotes `out` already ends with and the ones
-/// the next part starts with: escaped like `{:?}` when it must be.
-#[inline(always)]
-fn push_text_str(out: &mut Vec<u8>, s: &str) {
-    if plain(s) {
-        out.extend_from_slice(s.as_bytes());
-    } else {
-        // `{:?}` writes its own quotes: replace the opening one, drop its
-        // closing one.
-        out.pop();
-        let _ = write!(out, "{s:?}");
-        out.pop();
-    }
+/// One of the line's two formats: the constant parts between its values
+/// and how a string from the client or the config is written. The line's
+/// one walk over the fields, [`write_line`], is generic over it, so each
+/// format gets its own straight-line copy with its parts as constants.
+trait Format {
+    const GAPS: Gaps;
+    /// The listener's name.
+    fn push_listener(out: &mut Vec<u8>, s: &str);
+    /// A string value between the quotes `out` already ends with and the
+    /// ones the next part starts with, escaped when it must be.
+    fn push_str(out: &mut Vec<u8>, s: &str);
 }
 
-fn text_line(out: &mut Vec<u8>, clock: &mut Clock, l: &Line<'_>) {
-    push_timestamp(out, clock);
-    out.extend_from_slice(b"  INFO hopgate::access: access listener=");
-    out.extend_from_slice(l.listener.as_bytes());
-    out.extend_from_slice(b" peer=");
-    out.extend_from_slice(trusted(l.peer));
-    out.extend_from_slice(b" method=");
-    out.extend_from_slice(trusted(l.method));
-    out.extend_from_slice(b" host=\"");
-    push_text_str(out, l.host);
-    out.extend_from_slice(b"\" path=\"");
-    push_text_str(out, l.path);
-    out.extend_from_slice(b"\" protocol=\"");
-    out.extend_from_slice(trusted(l.protocol));
-    out.extend_from_slice(b"\" request_id=\"");
-    out.extend_from_slice(trusted(l.request_id));
-    out.extend_from_slice(b"\" rule=\"");
-    push_text_str(out, l.rule);
-    out.extend_from_slice(b"\" service=\"");
-    push_text_str(out, l.service);
-    out.extend_from_slice(b"\" node=\"");
-    push_text_str(out, l.node);
-    out.extend_from_slice(b"\" upstream=\"");
-    out.extend_from_slice(trusted(l.upstream));
-    out.extend_from_slice(b"\" retries=");
-    push_u64(out, l.retries);
-    out.extend_from_slice(b" hops=");
-    push_u64(out, l.hops);
-    out.extend_from_slice(b" status=");
-    push_u64(out, l.status);
-    out.extend_from_slice(b" error=\"");
-    out.extend_from_slice(trusted(l.error));
-    out.push(b'"');
-    if let Some(n) = l.bytes_in {
-        out.extend_from_slice(b" bytes_in=");
-        push_u64(out, n);
-    }
-    if let Some(n) = l.bytes_out {
-        out.extend_from_slice(b" bytes_out=");
-        push_u64(out, n);
-    }
-    out.extend_from_slice(b" user_agent=\"");
-    push_text_str(out, l.user_agent);
-    out.extend_from_slice(b"\" trace_id=\"");
-    out.extend_from_slice(trusted(l.trace_id));
-    out.extend_from_slice(b"\" latency_us=");
-    push_u64(out, l.latency_us);
-    out.push(b'\n');
+/// Defines [`Gaps`] and the text and JSON ones from one table: a part's
+/// name, then its text and JSON bytes.
+macro_rules! gaps {
+    ($($part:ident: $text:literal, $json:literal;)*) => {
+        /// The constant parts of a line, each written with one copy:
+        /// `open` before the timestamp, `end` after the last value, each
+        /// other one before its field's value.
+        struct Gaps {
+            $($part: &'static [u8],)*
+        }
+        const TEXT_GAPS: Gaps = Gaps { $($part: $text,)* };
+        const JSON_GAPS: Gaps = Gaps { $($part: $json,)* };
+    };
 }
 
-/// A JSON string's content (the quotes are the parts' around it):
-/// quotes, backslashes and control characters escaped.
-#[inline(always)]
-fn push_json_str(out: &mut Vec<u8>, s: &str) {
-    if plain(s) {
+gaps! {
+    open:       b"",                 b"{\"timestamp\":\"";
+    listener:   b"  INFO hopgate::access: access listener=",
+                b"\",\"level\":\"INFO\",\"message\":\"access\",\"listener\":\"";
+    peer:       b" peer=",           b"\",\"peer\":\"";
+    method:     b" method=",         b"\",\"method\":\"";
+    host:       b" host=\"",         b"\",\"host\":\"";
+    path:       b"\" path=\"",       b"\",\"path\":\"";
+    protocol:   b"\" protocol=\"",   b"\",\"protocol\":\"";
+    request_id: b"\" request_id=\"", b"\",\"request_id\":\"";
+    rule:       b"\" rule=\"",       b"\",\"rule\":\"";
+    service:    b"\" service=\"",    b"\",\"service\":\"";
+    node:       b"\" node=\"",       b"\",\"node\":\"";
+    upstream:   b"\" upstream=\"",   b"\",\"upstream\":\"";
+    retries:    b"\" retries=",      b"\",\"retries\":";
+    hops:       b" hops=",           b",\"hops\":";
+    status:     b" status=",         b",\"status\":";
+    error:      b" error=\"",        b",\"error\":\"";
+    bytes_in:   b" bytes_in=",       b",\"bytes_in\":";
+    bytes_out:  b" bytes_out=",      b",\"bytes_out\":";
+    user_agent: b" user_agent=\"",   b",\"user_agent\":\"";
+    trace_id:   b"\" trace_id=\"",   b"\",\"trace_id\":\"";
+    latency_us: b"\" latency_us=",   b"\",\"latency_us\":";
+    end:        b"\n",               b",\"target\":\"hopgate::access\"}\n";
+}
+
+/// The `tracing` fmt subscriber's layout: strings quoted and escaped like
+/// `{:?}`, the listener bare.
+struct Text;
+
+impl Format for Text {
+    const GAPS: Gaps = TEXT_GAPS;
+
+    #[inline(always)]
+    fn push_listener(out: &mut Vec<u8>, s: &str) {
         out.extend_from_slice(s.as_bytes());
-        return;
     }
-    for c in s.chars() {
-        match c {
-            '"' => out.extend_from_slice(b"\\\""),
-            '\\' => out.extend_from_slice(b"\\\\"),
-            '\n' => out.extend_from_slice(b"\\n"),
-            '\r' => out.extend_from_slice(b"\\r"),
-            '\t' => out.extend_from_slice(b"\\t"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+
+    #[inline(always)]
+    fn push_str(out: &mut Vec<u8>, s: &str) {
+        if plain(s) {
+            out.extend_from_slice(s.as_bytes());
+        } else {
+            // `{:?}` writes its own quotes: replace the opening one, drop
+            // its closing one.
+            out.pop();
+            let _ = write!(out, "{s:?}");
+            out.pop();
         }
     }
 }
 
-fn json_line(out: &mut Vec<u8>, clock: &mut Clock, l: &Line<'_>) {
-    out.extend_from_slice(b"{\"timestamp\":\"");
+/// One JSON object: quotes, backslashes and control characters escaped.
+struct Json;
+
+impl Format for Json {
+    const GAPS: Gaps = JSON_GAPS;
+
+    #[inline(always)]
+    fn push_listener(out: &mut Vec<u8>, s: &str) {
+        Json::push_str(out, s);
+    }
+
+    #[inline(always)]
+    fn push_str(out: &mut Vec<u8>, s: &str) {
+        if plain(s) {
+            out.extend_from_slice(s.as_bytes());
+            return;
+        }
+        for c in s.chars() {
+            match c {
+                '"' => out.extend_from_slice(b"\\\""),
+                '\\' => out.extend_from_slice(b"\\\\"),
+                '\n' => out.extend_from_slice(b"\\n"),
+                '\r' => out.extend_from_slice(b"\\r"),
+                '\t' => out.extend_from_slice(b"\\t"),
+                c if u32::from(c) < 0x20 => {
+                    let _ = write!(out, "\\u{:04x}", u32::from(c));
+                }
+                c => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+            }
+        }
+    }
+}
+
+/// The line in format `F`: its parts and values in field order.
+fn write_line<F: Format>(out: &mut Vec<u8>, clock: &mut Clock, l: &Line<'_>) {
+    let g = &F::GAPS;
+    out.extend_from_slice(g.open);
     push_timestamp(out, clock);
-    out.extend_from_slice(b"\",\"level\":\"INFO\",\"message\":\"access\",\"listener\":\"");
-    push_json_str(out, l.listener);
-    out.extend_from_slice(b"\",\"peer\":\"");
+    out.extend_from_slice(g.listener);
+    F::push_listener(out, l.listener);
+    out.extend_from_slice(g.peer);
     out.extend_from_slice(trusted(l.peer));
-    out.extend_from_slice(b"\",\"method\":\"");
+    out.extend_from_slice(g.method);
     out.extend_from_slice(trusted(l.method));
-    out.extend_from_slice(b"\",\"host\":\"");
-    push_json_str(out, l.host);
-    out.extend_from_slice(b"\",\"path\":\"");
-    push_json_str(out, l.path);
-    out.extend_from_slice(b"\",\"protocol\":\"");
+    out.extend_from_slice(g.host);
+    F::push_str(out, l.host);
+    out.extend_from_slice(g.path);
+    F::push_str(out, l.path);
+    out.extend_from_slice(g.protocol);
     out.extend_from_slice(trusted(l.protocol));
-    out.extend_from_slice(b"\",\"request_id\":\"");
+    out.extend_from_slice(g.request_id);
     out.extend_from_slice(trusted(l.request_id));
-    out.extend_from_slice(b"\",\"rule\":\"");
-    push_json_str(out, l.rule);
-    out.extend_from_slice(b"\",\"service\":\"");
-    push_json_str(out, l.service);
-    out.extend_from_slice(b"\",\"node\":\"");
-    push_json_str(out, l.node);
-    out.extend_from_slice(b"\",\"upstream\":\"");
+    out.extend_from_slice(g.rule);
+    F::push_str(out, l.rule);
+    out.extend_from_slice(g.service);
+    F::push_str(out, l.service);
+    out.extend_from_slice(g.node);
+    F::push_str(out, l.node);
+    out.extend_from_slice(g.upstream);
     out.extend_from_slice(trusted(l.upstream));
-    out.extend_from_slice(b"\",\"retries\":");
+    out.extend_from_slice(g.retries);
     push_u64(out, l.retries);
-    out.extend_from_slice(b",\"hops\":");
+    out.extend_from_slice(g.hops);
     push_u64(out, l.hops);
-    out.extend_from_slice(b",\"status\":");
+    out.extend_from_slice(g.status);
     push_u64(out, l.status);
-    out.extend_from_slice(b",\"error\":\"");
+    out.extend_from_slice(g.error);
     out.extend_from_slice(trusted(l.error));
     out.push(b'"');
     if let Some(n) = l.bytes_in {
-        out.extend_from_slice(b",\"bytes_in\":");
+        out.extend_from_slice(g.bytes_in);
         push_u64(out, n);
     }
     if let Some(n) = l.bytes_out {
-        out.extend_from_slice(b",\"bytes_out\":");
+        out.extend_from_slice(g.bytes_out);
         push_u64(out, n);
     }
-    out.extend_from_slice(b",\"user_agent\":\"");
-    push_json_str(out, l.user_agent);
-    out.extend_from_slice(b"\",\"trace_id\":\"");
+    out.extend_from_slice(g.user_agent);
+    F::push_str(out, l.user_agent);
+    out.extend_from_slice(g.trace_id);
     out.extend_from_slice(trusted(l.trace_id));
-    out.extend_from_slice(b"\",\"latency_us\":");
+    out.extend_from_slice(g.latency_us);
     push_u64(out, l.latency_us);
-    out.extend_from_slice(b",\"target\":\"hopgate::access\"}\n");
+    out.extend_from_slice(g.end);
 }
 
 /// `00`, `01`, … `99`.
@@ -442,7 +470,7 @@ mod tests {
             second: u64::MAX,
             prefix: [0; 20],
         };
-        text_line(&mut out, &mut clock, line);
+        write_line::<Text>(&mut out, &mut clock, line);
         String::from_utf8(out).unwrap()
     }
 
@@ -452,7 +480,7 @@ mod tests {
             second: u64::MAX,
             prefix: [0; 20],
         };
-        json_line(&mut out, &mut clock, line);
+        write_line::<Json>(&mut out, &mut clock, line);
         String::from_utf8(out).unwrap()
     }
 
