@@ -6,8 +6,9 @@
 //! body writing ([`write`]), one request/response exchange over a raw
 //! pooled socket ([`client`]), and the client-facing server: the
 //! connection loop ([`server`]), the request body it streams
-//! ([`server_body`]) and its `Date` line ([`date`]). Must not touch: pool
-//! bookkeeping, routing, retries.
+//! ([`server_body`]), the responses it writes ([`server_write`]) and
+//! their `Date` line ([`date`]). Must not touch: pool bookkeeping,
+//! routing, retries.
 
 pub(crate) mod chunked;
 pub(crate) mod client;
@@ -15,6 +16,7 @@ pub(crate) mod date;
 pub(crate) mod head;
 pub(crate) mod server;
 pub(crate) mod server_body;
+pub(crate) mod server_write;
 pub(crate) mod write;
 
 pub use chunked::{ChunkError, ChunkedDecoder, Step, MAX_CHUNK_LINE};

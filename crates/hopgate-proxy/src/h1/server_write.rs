@@ -1,0 +1,571 @@
+//! The response side of hopgate's own HTTP/1.1 server ([`super::server`]):
+//! one response written to the client's socket, head, framing and body in
+//! as few vectored writes as it can.
+//!
+//! Owns: the framing of a response (the rules of hyper's server, so that
+//! clients see what they saw before): Content-Length, kept or added;
+//! chunked, with the trailers the response announces when the client
+//! sent `TE: trailers`; close-delimited for an HTTP/1.0 client and a body
+//! of unknown length; no body for HEAD, 1xx, 204 and 304. The status
+//! line, the header lines as the response has them (framing lines
+//! replaced by the gateway's own), `Date` when the response has none,
+//! `Connection: close` / `keep-alive` as the connection's fate asks; a
+//! body longer or shorter than its length ends the connection. A 101's
+//! head ([`write_upgrade`]); writing through the body's slot while the
+//! request body may still be read ([`SlotIo`]).
+//!
+//! Must not touch: reading requests, the connection loop and what it
+//! decides (keep-alive, pipelining, drain: the writer only clears `keep`
+//! when the response or its framing needs a close), routing and
+//! forwarding.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use http::header::{
+    HeaderMap, HeaderName, CONNECTION, CONTENT_LENGTH, DATE, TRAILER, TRANSFER_ENCODING,
+};
+use http::{Response, Version};
+use http_body::Body;
+use http_body_util::BodyExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use super::server_body::Slot;
+use super::write::{self, HeadWriter, Out};
+use crate::body::ProxyBody;
+
+/// What the response depends on from its request.
+#[derive(Clone, Copy)]
+pub(super) struct Ask {
+    pub(super) version: Version,
+    pub(super) is_head: bool,
+    /// The client sent `TE: trailers` (HTTP/1.1).
+    pub(super) trailers_ok: bool,
+}
+
+/// Writes one response: head, then body. `keep`: the connection stays
+/// open after it; cleared when the response or its framing needs a close.
+pub(super) async fn write_response<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    resp: Response<ProxyBody>,
+    ask: Ask,
+    keep: &mut bool,
+) -> io::Result<()> {
+    let mut framing = framing(&resp, ask);
+    if matches!(framing, Framing::Close) {
+        *keep = false;
+    }
+    let (parts, mut body) = resp.into_parts();
+    // The first body bytes, when they are there already: written with the
+    // head in one vectored write.
+    let first = match &framing {
+        Framing::Length { left, .. } if *left > 0 => first_data(&mut body),
+        Framing::Chunked { .. } | Framing::Close => first_data(&mut body),
+        _ => Ok(None),
+    };
+    let first = match first {
+        Ok(f) => f,
+        Err(e) => {
+            *keep = false;
+            return Err(io::Error::other(e));
+        }
+    };
+    let mut date = [0u8; 29];
+    let mut close = false;
+    let mut digits = write::Digits::default();
+    let mut chunk_pre = [0u8; 18];
+    let mut overlong = false;
+    {
+        let mut w = HeadWriter::with_lines(parts.headers.len() + 4);
+        status_and_headers(&mut w, &parts, ask, &framing, &mut date, &mut close);
+        if close {
+            *keep = false;
+        }
+        match &framing {
+            Framing::Length { left, add: true } => {
+                w.header(b"content-length", digits.of(*left));
+            }
+            Framing::Chunked { .. } => w.header(b"transfer-encoding", b"chunked"),
+            _ => {}
+        }
+        if !close {
+            if ask.version == Version::HTTP_10 && *keep {
+                w.header(b"connection", b"keep-alive");
+            } else if ask.version == Version::HTTP_11 && !*keep {
+                w.header(b"connection", b"close");
+            }
+        }
+        w.push(b"\r\n");
+        if let Some(d) = &first {
+            match &mut framing {
+                Framing::Length { left, .. } => {
+                    let take = (d.len() as u64).min(*left) as usize;
+                    overlong = take < d.len();
+                    *left -= take as u64;
+                    w.push(&d[..take]);
+                }
+                Framing::Chunked { .. } => {
+                    let n = chunk_prefix(d.len(), &mut chunk_pre);
+                    w.push(&chunk_pre[..n]);
+                    w.push(d);
+                    w.push(b"\r\n");
+                }
+                Framing::Close => w.push(d),
+                Framing::None => {}
+            }
+        }
+        w.write_to(io).await.map_err(|(e, _)| e)?;
+    }
+    drop(parts);
+    if overlong {
+        *keep = false;
+        io.flush().await?;
+        return Err(io::Error::other(
+            "response body longer than its Content-Length",
+        ));
+    }
+    let mut out = Out::default();
+    loop {
+        let more = match &framing {
+            Framing::None => false,
+            Framing::Length { left, .. } => *left > 0 || !body.is_end_stream(),
+            _ => true,
+        };
+        if !more {
+            break;
+        }
+        let frame = match body.frame().await {
+            None => break,
+            Some(Ok(f)) => f,
+            Some(Err(e)) => {
+                *keep = false;
+                return Err(io::Error::other(e));
+            }
+        };
+        match frame.into_data() {
+            Ok(d) if d.is_empty() => {}
+            Ok(d) => match &mut framing {
+                Framing::Length { left, .. } => {
+                    if d.len() as u64 > *left {
+                        *keep = false;
+                        return Err(io::Error::other(
+                            "response body longer than its Content-Length",
+                        ));
+                    }
+                    *left -= d.len() as u64;
+                    out.raw(d);
+                }
+                Framing::Chunked { .. } => out.chunk(d),
+                Framing::Close => out.raw(d),
+                Framing::None => {}
+            },
+            Err(frame) => {
+                if let (Ok(t), Framing::Chunked { allowed }) = (frame.into_trailers(), &framing) {
+                    out.last_chunk(write::encode_trailers(&t, allowed));
+                    std::future::poll_fn(|cx| out.poll_write(io, cx)).await?;
+                    framing = Framing::None;
+                    break;
+                }
+                continue;
+            }
+        }
+        std::future::poll_fn(|cx| out.poll_write(io, cx)).await?;
+    }
+    match framing {
+        Framing::Chunked { .. } => {
+            out.last_chunk(Bytes::new());
+            std::future::poll_fn(|cx| out.poll_write(io, cx)).await?;
+        }
+        Framing::Length { left, .. } if left > 0 => {
+            *keep = false;
+            io.flush().await?;
+            return Err(io::Error::other(
+                "response body shorter than its Content-Length",
+            ));
+        }
+        _ => {}
+    }
+    io.flush().await
+}
+
+/// Writes a 101 answer's head (the tunnel takes the connection after it).
+pub(super) async fn write_upgrade<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    resp: Response<ProxyBody>,
+) -> io::Result<()> {
+    let ask = Ask {
+        version: Version::HTTP_11,
+        is_head: false,
+        trailers_ok: false,
+    };
+    let (parts, _) = resp.into_parts();
+    let mut date = [0u8; 29];
+    let mut close = false;
+    {
+        let mut w = HeadWriter::with_lines(parts.headers.len() + 2);
+        status_and_headers(&mut w, &parts, ask, &Framing::None, &mut date, &mut close);
+        w.push(b"\r\n");
+        w.write_to(io).await.map_err(|(e, _)| e)?;
+    }
+    io.flush().await
+}
+
+/// Writes to the client's socket while it sits in the body's slot.
+pub(super) struct SlotIo(pub(super) Slot);
+
+impl AsyncWrite for SlotIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.0.lock().conn.as_mut() {
+            Some(c) => Pin::new(&mut *c.io).poll_write(cx, buf),
+            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.0.lock().conn.as_mut() {
+            Some(c) => Pin::new(&mut *c.io).poll_write_vectored(cx, bufs),
+            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.0.lock().conn.as_mut() {
+            Some(c) => Pin::new(&mut *c.io).poll_flush(cx),
+            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.0.lock().conn.as_mut() {
+            Some(c) => Pin::new(&mut *c.io).poll_shutdown(cx),
+            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+        }
+    }
+}
+
+/// How a response body is delimited on the wire.
+enum Framing {
+    /// No body (HEAD, 1xx, 204, 304).
+    None,
+    /// The response's own `Content-Length`, or one the gateway adds
+    /// (`add`).
+    Length { left: u64, add: bool },
+    /// `Transfer-Encoding: chunked`, with the trailer fields the response
+    /// announces (when the client accepts trailers).
+    Chunked { allowed: Vec<HeaderName> },
+    /// Until the connection closes (an HTTP/1.0 client, unknown length).
+    Close,
+}
+
+/// `Content-Length` of a response when it is one valid value.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    let mut all = headers.get_all(CONTENT_LENGTH).iter();
+    let first = all.next()?;
+    if all.next().is_some() {
+        return None;
+    }
+    let s = first.to_str().ok()?.trim();
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// Decides a response's framing (the rules of hyper's server, so clients
+/// see what they saw before).
+fn framing(resp: &Response<ProxyBody>, ask: Ask) -> Framing {
+    let status = resp.status().as_u16();
+    if ask.is_head || status < 200 || status == 204 || status == 304 {
+        return Framing::None;
+    }
+    if let Some(n) = declared_length(resp.headers()) {
+        return Framing::Length {
+            left: n,
+            add: false,
+        };
+    }
+    let body = resp.body();
+    if body.is_end_stream() {
+        return Framing::Length { left: 0, add: true };
+    }
+    if let Some(n) = body.size_hint().exact() {
+        return Framing::Length { left: n, add: true };
+    }
+    if ask.version == Version::HTTP_11 {
+        let allowed = if ask.trailers_ok && resp.headers().contains_key(TRAILER) {
+            write::allowed_trailers(resp.headers())
+        } else {
+            Vec::new()
+        };
+        Framing::Chunked { allowed }
+    } else {
+        Framing::Close
+    }
+}
+
+/// The status line and header lines of a response, with the framing,
+/// connection and date lines it needs. `close`: says whether the response
+/// itself asks to close.
+fn status_and_headers<'a>(
+    w: &mut HeadWriter<'a>,
+    parts: &'a http::response::Parts,
+    ask: Ask,
+    framing: &Framing,
+    date: &'a mut [u8; 29],
+    close: &mut bool,
+) {
+    let status = &parts.status;
+    w.push(if ask.version == Version::HTTP_10 {
+        b"HTTP/1.0 "
+    } else {
+        b"HTTP/1.1 "
+    });
+    w.push(status.as_str().as_bytes());
+    w.push(b" ");
+    let reason = parts
+        .extensions
+        .get::<hyper::ext::ReasonPhrase>()
+        .map(|r| r.as_bytes())
+        .or_else(|| status.canonical_reason().map(str::as_bytes))
+        .unwrap_or(b"");
+    w.push(reason);
+    w.push(b"\r\n");
+    // 1xx and 204 never carry framing lines.
+    let no_framing = status.is_informational() || status.as_u16() == 204;
+    let mut has_date = false;
+    for (name, value) in &parts.headers {
+        if no_framing && (name == CONTENT_LENGTH || name == TRANSFER_ENCODING) {
+            continue;
+        }
+        if matches!(framing, Framing::Chunked { .. } | Framing::Close) && name == CONTENT_LENGTH {
+            continue;
+        }
+        if name == TRANSFER_ENCODING {
+            // The gateway frames the body itself.
+            continue;
+        }
+        if name == CONNECTION
+            && value
+                .as_bytes()
+                .split(|b| *b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+        {
+            *close = true;
+        }
+        has_date |= name == DATE;
+        w.header(name.as_str().as_bytes(), value.as_bytes());
+    }
+    if !has_date {
+        *date = crate::h1::date::now();
+        w.header(b"date", &date[..]);
+    }
+}
+
+/// A body's first data frame when it is ready without waiting.
+fn first_data(body: &mut ProxyBody) -> Result<Option<Bytes>, crate::body::BoxError> {
+    if let ProxyBody::Full(b) = body {
+        return Ok(b.take());
+    }
+    match body.frame().now_or_never() {
+        Some(Some(Ok(f))) => match f.into_data() {
+            Ok(d) => Ok(Some(d)),
+            // Trailers first: put back as a body of their own.
+            Err(f) => {
+                let rest = std::mem::take(body);
+                *body = ProxyBody::Prefixed {
+                    head: None,
+                    trailers: f.into_trailers().ok(),
+                    rest: Box::new(rest),
+                };
+                Ok(None)
+            }
+        },
+        Some(Some(Err(e))) => Err(e),
+        _ => Ok(None),
+    }
+}
+
+/// A chunk's size line (hex digits and CRLF) into `buf`; returns its length.
+fn chunk_prefix(n: usize, buf: &mut [u8; 18]) -> usize {
+    let mut digits = [0u8; 16];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = b"0123456789abcdef"[n & 15];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    let len = digits.len() - i;
+    buf[..len].copy_from_slice(&digits[i..]);
+    buf[len..len + 2].copy_from_slice(b"\r\n");
+    len + 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::header::HeaderValue;
+
+    fn ask(version: Version, is_head: bool, trailers_ok: bool) -> Ask {
+        Ask {
+            version,
+            is_head,
+            trailers_ok,
+        }
+    }
+
+    /// A body of unknown length: `data`, then `trailers`.
+    fn streamed(data: &'static [u8], trailers: Option<HeaderMap>) -> ProxyBody {
+        ProxyBody::Prefixed {
+            head: Some(Bytes::from_static(data)),
+            trailers,
+            rest: Box::new(ProxyBody::Empty),
+        }
+    }
+
+    async fn written(resp: Response<ProxyBody>, ask: Ask) -> (String, bool) {
+        let mut out: Vec<u8> = Vec::new();
+        let mut keep = true;
+        write_response(&mut out, resp, ask, &mut keep)
+            .await
+            .unwrap();
+        // The date varies: blank it.
+        let text = String::from_utf8(out).unwrap();
+        let text = text
+            .split("\r\n")
+            .map(|l| {
+                if l.starts_with("date: ") {
+                    "date: *"
+                } else {
+                    l
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\r\n");
+        (text, keep)
+    }
+
+    #[tokio::test]
+    async fn answers_are_framed_as_hyper_framed_them() {
+        // A known length is added; the body goes with the head.
+        let (t, keep) = written(
+            Response::new(ProxyBody::full("hi")),
+            ask(Version::HTTP_11, false, false),
+        )
+        .await;
+        assert_eq!(
+            t,
+            "HTTP/1.1 200 OK\r\ndate: *\r\ncontent-length: 2\r\n\r\nhi"
+        );
+        assert!(keep);
+        // Unknown length to HTTP/1.1: chunked.
+        let (t, _) = written(
+            Response::new(streamed(b"hello", None)),
+            ask(Version::HTTP_11, false, false),
+        )
+        .await;
+        assert_eq!(t, "HTTP/1.1 200 OK\r\ndate: *\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+        // Trailers: only those the answer announces, only to a client
+        // that sent `TE: trailers`.
+        let mut tr = HeaderMap::new();
+        tr.insert("x-sum", HeaderValue::from_static("42"));
+        tr.insert("x-other", HeaderValue::from_static("no"));
+        let announced = || {
+            let mut r = Response::new(streamed(b"hello", Some(tr.clone())));
+            r.headers_mut()
+                .insert(TRAILER, HeaderValue::from_static("x-sum"));
+            r
+        };
+        let (t, _) = written(announced(), ask(Version::HTTP_11, false, true)).await;
+        assert!(
+            t.ends_with("\r\n\r\n5\r\nhello\r\n0\r\nx-sum: 42\r\n\r\n"),
+            "{t}"
+        );
+        let (t, _) = written(announced(), ask(Version::HTTP_11, false, false)).await;
+        assert!(t.ends_with("\r\n\r\n5\r\nhello\r\n0\r\n\r\n"), "{t}");
+        // Unknown length to HTTP/1.0: close-delimited, and the connection
+        // closes after it.
+        let (t, keep) = written(
+            Response::new(streamed(b"hello", None)),
+            ask(Version::HTTP_10, false, false),
+        )
+        .await;
+        assert_eq!(t, "HTTP/1.0 200 OK\r\ndate: *\r\n\r\nhello");
+        assert!(!keep);
+        // HEAD keeps the length it was given and sends no body.
+        let mut r = Response::new(ProxyBody::Empty);
+        r.headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from_static("1000"));
+        let (t, _) = written(r, ask(Version::HTTP_11, true, false)).await;
+        assert_eq!(
+            t,
+            "HTTP/1.1 200 OK\r\ncontent-length: 1000\r\ndate: *\r\n\r\n"
+        );
+        // 204: no framing lines at all.
+        let mut r = Response::new(ProxyBody::Empty);
+        *r.status_mut() = http::StatusCode::NO_CONTENT;
+        r.headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
+        let (t, _) = written(r, ask(Version::HTTP_11, false, false)).await;
+        assert_eq!(t, "HTTP/1.1 204 No Content\r\ndate: *\r\n\r\n");
+        // Closing: `Connection: close` on HTTP/1.1, `keep-alive` said to
+        // an HTTP/1.0 client that keeps the connection.
+        let mut out: Vec<u8> = Vec::new();
+        let mut keep = false;
+        write_response(
+            &mut out,
+            Response::new(ProxyBody::Empty),
+            ask(Version::HTTP_11, false, false),
+            &mut keep,
+        )
+        .await
+        .unwrap();
+        assert!(String::from_utf8_lossy(&out).contains("\r\nconnection: close\r\n"));
+        let mut out: Vec<u8> = Vec::new();
+        let mut keep = true;
+        write_response(
+            &mut out,
+            Response::new(ProxyBody::Empty),
+            ask(Version::HTTP_10, false, false),
+            &mut keep,
+        )
+        .await
+        .unwrap();
+        assert!(String::from_utf8_lossy(&out).contains("\r\nconnection: keep-alive\r\n"));
+    }
+
+    #[tokio::test]
+    async fn a_body_longer_than_its_length_is_cut_and_closes() {
+        let mut r = Response::new(streamed(b"too long", None));
+        r.headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from_static("3"));
+        let mut out: Vec<u8> = Vec::new();
+        let mut keep = true;
+        let res = write_response(&mut out, r, ask(Version::HTTP_11, false, false), &mut keep).await;
+        assert!(res.is_err());
+        assert!(!keep);
+        assert!(
+            out.ends_with(b"\r\n\r\ntoo"),
+            "{:?}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+}
