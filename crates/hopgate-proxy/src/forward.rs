@@ -229,6 +229,10 @@ impl Forwarder {
                     }
                 };
                 let replay = kept.map(|(b, after_sent)| Replay::new(&parts, b, after_sent));
+                // An answer's head may stay as the backend's bytes for
+                // hopgate's own HTTP/1.1 server, which writes it as it is.
+                let raw_head =
+                    conn.native_h1.load(Ordering::Relaxed) && !facts.grpc && upgrade.is_none();
                 let mut upstream = Some(Request::from_parts(parts, body));
 
                 // Phase 13: the attempts.
@@ -262,17 +266,18 @@ impl Forwarder {
                     sent += 1;
                     out.attempts = sent;
                     out.node = Some(node_idx);
-                    let Some(request) = upstream.take() else {
+                    // Edited where it lies: a borrowed local would be kept
+                    // in the request's future across the send.
+                    let Some(request) = upstream.as_mut() else {
                         break;
                     };
-                    let request =
-                        crate::otlp::before_attempt(out.span.as_deref_mut(), sent, request);
+                    crate::otlp::before_attempt(out.span.as_deref_mut(), sent, request);
 
                     let node = &svc.nodes[node_idx];
                     // A MOVING node's new address, read once for the header
                     // and the send.
                     let moved = node.state.moved_to();
-                    let request = attempt::for_node(
+                    attempt::for_node(
                         request,
                         node,
                         svc,
@@ -297,7 +302,10 @@ impl Forwarder {
                     let inflight = node.state.begin_request();
                     let sent_at = Instant::now();
                     let addr = moved.unwrap_or(node.address);
-                    let result = pool.send(addr, request, &settings, sent_at).await;
+                    let Some(request) = upstream.take() else {
+                        break;
+                    };
+                    let result = pool.send(addr, request, &settings, sent_at, raw_head).await;
                     drop(inflight);
                     let answered = Instant::now();
                     if let Some(s) = out.span.as_deref_mut() {
@@ -416,6 +424,10 @@ pub(crate) struct ClientConn {
     pub ctx: Arc<RequestCtx>,
     /// The connection speaks HTTP/2 (seen on its requests).
     pub(crate) http2: std::sync::atomic::AtomicBool,
+    /// The connection is served by hopgate's own HTTP/1.1 server (set
+    /// when it starts), which writes a backend's raw head
+    /// ([`crate::h1::client::RawHead`]) as it is.
+    pub(crate) native_h1: std::sync::atomic::AtomicBool,
     /// Closes the connection: an HTTP/2 stream stalled past the send limit
     /// ([`crate::send_watch`]). The listener's connection task waits on it.
     pub(crate) close: Arc<tokio::sync::Notify>,
@@ -434,6 +446,7 @@ impl ClientConn {
             forwarded_for: crate::headers::peer_header(peer.ip()),
             ctx,
             http2: std::sync::atomic::AtomicBool::new(false),
+            native_h1: std::sync::atomic::AtomicBool::new(false),
             close: Arc::new(tokio::sync::Notify::new()),
         }
     }

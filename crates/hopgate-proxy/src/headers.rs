@@ -73,28 +73,86 @@ fn hop_bit(name: &HeaderName) -> u16 {
     }
 }
 
-/// Is a name listed in a `Connection` value one of the hop-by-hop (or
-/// gateway-only) headers [`strip`] handles by itself? Compared without
-/// building a [`HeaderName`], which allocates for non-standard names.
-fn is_hop_name(token: &str) -> bool {
-    const NAMES: [&str; 13] = [
-        "keep-alive",
-        "upgrade",
-        "te",
-        "connection",
-        "transfer-encoding",
-        "trailer",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "expect",
-        "proxy-connection",
-        "x-hop-from",
-        "hop-session-context",
-        "hop-maintenance",
-    ];
-    NAMES
+/// The hop-by-hop (and gateway-only) names and their bits, for names met
+/// as bytes (a `Connection` value's list, a raw head).
+const HOP_NAMES: [(&str, u16); 13] = [
+    ("keep-alive", KEEP_ALIVE_BIT),
+    ("upgrade", UPGRADE_BIT),
+    ("te", TE_BIT),
+    ("connection", CONNECTION_BIT),
+    ("transfer-encoding", TRANSFER_ENCODING_BIT),
+    ("trailer", TRAILER_BIT),
+    ("proxy-authenticate", PROXY_AUTHENTICATE_BIT),
+    ("proxy-authorization", PROXY_AUTHORIZATION_BIT),
+    ("expect", EXPECT_BIT),
+    ("proxy-connection", PROXY_CONNECTION_BIT),
+    ("x-hop-from", X_HOP_FROM_BIT),
+    ("hop-session-context", HOP_SESSION_CONTEXT_BIT),
+    ("hop-maintenance", HOP_MAINTENANCE_BIT),
+];
+
+/// The bit of a name given as bytes, in any case; 0 for everything else.
+/// Compared without building a [`HeaderName`], which allocates for
+/// non-standard names.
+fn hop_bit_of(name: &[u8]) -> u16 {
+    HOP_NAMES
         .iter()
-        .any(|n| n.len() == token.len() && n.eq_ignore_ascii_case(token))
+        .find(|(n, _)| n.len() == name.len() && n.as_bytes().eq_ignore_ascii_case(name))
+        .map_or(0, |(_, bit)| *bit)
+}
+
+/// Is a name listed in a `Connection` value one of the hop-by-hop (or
+/// gateway-only) headers [`strip`] handles by itself?
+fn is_hop_name(token: &str) -> bool {
+    hop_bit_of(token.as_bytes()) != 0
+}
+
+/// Can a backend's response head go to the client as the backend's bytes
+/// ([`crate::h1::client::RawHead`]), its `Connection` and `Keep-Alive`
+/// lines left out by the writer? Only when the answer step has nothing to
+/// take out of it or to replace: no other hop-by-hop or gateway-only
+/// header (`Hop-Maintenance`, `Hop-Session-Context`), a `Connection` that
+/// names only `keep-alive` or `close`, no gRPC content type, at most one
+/// `Content-Length`, and none of the names in `taken` (those the gateway
+/// may set on the answer).
+pub(crate) fn passes_raw<'a>(
+    lines: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    taken: &[&[u8]],
+) -> bool {
+    let mut lengths = 0;
+    for (name, value) in lines {
+        match hop_bit_of(name) {
+            0 => {}
+            KEEP_ALIVE_BIT => continue,
+            CONNECTION_BIT => {
+                let only_own = value.split(|b| *b == b',').all(|t| {
+                    let t = t.trim_ascii();
+                    t.is_empty()
+                        || t.eq_ignore_ascii_case(b"keep-alive")
+                        || t.eq_ignore_ascii_case(b"close")
+                });
+                if only_own {
+                    continue;
+                }
+                return false;
+            }
+            _ => return false,
+        }
+        let same = |n: &[u8]| n.len() == name.len() && n.eq_ignore_ascii_case(name);
+        if same(b"content-type") && value.starts_with(b"application/grpc") {
+            return false;
+        }
+        if same(b"content-length") {
+            lengths += 1;
+            if lengths > 1 {
+                return false;
+            }
+        }
+        if taken.iter().any(|t| same(t)) {
+            return false;
+        }
+    }
+    true
 }
 
 /// What the request path needs to know about a request's headers, found
@@ -335,6 +393,42 @@ fn hex(mut v: u64, out: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_raw_head_passes_only_with_nothing_to_change() {
+        let taken: [&[u8]; 2] = [b"hop-session", b"x-upstream-addr"];
+        let passes = |lines: &[(&str, &str)]| {
+            passes_raw(
+                lines.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())),
+                &taken,
+            )
+        };
+        assert!(passes(&[
+            ("Server", "nginx"),
+            ("Content-Length", "2"),
+            ("Connection", "keep-alive"),
+            ("Keep-Alive", "timeout=5"),
+            ("Set-Cookie", "a=1"),
+        ]));
+        assert!(passes(&[("CONNECTION", "Close")]));
+        assert!(passes(&[("content-type", "text/plain")]));
+        // Work for the answer step: each one sends the head to a map.
+        for lines in [
+            &[("Connection", "keep-alive, x-private")][..],
+            &[("Upgrade", "websocket")],
+            &[("Trailer", "x-sum")],
+            &[("TE", "trailers")],
+            &[("Proxy-Authenticate", "Basic")],
+            &[("Hop-Maintenance", "MOVING seq=1")],
+            &[("hop-session-context", "abc")],
+            &[("Content-Type", "application/grpc+proto")],
+            &[("Content-Length", "2"), ("content-length", "2")],
+            &[("Hop-Session", "token")],
+            &[("X-Upstream-Addr", "10.0.0.1:80")],
+        ] {
+            assert!(!passes(lines), "{lines:?}");
+        }
+    }
 
     #[test]
     fn only_safe_request_ids_are_kept() {

@@ -365,6 +365,7 @@ async fn serve_native(
     close: Arc<tokio::sync::Notify>,
 ) {
     let peer = svc.0.peer;
+    svc.0.native_h1.store(true, Ordering::Relaxed);
     tokio::select! {
         () = crate::h1::server::serve(io, read, svc.0, native.settings, native.drain) => {}
         () = close.notified() => {
@@ -413,6 +414,8 @@ impl<F: Future<Output = Response<ProxyBody>> + Unpin> Future for Infallibly<F> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let h1 = self.1;
         Pin::new(&mut self.0).poll(cx).map(|mut resp| {
+            // hyper writes header maps only.
+            crate::h1::client::materialize(&mut resp);
             if h1
                 && crate::handover::handing_over()
                 && resp.status() != http::StatusCode::SWITCHING_PROTOCOLS

@@ -283,12 +283,11 @@ pub(crate) fn finish(
 pub(crate) fn before_attempt<B>(
     span: Option<&mut Span>,
     number: usize,
-    mut request: http::Request<B>,
-) -> http::Request<B> {
+    request: &mut http::Request<B>,
+) {
     if let Some(s) = span {
         s.before_attempt(number, request.headers_mut());
     }
-    request
 }
 
 /// An attempt's result as its CLIENT span records it.

@@ -171,6 +171,9 @@ pub(crate) struct H1Conn {
     pub meta: Arc<ConnMeta>,
     pub io: UpstreamIo,
     pub buf: BytesMut,
+    /// The head of the request being sent, rendered (kept, with its
+    /// capacity, for the next request).
+    pub out: Vec<u8>,
     _live: LiveGuard,
 }
 
@@ -407,15 +410,21 @@ impl Pool {
     /// response head awaited on the request's task), dialling and HTTP/2
     /// are boxed, so their futures do not sit inside every request's
     /// future, which is moved whole (with the HTTP/1.1 exchange inline this
-    /// future was 2,816 bytes in the test build; boxed, 624).
+    /// future was 2,816 bytes in the test build; boxed, 624). The exchange
+    /// keeps its own deadline (`timeouts.request`, from `now` on a pooled
+    /// connection, from the end of dialling on a new one).
     ///
-    /// `now` is the caller's clock reading (for the idle-timeout check).
+    /// `now` is the caller's clock reading (for the idle-timeout check and
+    /// the request timeout). `raw_head`: an HTTP/1.1 answer may keep its
+    /// head as the backend's bytes ([`h1::RawHead`]) for a client
+    /// connection that writes it as it is.
     pub async fn send(
         self: &Arc<Self>,
         addr: SocketAddr,
         req: Request<ProxyBody>,
         s: &PoolSettings,
         now: Instant,
+        raw_head: bool,
     ) -> Result<Response<ProxyBody>, SendFailure> {
         self.admission.configure(&s.limits);
         if s.protocol == UpstreamProtocol::Http2 {
@@ -426,29 +435,13 @@ impl Pool {
             // A pooled connection that turns out dead before any byte of
             // the request was written hands the request back: moving on to
             // the next one is always safe.
-            match Box::pin(self.exchange_h1(conn, req, s)).await {
+            let deadline = tokio::time::Instant::from_std(now) + s.request_timeout;
+            match Box::pin(h1::send(self, conn, req, deadline, raw_head)).await {
                 Err(SendFailure::NotSent { request, .. }) => req = *request,
                 other => return other,
             }
         }
-        Box::pin(self.dial_and_send_h1(addr, req, s)).await
-    }
-
-    /// One HTTP/1.1 exchange, bounded by the request timeout until the
-    /// response head.
-    async fn exchange_h1(
-        self: &Arc<Self>,
-        conn: H1Conn,
-        req: Request<ProxyBody>,
-        s: &PoolSettings,
-    ) -> Result<Response<ProxyBody>, SendFailure> {
-        match tokio::time::timeout(s.request_timeout, h1::send(self, conn, req)).await {
-            Ok(result) => result,
-            // The connection was dropped with the exchange: closed.
-            Err(_) => Err(SendFailure::Sent(ProxyError::new(
-                ErrorKind::UpstreamTimeout,
-            ))),
-        }
+        Box::pin(self.dial_and_send_h1(addr, req, s, raw_head)).await
     }
 
     /// Gives an HTTP/1.1 connection to the first request waiting for one,
@@ -528,6 +521,7 @@ impl Pool {
         addr: SocketAddr,
         req: Request<ProxyBody>,
         s: &PoolSettings,
+        raw_head: bool,
     ) -> Result<Response<ProxyBody>, SendFailure> {
         let mut req = req;
         loop {
@@ -542,7 +536,8 @@ impl Pool {
             };
             // A handed-over connection that turns out dead before any byte
             // was written hands the request back: try the next one.
-            match self.exchange_h1(conn, req, s).await {
+            let deadline = tokio::time::Instant::now() + s.request_timeout;
+            match h1::send(self, conn, req, deadline, raw_head).await {
                 Err(SendFailure::NotSent { request, .. }) if reused => req = *request,
                 other => return other,
             }
@@ -623,6 +618,7 @@ impl Pool {
             meta,
             io,
             buf: BytesMut::new(),
+            out: Vec::new(),
             _live: live,
         })
     }

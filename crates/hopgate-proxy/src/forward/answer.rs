@@ -28,9 +28,10 @@ use super::grpc;
 use super::plan::{PendingHop, Upgrade};
 use super::{Forwarder, Req};
 use crate::body::ProxyBody;
+use crate::h1::client::{materialize, RawHead};
 use crate::headers::{
-    scan_response, strip_response, HOP_MAINTENANCE, HOP_SESSION_CONTEXT, X_ROUTE_RULE_ID,
-    X_UPSTREAM_ADDR,
+    passes_raw, scan_response, strip_response, HOP_MAINTENANCE, HOP_SESSION_CONTEXT,
+    X_ROUTE_RULE_ID, X_UPSTREAM_ADDR,
 };
 use crate::metrics::{HopRecord, METRICS};
 use crate::send_watch::SendWatch;
@@ -68,6 +69,17 @@ pub(super) fn answer(
         Observation::Success
     };
     at.account(seen);
+    // A head kept raw stays so only when nothing below has to change it.
+    if let Some(raw) = resp.extensions().get::<RawHead>() {
+        let taken: [&[u8]; 3] = [
+            snap.config.sessions.header.as_str().as_bytes(),
+            X_ROUTE_RULE_ID.as_str().as_bytes(),
+            X_UPSTREAM_ADDR.as_str().as_bytes(),
+        ];
+        if status == 101 || !passes_raw(raw.lines(), &taken) {
+            materialize(&mut resp);
+        }
+    }
     let rf = scan_response(resp.headers());
     if rf.maintenance {
         if let Some(v) = resp.headers_mut().remove(&HOP_MAINTENANCE) {

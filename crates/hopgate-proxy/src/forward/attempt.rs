@@ -139,15 +139,15 @@ pub(super) fn spend(svc: &CompiledService, sent: usize, last_resort: bool) -> bo
 /// and out, so the request's future never holds a borrowed copy across the
 /// send.
 pub(super) fn for_node(
-    mut request: Request<ProxyBody>,
+    request: &mut Request<ProxyBody>,
     node: &CompiledNode,
     svc: &CompiledService,
     flight: &Flight,
     hop: Option<&PendingHop>,
     moved: Option<SocketAddr>,
     sessions: Option<(&SessionKeys, &HeaderName)>,
-) -> Request<ProxyBody> {
-    retarget(&mut request, node, svc);
+) {
+    retarget(request, node, svc);
     if let (Some((keys, header)), Some(cs)) = (sessions, &flight.client_session) {
         if !cs.known {
             request.headers_mut().insert(
@@ -173,7 +173,6 @@ pub(super) fn for_node(
             }
         }
     }
-    request
 }
 
 /// Points the upstream request at `node`: URI form for the protocol,

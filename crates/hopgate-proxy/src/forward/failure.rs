@@ -282,8 +282,10 @@ pub(super) fn on_failure(
         },
         Next::Answer(kind) => AfterFailure::End(Err(kind)),
         Next::PassThrough | Next::Deliver => match answer {
-            Some(resp) => {
+            Some(mut resp) => {
                 out.status = resp.status().as_u16();
+                // Passed on without the answer step: as a header map.
+                crate::h1::client::materialize(&mut resp);
                 AfterFailure::End(Ok(*resp))
             }
             None => AfterFailure::End(Err(kind)),

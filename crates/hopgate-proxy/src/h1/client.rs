@@ -16,7 +16,9 @@
 //! Must not touch: pool bookkeeping (that is [`crate::pool`]), routing,
 //! retries.
 
+use std::future::Future;
 use std::io;
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -28,8 +30,8 @@ use http::{Method, Request, Response, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 
 use super::chunked::{ChunkedDecoder, Step};
-use super::head::{self, BodyKind, Head, ResponseKind};
-use super::write::{self, Digits, Out};
+use super::head::{self, BodyKind, Head, HeaderRange, ResponseKind};
+use super::write::{self, Out};
 use crate::body::{BodyTooLarge, BoxError, ProxyBody};
 use crate::pool::{H1Conn, Pool, SendFailure};
 use crate::tls::UpstreamIo;
@@ -201,66 +203,112 @@ impl HeadFail {
     }
 }
 
-/// Sends `req` on `conn` and waits for the response head (the caller
-/// bounds the wait). A request none of whose bytes reached the socket is
-/// handed back as [`SendFailure::NotSent`].
+/// Sends `req` on `conn` and waits for the response head until
+/// `deadline` (`timeouts.request`). A request none of whose bytes reached
+/// the socket is handed back as [`SendFailure::NotSent`].
+///
+/// The head is rendered into the connection's own buffer and the whole
+/// exchange (head, body, response head, deadline) is one poll function:
+/// the future holds the request only until its head is out, and no
+/// `Timeout` wraps it (each wrapper moved the whole future again).
 pub(crate) async fn send(
     pool: &Arc<Pool>,
     mut conn: H1Conn,
     req: Request<ProxyBody>,
+    deadline: tokio::time::Instant,
+    raw_head: bool,
 ) -> Result<Response<ProxyBody>, SendFailure> {
     let framing = write::request_framing(req.method(), req.headers(), req.body());
-    let written = {
-        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
-        let mut digits = Digits::default();
-        let w = write::request_head(req.method(), target, req.headers(), &framing, &mut digits);
-        w.write_to(&mut conn.io).await
-    };
-    if let Err((e, n)) = written {
-        let error = ProxyError::with_detail(ErrorKind::ConnectionLost, e);
-        return Err(if n == 0 {
-            SendFailure::NotSent {
-                request: Box::new(req),
-                error,
-            }
-        } else {
-            SendFailure::Sent(error)
-        });
-    }
     let is_head = req.method() == Method::HEAD;
-    let (parts, body) = req.into_parts();
-    let allowed =
-        if framing.body == BodyKind::Chunked && parts.headers.contains_key(http::header::TRAILER) {
-            write::allowed_trailers(&parts.headers)
-        } else {
-            Vec::new()
-        };
-    drop(parts);
-    let mut pump = Pump::new(body, framing.body, allowed);
+    {
+        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        write::request_head(&mut conn.out, req.method(), target, req.headers(), &framing);
+    }
+    let mut req = Some(req);
+    let mut at = 0;
+    let mut pump = None;
     let mut write_error = None;
-    let waited =
-        std::future::poll_fn(|cx| poll_head(&mut conn, &mut pump, &mut write_error, is_head, cx))
-            .await;
+    let mut timer = std::pin::pin!(tokio::time::sleep_until(deadline));
+    let waited = std::future::poll_fn(|cx| {
+        if req.is_some() {
+            match write::poll_write_all(&mut conn.io, &conn.out, &mut at, cx) {
+                Poll::Ready(Ok(())) => {
+                    let Some(r) = req.take() else {
+                        return Poll::Ready(Err(Exchange::TimedOut));
+                    };
+                    let (parts, body) = r.into_parts();
+                    let allowed = if framing.body == BodyKind::Chunked
+                        && parts.headers.contains_key(http::header::TRAILER)
+                    {
+                        write::allowed_trailers(&parts.headers)
+                    } else {
+                        Vec::new()
+                    };
+                    pump = Some(Pump::new(body, framing.body, allowed));
+                }
+                Poll::Ready(Err(e)) => {
+                    let error = ProxyError::with_detail(ErrorKind::ConnectionLost, e);
+                    return Poll::Ready(Err(match req.take() {
+                        Some(request) if at == 0 => Exchange::NotSent(Box::new(request), error),
+                        _ => Exchange::Sent(error),
+                    }));
+                }
+                Poll::Pending => {
+                    return match timer.as_mut().poll(cx) {
+                        Poll::Ready(()) => Poll::Ready(Err(Exchange::TimedOut)),
+                        Poll::Pending => Poll::Pending,
+                    }
+                }
+            }
+        }
+        let Some(p) = pump.as_mut() else {
+            return Poll::Ready(Err(Exchange::TimedOut));
+        };
+        match poll_head(&mut conn, p, &mut write_error, is_head, cx) {
+            Poll::Ready(r) => Poll::Ready(r.map_err(Exchange::Head)),
+            Poll::Pending => match timer.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(Exchange::TimedOut)),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    })
+    .await;
     let (head, kind) = match waited {
         Ok(found) => found,
-        Err(fail) => {
-            if !pump.ended {
+        Err(Exchange::NotSent(request, error)) => {
+            return Err(SendFailure::NotSent { request, error })
+        }
+        Err(Exchange::Sent(error)) => return Err(SendFailure::Sent(error)),
+        // The connection is dropped with the exchange: closed.
+        Err(Exchange::TimedOut) => {
+            return Err(SendFailure::Sent(ProxyError::new(
+                ErrorKind::UpstreamTimeout,
+            )))
+        }
+        Err(Exchange::Head(fail)) => {
+            if pump.as_ref().is_some_and(|p| !p.ended) {
                 // The client's body is abandoned: drop it, then let the
                 // client's connection see that before the error answer is
                 // made (it drains the rest, or closes and says
                 // `Connection: close` in that answer). Answering first
-                // would let hyper send a keep-alive answer and close
-                // right after it, under a client that may already reuse
-                // the connection.
+                // would let the client's connection send a keep-alive
+                // answer and close right after it, under a client that may
+                // already reuse the connection.
                 drop(pump);
                 tokio::task::yield_now().await;
             }
             return Err(SendFailure::Sent(fail.into_error()));
         }
     };
-    let pump = (!pump.ended || !pump.out.is_empty()).then_some(pump);
+    let pump = pump.filter(|p| !p.ended || !p.out.is_empty());
     let bytes = conn.buf.split_to(head.len).freeze();
-    let mut resp = match response(&head, &bytes) {
+    let keeps_alive = head.keeps_alive();
+    let made = if raw_head && matches!(kind, ResponseKind::Final(_)) {
+        raw_response(head, bytes)
+    } else {
+        response(&head, &bytes)
+    };
+    let mut resp = match made {
         Ok(r) => r,
         Err(e) => return Err(SendFailure::Sent(HeadFail::Invalid(e).into_error())),
     };
@@ -272,13 +320,25 @@ pub(crate) async fn send(
             ProxyBody::Empty
         }
         ResponseKind::Final(kind) => {
-            let reusable = head.keeps_alive() && kind != BodyKind::Close && write_error.is_none();
+            let reusable = keeps_alive && kind != BodyKind::Close && write_error.is_none();
             ResponseBody::start(pool, conn, kind, pump, reusable)
         }
         ResponseKind::Interim => ProxyBody::Empty,
     };
     *resp.body_mut() = body;
     Ok(resp)
+}
+
+/// How an exchange ended before a final response head.
+enum Exchange {
+    /// Writing the head failed before any byte went out.
+    NotSent(Box<Request<ProxyBody>>, ProxyError),
+    /// Writing the head failed part-way.
+    Sent(ProxyError),
+    /// `timeouts.request` passed.
+    TimedOut,
+    /// The body or the wait for the response head failed.
+    Head(HeadFail),
 }
 
 /// Streams the request body and reads until a final response head.
@@ -326,33 +386,176 @@ fn poll_head(
     }
 }
 
+/// The status code of a head.
+fn status_of(head: &Head) -> Result<StatusCode, head::HeadError> {
+    StatusCode::from_u16(head.status).map_err(|_| head::HeadError::Malformed("invalid status"))
+}
+
 /// The response head as an `http` response with an empty body.
 fn response(head: &Head, bytes: &Bytes) -> Result<Response<ProxyBody>, head::HeadError> {
-    let status = StatusCode::from_u16(head.status)
-        .map_err(|_| head::HeadError::Malformed("invalid status"))?;
     let mut resp = Response::new(ProxyBody::Empty);
-    *resp.status_mut() = status;
-    *resp.version_mut() = if head.minor == 0 {
-        Version::HTTP_10
-    } else {
-        Version::HTTP_11
-    };
+    *resp.status_mut() = status_of(head)?;
+    *resp.version_mut() = version_of(head);
     let headers = resp.headers_mut();
     headers.reserve(head.headers.len());
     for h in &head.headers {
-        let name = HeaderName::from_bytes(&bytes[h.name.clone()])
-            .map_err(|_| head::HeadError::Malformed("invalid header name"))?;
-        let value = HeaderValue::from_maybe_shared(bytes.slice(h.value.clone()))
-            .map_err(|_| head::HeadError::Malformed("invalid header value"))?;
+        let (name, value) = header_of(bytes, h)?;
         headers.append(name, value);
     }
-    let reason = &bytes[head.reason.clone()];
-    if !reason.is_empty() && status.canonical_reason().map(str::as_bytes) != Some(reason) {
-        if let Ok(r) = hyper::ext::ReasonPhrase::try_from(bytes.slice(head.reason.clone())) {
+    reason_into(&mut resp, bytes, head.reason.clone());
+    Ok(resp)
+}
+
+fn version_of(head: &Head) -> Version {
+    if head.minor == 0 {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    }
+}
+
+/// One header line of `bytes` as a name and a value (sharing `bytes`).
+fn header_of(bytes: &Bytes, h: &HeaderRange) -> Result<(HeaderName, HeaderValue), head::HeadError> {
+    let name = HeaderName::from_bytes(&bytes[h.name.clone()])
+        .map_err(|_| head::HeadError::Malformed("invalid header name"))?;
+    let value = HeaderValue::from_maybe_shared(bytes.slice(h.value.clone()))
+        .map_err(|_| head::HeadError::Malformed("invalid header value"))?;
+    Ok((name, value))
+}
+
+/// A reason phrase other than the status code's usual one is kept (and
+/// written back as it came).
+fn reason_into<B>(resp: &mut Response<B>, bytes: &Bytes, reason: Range<usize>) {
+    let text = &bytes[reason.clone()];
+    if !text.is_empty() && resp.status().canonical_reason().map(str::as_bytes) != Some(text) {
+        if let Ok(r) = hyper::ext::ReasonPhrase::try_from(bytes.slice(reason)) {
             resp.extensions_mut().insert(r);
         }
     }
+}
+
+/// A response head kept as the backend sent it: the head's bytes and its
+/// header lines as ranges of them, carried in the response's extensions
+/// while its header map holds only what the gateway adds. hopgate's own
+/// HTTP/1.1 server writes such a head line by line, as it came (names in
+/// the backend's case); every other consumer turns it into header-map
+/// entries first ([`materialize`]). Made only for a client connection on
+/// that server, and kept only when the answer step has nothing to take out
+/// of the head ([`crate::headers::passes_raw`]).
+#[derive(Clone, Debug)]
+pub(crate) struct RawHead {
+    /// The head, its empty last line included.
+    bytes: Bytes,
+    lines: Vec<HeaderRange>,
+    reason: Range<usize>,
+    /// The value of its `Content-Length` (checked by the parser).
+    content_length: Option<u64>,
+}
+
+impl RawHead {
+    /// The header lines: name and value, as the backend wrote them.
+    pub(crate) fn lines(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        self.lines
+            .iter()
+            .map(|h| (&self.bytes[h.name.clone()], &self.bytes[h.value.clone()]))
+    }
+
+    /// How many header lines there are.
+    pub(crate) fn count(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// The `Content-Length` the head declares.
+    pub(crate) fn content_length(&self) -> Option<u64> {
+        self.content_length
+    }
+
+    /// The header lines whose names `keep` says yes to, handed to `out`
+    /// as runs of whole lines (line ends included), one slice per run: a
+    /// head with one line left out is written in two pieces.
+    pub(crate) fn kept_runs<'a>(
+        &'a self,
+        mut keep: impl FnMut(&[u8]) -> bool,
+        mut out: impl FnMut(&'a [u8]),
+    ) {
+        let mut run = None;
+        for h in &self.lines {
+            if keep(&self.bytes[h.name.clone()]) {
+                run.get_or_insert(h.name.start);
+            } else if let Some(start) = run.take() {
+                out(&self.bytes[start..h.name.start]);
+            }
+        }
+        if let Some(start) = run {
+            // Up to the empty line that ends the head.
+            out(&self.bytes[start..self.bytes.len() - 2]);
+        }
+    }
+
+    /// The reason phrase as the backend wrote it.
+    pub(crate) fn reason(&self) -> &[u8] {
+        &self.bytes[self.reason.clone()]
+    }
+
+    /// The raw head of a whole response head in `bytes`.
+    #[cfg(test)]
+    pub(crate) fn parsed(bytes: &[u8]) -> RawHead {
+        let bytes = Bytes::copy_from_slice(bytes);
+        let head = head::parse_response(&bytes)
+            .expect("a valid head")
+            .expect("a whole head");
+        RawHead {
+            lines: head.headers,
+            reason: head.reason,
+            content_length: head.facts.content_length,
+            bytes,
+        }
+    }
+}
+
+/// The response head as an `http` response with its head kept raw
+/// ([`RawHead`]): no header map is built.
+fn raw_response(head: Head, bytes: Bytes) -> Result<Response<ProxyBody>, head::HeadError> {
+    let mut resp = Response::new(ProxyBody::Empty);
+    *resp.status_mut() = status_of(&head)?;
+    *resp.version_mut() = version_of(&head);
+    resp.extensions_mut().insert(RawHead {
+        bytes,
+        lines: head.headers,
+        reason: head.reason,
+        content_length: head.facts.content_length,
+    });
     Ok(resp)
+}
+
+/// Turns a response's raw head ([`RawHead`]), if it has one, into
+/// header-map entries, placed before the ones the gateway added (whose
+/// names never repeat one of the backend's but `Set-Cookie`: the answer
+/// step materializes first otherwise). A line that does not convert —
+/// none can: `httparse` takes the same name and value bytes as `http` —
+/// is dropped.
+pub(crate) fn materialize<B>(resp: &mut Response<B>) {
+    let Some(raw) = resp.extensions_mut().remove::<RawHead>() else {
+        return;
+    };
+    let added = std::mem::take(resp.headers_mut());
+    let headers = resp.headers_mut();
+    headers.reserve(raw.lines.len() + added.len());
+    for h in &raw.lines {
+        if let Ok((name, value)) = header_of(&raw.bytes, h) {
+            headers.append(name, value);
+        }
+    }
+    let mut last = None;
+    for (name, value) in added {
+        if let Some(n) = name {
+            last = Some(n);
+        }
+        if let Some(n) = &last {
+            headers.append(n.clone(), value);
+        }
+    }
+    reason_into(resp, &raw.bytes, raw.reason);
 }
 
 /// Trailer lines as a header map.

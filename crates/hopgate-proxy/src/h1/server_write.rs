@@ -25,14 +25,13 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::FutureExt;
-use http::header::{
-    HeaderMap, HeaderName, CONNECTION, CONTENT_LENGTH, DATE, TRAILER, TRANSFER_ENCODING,
-};
+use http::header::{HeaderName, CONTENT_LENGTH, TRAILER};
 use http::{Response, Version};
 use http_body::Body;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+use super::client::RawHead;
 use super::server_body::Slot;
 use super::write::{self, HeadWriter, Out};
 use crate::body::ProxyBody;
@@ -79,7 +78,8 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
     let mut chunk_pre = [0u8; 18];
     let mut overlong = false;
     {
-        let mut w = HeadWriter::with_lines(parts.headers.len() + 4);
+        let raw_lines = parts.extensions.get::<RawHead>().map_or(0, RawHead::count);
+        let mut w = HeadWriter::with_lines(parts.headers.len() + raw_lines + 4);
         status_and_headers(&mut w, &parts, ask, &framing, &mut date, &mut close);
         if close {
             *keep = false;
@@ -273,17 +273,49 @@ enum Framing {
 }
 
 /// `Content-Length` of a response when it is one valid value.
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    let mut all = headers.get_all(CONTENT_LENGTH).iter();
-    let first = all.next()?;
-    if all.next().is_some() {
+fn declared_length(resp: &Response<ProxyBody>) -> Option<u64> {
+    let value = match resp.extensions().get::<RawHead>() {
+        // At most one line (the answer step made sure), checked by the
+        // parser.
+        Some(raw) => return raw.content_length(),
+        None => {
+            let mut all = resp.headers().get_all(CONTENT_LENGTH).iter();
+            let first = all.next()?;
+            if all.next().is_some() {
+                return None;
+            }
+            Some(first.as_bytes())
+        }
+    };
+    let s = value?.trim_ascii();
+    if s.is_empty() || s.len() > 19 || !s.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let s = first.to_str().ok()?.trim();
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+    Some(s.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
+}
+
+/// The header lines the writer looks at.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Line {
+    ContentLength,
+    TransferEncoding,
+    Connection,
+    KeepAlive,
+    Date,
+    Other,
+}
+
+/// Which of them a name is, in any case.
+fn line_kind(name: &[u8]) -> Line {
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    match name.len() {
+        14 if is(b"content-length") => Line::ContentLength,
+        17 if is(b"transfer-encoding") => Line::TransferEncoding,
+        10 if is(b"connection") => Line::Connection,
+        10 if is(b"keep-alive") => Line::KeepAlive,
+        4 if is(b"date") => Line::Date,
+        _ => Line::Other,
     }
-    s.parse().ok()
 }
 
 /// Decides a response's framing (the rules of hyper's server, so clients
@@ -293,7 +325,7 @@ fn framing(resp: &Response<ProxyBody>, ask: Ask) -> Framing {
     if ask.is_head || status < 200 || status == 204 || status == 304 {
         return Framing::None;
     }
-    if let Some(n) = declared_length(resp.headers()) {
+    if let Some(n) = declared_length(resp) {
         return Framing::Length {
             left: n,
             add: false,
@@ -337,42 +369,85 @@ fn status_and_headers<'a>(
     });
     w.push(status.as_str().as_bytes());
     w.push(b" ");
-    let reason = parts
-        .extensions
-        .get::<hyper::ext::ReasonPhrase>()
-        .map(|r| r.as_bytes())
+    let raw = parts.extensions.get::<RawHead>();
+    let reason = raw
+        .map(RawHead::reason)
+        .filter(|r| !r.is_empty())
+        .or_else(|| {
+            parts
+                .extensions
+                .get::<hyper::ext::ReasonPhrase>()
+                .map(|r| r.as_bytes())
+        })
         .or_else(|| status.canonical_reason().map(str::as_bytes))
         .unwrap_or(b"");
     w.push(reason);
     w.push(b"\r\n");
-    // 1xx and 204 never carry framing lines.
-    let no_framing = status.is_informational() || status.as_u16() == 204;
-    let mut has_date = false;
-    for (name, value) in &parts.headers {
-        if no_framing && (name == CONTENT_LENGTH || name == TRANSFER_ENCODING) {
-            continue;
-        }
-        if matches!(framing, Framing::Chunked { .. } | Framing::Close) && name == CONTENT_LENGTH {
-            continue;
-        }
-        if name == TRANSFER_ENCODING {
-            // The gateway frames the body itself.
-            continue;
-        }
-        if name == CONNECTION
-            && value
-                .as_bytes()
-                .split(|b| *b == b',')
-                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
-        {
-            *close = true;
-        }
-        has_date |= name == DATE;
-        w.header(name.as_str().as_bytes(), value.as_bytes());
+    let mut lines = Lines {
+        // 1xx and 204 never carry framing lines.
+        no_framing: status.is_informational() || status.as_u16() == 204,
+        own_length: matches!(framing, Framing::Chunked { .. } | Framing::Close),
+        has_date: false,
+    };
+    // The backend's lines as it wrote them, in runs of whole lines, less
+    // the hop-by-hop ones the answer step would have taken out (a raw head
+    // has no others) and the framing lines the gateway replaces.
+    if let Some(raw) = raw {
+        raw.kept_runs(
+            |name| match line_kind(name) {
+                Line::Connection | Line::KeepAlive | Line::TransferEncoding => false,
+                Line::ContentLength => !(lines.no_framing || lines.own_length),
+                Line::Date => {
+                    lines.has_date = true;
+                    true
+                }
+                Line::Other => true,
+            },
+            |run| w.push(run),
+        );
     }
-    if !has_date {
+    for (name, value) in &parts.headers {
+        let name = name.as_str().as_bytes();
+        lines.write(w, line_kind(name), name, value.as_bytes(), close);
+    }
+    if !lines.has_date {
         *date = crate::h1::date::now();
         w.header(b"date", &date[..]);
+    }
+}
+
+/// The rules every header line of a response head is written by.
+struct Lines {
+    no_framing: bool,
+    /// The body is framed by chunks or by the close: no length line.
+    own_length: bool,
+    has_date: bool,
+}
+
+impl Lines {
+    fn write<'a>(
+        &mut self,
+        w: &mut HeadWriter<'a>,
+        kind: Line,
+        name: &'a [u8],
+        value: &'a [u8],
+        close: &mut bool,
+    ) {
+        match kind {
+            // The gateway frames the body itself.
+            Line::TransferEncoding => return,
+            Line::ContentLength if self.no_framing || self.own_length => return,
+            Line::Connection
+                if value
+                    .split(|b| *b == b',')
+                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close")) =>
+            {
+                *close = true;
+            }
+            Line::Date => self.has_date = true,
+            _ => {}
+        }
+        w.header(name, value);
     }
 }
 
@@ -422,7 +497,7 @@ fn chunk_prefix(n: usize, buf: &mut [u8; 18]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::header::HeaderValue;
+    use http::header::{HeaderMap, HeaderValue};
 
     fn ask(version: Version, is_head: bool, trailers_ok: bool) -> Ask {
         Ask {
@@ -461,6 +536,67 @@ mod tests {
             .collect::<Vec<_>>()
             .join("\r\n");
         (text, keep)
+    }
+
+    /// A backend's head kept raw: its lines go out byte for byte as they
+    /// came (case and spacing kept), less `Connection` and `Keep-Alive`; the framing and `Date`
+    /// rules are those of a header map; what the gateway added follows.
+    #[tokio::test]
+    async fn a_raw_head_is_written_as_the_backend_wrote_it() {
+        let head = b"HTTP/1.1 200 Fine\r\nServer: nginx\r\nConnection: keep-alive\r\n\
+            Keep-Alive: timeout=5\r\nContent-Length: 2\r\nX-Mixed-Case:A  \r\n\r\n";
+        let raw = || {
+            let mut r = Response::new(ProxyBody::full("ok"));
+            r.extensions_mut().insert(RawHead::parsed(head));
+            r.headers_mut()
+                .append("set-cookie", HeaderValue::from_static("s=1"));
+            r
+        };
+        let (t, keep) = written(raw(), ask(Version::HTTP_11, false, false)).await;
+        assert_eq!(
+            t,
+            "HTTP/1.1 200 Fine\r\nServer: nginx\r\nContent-Length: 2\r\nX-Mixed-Case:A  \r\n\
+             set-cookie: s=1\r\ndate: *\r\n\r\nok"
+        );
+        assert!(keep);
+        // Its own `Date` is kept; HEAD keeps the length and sends no body.
+        let dated = b"HTTP/1.1 200 OK\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\n\
+            Content-Length: 7\r\n\r\n";
+        let mut r = Response::new(ProxyBody::Empty);
+        r.extensions_mut().insert(RawHead::parsed(dated));
+        let (t, _) = written(r, ask(Version::HTTP_11, true, false)).await;
+        assert_eq!(
+            t,
+            "HTTP/1.1 200 OK\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\nContent-Length: 7\r\n\r\n"
+        );
+        // Unknown length to HTTP/1.1: chunked; the backend's
+        // `Transfer-Encoding` is not repeated. An empty reason phrase is
+        // the code's own.
+        let chunked = b"HTTP/1.1 404 \r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n";
+        let mut r = Response::new(streamed(b"hello", None));
+        *r.status_mut() = http::StatusCode::NOT_FOUND;
+        r.extensions_mut().insert(RawHead::parsed(chunked));
+        let (t, _) = written(r, ask(Version::HTTP_11, false, false)).await;
+        assert_eq!(t, "HTTP/1.1 404 Not Found\r\nX-A: 1\r\ndate: *\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+        // Materialized, the same head becomes map entries before the
+        // added ones, with its reason phrase kept.
+        let mut r = raw();
+        crate::h1::client::materialize(&mut r);
+        assert!(r.extensions().get::<RawHead>().is_none());
+        let names: Vec<_> = r.headers().keys().map(|n| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "server",
+                "connection",
+                "keep-alive",
+                "content-length",
+                "x-mixed-case",
+                "set-cookie"
+            ]
+        );
+        let (t, _) = written(r, ask(Version::HTTP_11, false, false)).await;
+        assert!(t.starts_with("HTTP/1.1 200 Fine\r\n"), "{t}");
     }
 
     #[tokio::test]

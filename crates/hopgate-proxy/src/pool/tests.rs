@@ -34,6 +34,7 @@ fn send_future_stays_small() {
         req,
         &settings,
         Instant::now(),
+        false,
     );
     let size = std::mem::size_of_val(&fut);
     assert!(size <= 1024, "Pool::send future is {size} bytes");
@@ -71,7 +72,7 @@ async fn drain_aborts_busy_connections_at_the_deadline() {
                 .header("host", "x")
                 .body(ProxyBody::Empty)
                 .unwrap();
-            pool.send(addr, req, &settings, Instant::now()).await
+            pool.send(addr, req, &settings, Instant::now(), false).await
         })
     };
     // Wait until the connection is open and busy.
@@ -173,21 +174,21 @@ async fn a_clean_response_gives_the_connection_back() {
     let pool = Arc::new(Pool::new(4));
     let s = settings();
     let resp = pool
-        .send(addr, get("/a"), &s, Instant::now())
+        .send(addr, get("/a"), &s, Instant::now(), false)
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(read_all(resp).await.0, b"ok");
     assert_eq!(pool.stats().idle, 1);
     let resp = pool
-        .send(addr, get("/b"), &s, Instant::now())
+        .send(addr, get("/b"), &s, Instant::now(), false)
         .await
         .unwrap();
     let (body, trailers) = read_all(resp).await;
     assert_eq!(body, b"abcd");
     assert_eq!(trailers.unwrap()["x-sum"], "4");
     let resp = pool
-        .send(addr, get("/c"), &s, Instant::now())
+        .send(addr, get("/c"), &s, Instant::now(), false)
         .await
         .unwrap();
     assert_eq!(resp.status(), 204, "the interim answer is skipped");
@@ -209,7 +210,7 @@ async fn a_connection_the_backend_closed_is_not_reused() {
     let pool = Arc::new(Pool::new(4));
     let s = settings();
     let resp = pool
-        .send(addr, get("/1"), &s, Instant::now())
+        .send(addr, get("/1"), &s, Instant::now(), false)
         .await
         .unwrap();
     assert_eq!(read_all(resp).await.0, b"");
@@ -217,7 +218,7 @@ async fn a_connection_the_backend_closed_is_not_reused() {
     // Wait until the backend's close has reached us.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let resp = pool
-        .send(addr, get("/2"), &s, Instant::now())
+        .send(addr, get("/2"), &s, Instant::now(), false)
         .await
         .unwrap();
     assert_eq!(read_all(resp).await.0, b"2");
@@ -237,7 +238,10 @@ async fn answers_that_close_are_not_parked() {
     let pool = Arc::new(Pool::new(4));
     let s = settings();
     for want in [&b"a"[..], b"b", b"until close"] {
-        let resp = pool.send(addr, get("/"), &s, Instant::now()).await.unwrap();
+        let resp = pool
+            .send(addr, get("/"), &s, Instant::now(), false)
+            .await
+            .unwrap();
         assert_eq!(read_all(resp).await.0, want);
         assert_eq!(pool.stats().idle, 0);
     }
@@ -257,7 +261,7 @@ async fn ambiguous_responses_are_refused() {
     let pool = Arc::new(Pool::new(4));
     let s = settings();
     for _ in 0..3 {
-        match pool.send(addr, get("/"), &s, Instant::now()).await {
+        match pool.send(addr, get("/"), &s, Instant::now(), false).await {
             Err(SendFailure::Sent(e)) => {
                 assert_eq!(e.kind, ErrorKind::UpstreamProtocol, "{e:?}");
             }
@@ -274,7 +278,9 @@ async fn a_refused_connect_is_not_sent() {
     let addr = unused.local_addr().unwrap();
     drop(unused);
     let pool = Arc::new(Pool::new(4));
-    let result = pool.send(addr, get("/"), &settings(), Instant::now()).await;
+    let result = pool
+        .send(addr, get("/"), &settings(), Instant::now(), false)
+        .await;
     assert!(
         matches!(result, Err(SendFailure::NotSent { .. })),
         "{result:?}"
@@ -291,7 +297,7 @@ async fn an_upgrade_hands_over_the_socket() {
     .await;
     let pool = Arc::new(Pool::new(4));
     let mut resp = pool
-        .send(addr, get("/"), &settings(), Instant::now())
+        .send(addr, get("/"), &settings(), Instant::now(), false)
         .await
         .unwrap();
     assert_eq!(resp.status(), 101);
@@ -317,7 +323,7 @@ async fn drain_ends_a_streaming_body_at_the_deadline() {
     .await;
     let pool = Arc::new(Pool::new(4));
     let resp = pool
-        .send(addr, get("/"), &settings(), Instant::now())
+        .send(addr, get("/"), &settings(), Instant::now(), false)
         .await
         .unwrap();
     let mut body = resp.into_body();
