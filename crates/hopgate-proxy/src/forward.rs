@@ -38,6 +38,7 @@ use http::{Request, Response};
 use http_body_util::BodyExt;
 
 use crate::upstream::{SharedSnapshot, Snapshot};
+use hopgate_core::config::UpstreamProtocol;
 use hopgate_core::error::ErrorKind;
 use hopgate_core::maintenance::Notification;
 use hopgate_core::node::{ms_at, now_ms};
@@ -228,7 +229,17 @@ impl Forwarder {
                         (ProxyBody::watched(body, max_body, Arc::clone(watch)), None)
                     }
                 };
-                let replay = kept.map(|(b, after_sent)| Replay::new(&parts, b, after_sent));
+                // An HTTP/1.1 send hands its head back when it fails: the
+                // copy needs only the body.
+                let handed_back =
+                    (svc.protocol == UpstreamProtocol::Http1 || upgrade.is_some()) && !facts.grpc;
+                let replay = kept.map(|(b, after_sent)| {
+                    if handed_back {
+                        Replay::handed_back(b, after_sent)
+                    } else {
+                        Replay::new(&parts, b, after_sent)
+                    }
+                });
                 // An answer's head may stay as the backend's bytes for
                 // hopgate's own HTTP/1.1 server, which writes it as it is.
                 let raw_head =

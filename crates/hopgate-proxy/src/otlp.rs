@@ -298,7 +298,7 @@ pub(crate) fn outcome_of(
     match result {
         Ok(r) => Ok(r.status().as_u16()),
         Err(SendFailure::NotSent { error, .. } | SendFailure::Sent(error))
-        | Err(SendFailure::Refused(error)) => Err(error.kind),
+        | Err(SendFailure::SentWithHead(error, _) | SendFailure::Refused(error)) => Err(error.kind),
     }
 }
 

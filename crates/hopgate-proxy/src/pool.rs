@@ -206,10 +206,25 @@ pub enum SendFailure {
     },
     /// The request may have reached the backend.
     Sent(ProxyError),
+    /// The request may have reached the backend (HTTP/1.1); its head comes
+    /// back as it was sent, so that a replay needs no copy made before the
+    /// send.
+    SentWithHead(ProxyError, Box<http::request::Parts>),
     /// HTTP/2: the backend refused the stream (REFUSED_STREAM, or a stream
     /// above its GOAWAY's last-stream-id): it never processed the request,
     /// but the request itself was consumed. Safe to replay from a copy.
     Refused(ProxyError),
+}
+
+impl SendFailure {
+    /// A send that may have reached the backend, with its head when it is
+    /// still there.
+    pub(crate) fn sent(error: ProxyError, head: Option<http::request::Parts>) -> SendFailure {
+        match head {
+            Some(head) => SendFailure::SentWithHead(error, Box::new(head)),
+            None => SendFailure::Sent(error),
+        }
+    }
 }
 
 /// Counters of one pool, for the admin API and metrics.

@@ -207,12 +207,17 @@ pub(super) fn on_failure(
     last: &mut ErrorKind,
     out: &mut Outcome,
 ) -> AfterFailure {
+    let mut sent_head = None;
     let (class, error, request, answer) = match failed {
         Failed::Send(SendFailure::NotSent { request, error }) => {
             (Class::NotSent, Some(error), Some(request), None)
         }
         Failed::Send(SendFailure::Refused(error)) => (Class::Refused, Some(error), None, None),
         Failed::Send(SendFailure::Sent(error)) => (Class::Sent, Some(error), None, None),
+        Failed::Send(SendFailure::SentWithHead(error, head)) => {
+            sent_head = Some(head);
+            (Class::Sent, Some(error), None, None)
+        }
         Failed::GrpcUnavailable(resp) => (Class::GrpcUnavailable, None, None, Some(resp)),
     };
     let mut kind = error.as_ref().map_or(ErrorKind::ConnectionLost, |e| e.kind);
@@ -276,8 +281,8 @@ pub(super) fn on_failure(
             Some(request) => AfterFailure::Next(*request),
             None => AfterFailure::End(Err(kind)),
         },
-        Next::Replay => match replay {
-            Some(copy) => AfterFailure::Next(copy.request()),
+        Next::Replay => match replay.and_then(|copy| copy.request(sent_head)) {
+            Some(request) => AfterFailure::Next(request),
             None => AfterFailure::End(Err(kind)),
         },
         Next::Answer(kind) => AfterFailure::End(Err(kind)),

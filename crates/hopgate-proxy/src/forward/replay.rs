@@ -22,6 +22,7 @@ use super::grpc::GRPC_BODY_WAIT;
 use super::plan::content_length;
 use crate::body::{ClientBody, ProxyBody};
 use crate::h1::RequestBody;
+use crate::headers::{HOP_SESSION_CONTEXT, X_HOP_FROM};
 
 /// How the client's body is taken before the first attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,7 +102,13 @@ pub(super) enum CopyKind {
 
 /// A copy of a request kept so that it can be sent again elsewhere.
 pub(super) struct Replay {
-    head: http::request::Parts,
+    /// The head, copied before the first send; `None` when the send hands
+    /// it back with its failure (HTTP/1.1: [`SendFailure::SentWithHead`],
+    /// or the request itself when it was not sent), so no copy is made
+    /// for a request that never needs one.
+    ///
+    /// [`SendFailure::SentWithHead`]: crate::pool::SendFailure::SentWithHead
+    head: Option<http::request::Parts>,
     body: Bytes,
     /// Replay-safe: may be sent again even after a send that may have
     /// reached a backend. Otherwise only after the backend refused it
@@ -112,7 +119,16 @@ pub(super) struct Replay {
 impl Replay {
     pub(super) fn new(head: &http::request::Parts, body: Bytes, after_sent: bool) -> Replay {
         Replay {
-            head: copy_head(head),
+            head: Some(copy_head(head)),
+            body,
+            after_sent,
+        }
+    }
+
+    /// A copy whose head will come back from the failed send.
+    pub(super) fn handed_back(body: Bytes, after_sent: bool) -> Replay {
+        Replay {
+            head: None,
             body,
             after_sent,
         }
@@ -127,14 +143,29 @@ impl Replay {
         }
     }
 
-    /// A new request from the copy, by value.
-    pub(super) fn request(&self) -> Request<ProxyBody> {
+    /// A new request from the copy, by value: from the copied head, or
+    /// from the head the failed send handed back (`sent`), cleared of the
+    /// headers an attempt adds only for its own node (the next attempt
+    /// sets its own; the rest it replaces). `None` when there is no head.
+    pub(super) fn request(
+        &self,
+        sent: Option<Box<http::request::Parts>>,
+    ) -> Option<Request<ProxyBody>> {
+        let head = match &self.head {
+            Some(h) => copy_head(h),
+            None => {
+                let mut h = *sent?;
+                h.headers.remove(&X_HOP_FROM);
+                h.headers.remove(&HOP_SESSION_CONTEXT);
+                h
+            }
+        };
         let body = if self.body.is_empty() {
             ProxyBody::Empty
         } else {
             ProxyBody::full(self.body.clone())
         };
-        Request::from_parts(copy_head(&self.head), body)
+        Some(Request::from_parts(head, body))
     }
 }
 
@@ -261,6 +292,35 @@ mod tests {
         assert_eq!(Replay::kind(None), CopyKind::Absent);
         assert_eq!(Replay::kind(Some(&safe)), CopyKind::Any);
         assert_eq!(Replay::kind(Some(&arrived)), CopyKind::Unprocessed);
-        assert!(matches!(arrived.request().into_body(), ProxyBody::Empty));
+        let copied = arrived.request(None).expect("a copied head");
+        assert!(matches!(copied.into_body(), ProxyBody::Empty));
+    }
+
+    /// An HTTP/1.1 copy takes the head its failed send handed back, less
+    /// the headers an attempt adds for its own node.
+    #[test]
+    fn a_handed_back_head_is_replayed_without_the_attempts_own_headers() {
+        let copy = Replay::handed_back(Bytes::from_static(b"body"), true);
+        assert_eq!(Replay::kind(Some(&copy)), CopyKind::Any);
+        assert!(copy.request(None).is_none(), "no head, no replay");
+        let mut sent = Request::builder()
+            .uri("/p?q")
+            .header("x-keep", "1")
+            .header(&X_HOP_FROM, "n1")
+            .header(&HOP_SESSION_CONTEXT, "ctx")
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        sent.headers.append("x-keep", "2".parse().unwrap());
+        let again = copy.request(Some(Box::new(sent))).expect("a head");
+        assert_eq!(again.uri(), "/p?q");
+        let names: Vec<_> = again
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(names, [("x-keep", "1"), ("x-keep", "2")]);
+        assert!(matches!(again.into_body(), ProxyBody::Full(_)));
     }
 }

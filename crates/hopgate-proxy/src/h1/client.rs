@@ -225,6 +225,9 @@ pub(crate) async fn send(
         write::request_head(&mut conn.out, req.method(), target, req.headers(), &framing);
     }
     let mut req = Some(req);
+    // The head as sent, kept until the answer's head: a failure hands it
+    // back, so that a replay needs no copy made in advance.
+    let mut sent_head = None;
     let mut at = 0;
     let mut pump = None;
     let mut write_error = None;
@@ -245,13 +248,16 @@ pub(crate) async fn send(
                         Vec::new()
                     };
                     pump = Some(Pump::new(body, framing.body, allowed));
+                    sent_head = Some(parts);
                 }
                 Poll::Ready(Err(e)) => {
                     let error = ProxyError::with_detail(ErrorKind::ConnectionLost, e);
-                    return Poll::Ready(Err(match req.take() {
-                        Some(request) if at == 0 => Exchange::NotSent(Box::new(request), error),
-                        _ => Exchange::Sent(error),
-                    }));
+                    if at == 0 {
+                        if let Some(request) = req.take() {
+                            return Poll::Ready(Err(Exchange::NotSent(Box::new(request), error)));
+                        }
+                    }
+                    return Poll::Ready(Err(Exchange::Sent(error)));
                 }
                 Poll::Pending => {
                     return match timer.as_mut().poll(cx) {
@@ -273,18 +279,18 @@ pub(crate) async fn send(
         }
     })
     .await;
+    let mut sent = |error| {
+        let head = req.take().map(|r| r.into_parts().0).or(sent_head.take());
+        SendFailure::sent(error, head)
+    };
     let (head, kind) = match waited {
         Ok(found) => found,
         Err(Exchange::NotSent(request, error)) => {
             return Err(SendFailure::NotSent { request, error })
         }
-        Err(Exchange::Sent(error)) => return Err(SendFailure::Sent(error)),
+        Err(Exchange::Sent(error)) => return Err(sent(error)),
         // The connection is dropped with the exchange: closed.
-        Err(Exchange::TimedOut) => {
-            return Err(SendFailure::Sent(ProxyError::new(
-                ErrorKind::UpstreamTimeout,
-            )))
-        }
+        Err(Exchange::TimedOut) => return Err(sent(ProxyError::new(ErrorKind::UpstreamTimeout))),
         Err(Exchange::Head(fail)) => {
             if pump.as_ref().is_some_and(|p| !p.ended) {
                 // The client's body is abandoned: drop it, then let the
@@ -297,7 +303,7 @@ pub(crate) async fn send(
                 drop(pump);
                 tokio::task::yield_now().await;
             }
-            return Err(SendFailure::Sent(fail.into_error()));
+            return Err(sent(fail.into_error()));
         }
     };
     let pump = pump.filter(|p| !p.ended || !p.out.is_empty());
@@ -310,7 +316,7 @@ pub(crate) async fn send(
     };
     let mut resp = match made {
         Ok(r) => r,
-        Err(e) => return Err(SendFailure::Sent(HeadFail::Invalid(e).into_error())),
+        Err(e) => return Err(sent(HeadFail::Invalid(e).into_error())),
     };
     let body = match kind {
         ResponseKind::Upgrade => {

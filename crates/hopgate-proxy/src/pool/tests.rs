@@ -85,7 +85,11 @@ async fn drain_aborts_busy_connections_at_the_deadline() {
         .await
         .expect("the busy request ends once the drain deadline passes")
         .unwrap();
-    assert!(matches!(result, Err(SendFailure::Sent(_))), "{result:?}");
+    // The head comes back for a replay.
+    assert!(
+        matches!(result, Err(SendFailure::SentWithHead(..))),
+        "{result:?}"
+    );
     tokio::time::timeout(Duration::from_secs(10), closed_rx)
         .await
         .expect("the backend sees the connection closed")
@@ -262,8 +266,9 @@ async fn ambiguous_responses_are_refused() {
     let s = settings();
     for _ in 0..3 {
         match pool.send(addr, get("/"), &s, Instant::now(), false).await {
-            Err(SendFailure::Sent(e)) => {
+            Err(SendFailure::SentWithHead(e, head)) => {
                 assert_eq!(e.kind, ErrorKind::UpstreamProtocol, "{e:?}");
+                assert_eq!(head.uri, "/");
             }
             other => panic!("{other:?}"),
         }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::harness::{client, config, dead_addr, service, Backend, Gateway};
+use crate::harness::{client, config, dead_addr, node_of, service, Backend, Gateway};
 
 async fn expect_error(resp: reqwest::Response, status: u16, reason: &str) {
     assert_eq!(resp.status().as_u16(), status);
@@ -222,6 +222,79 @@ async fn dead_node_is_retried_on_a_live_one() {
         assert_eq!(v["node"], "live");
         assert_eq!(v["body_bytes"], 4);
     }
+}
+
+/// A node that reads each request head and closes the connection without
+/// an answer: a request sent to it "may have reached" it. An idempotent
+/// request is replayed on the other node from the head the failed send
+/// handed back (with that node's own `X-Upstream-Addr`, and nothing of
+/// the first attempt's node); a POST without `Idempotency-Key` is not,
+/// and gets a 502.
+#[tokio::test]
+async fn a_request_sent_and_unanswered_is_replayed_only_when_idempotent() {
+    let swallow = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let swallow_addr = swallow.local_addr().unwrap();
+    let swallowed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = std::sync::Arc::clone(&swallowed);
+    let swallower = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = swallow.accept().await else {
+                return;
+            };
+            let count = std::sync::Arc::clone(&count);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                // Closed with the request read and unanswered.
+            });
+        }
+    });
+    let b = Backend::start("live").await;
+    // No outlier ejection or breaker in the way: each request starts on
+    // the next node of the ring.
+    let svc = service("svc", &[("swallow", swallow_addr, ""), ("live", b.addr, "")])
+        + "    lb: wrr_ring\n    outlier: { consecutive_failures: 0, consecutive_5xx: 0 }\n    circuit: { enabled: false }\n";
+    let gw = Gateway::start(&config(
+        &svc,
+        "  - { id: all, match: { path_prefix: / }, service: svc }",
+    ))
+    .await;
+    let c = client();
+    for i in 0..6 {
+        let r = c
+            .get(gw.url(&format!("/r{i}")))
+            .header("x-mine", "kept")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "GET {i}");
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(v["node"], "live");
+        assert_eq!(v["path"], format!("/r{i}"));
+        assert_eq!(v["upstream_addr"], b.addr.to_string());
+        assert_eq!(v["headers"]["x-mine"], "kept");
+        assert!(v["hop_from"].is_null(), "{v}");
+    }
+    let replayed = swallowed.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(replayed >= 1, "no GET was sent to the swallowing node");
+    let mut refused = 0;
+    for _ in 0..6 {
+        let r = c.post(gw.url("/p")).body("data").send().await.unwrap();
+        match r.status().as_u16() {
+            200 => assert_eq!(node_of(r).await, "live"),
+            502 => refused += 1,
+            other => panic!("POST answered {other}"),
+        }
+    }
+    assert!(refused >= 1, "no POST met the swallowing node");
+    swallower.abort();
 }
 
 #[tokio::test]
