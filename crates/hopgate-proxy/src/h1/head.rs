@@ -163,7 +163,8 @@ fn parse_request_into<'b>(
         headers: Vec::with_capacity(req.headers.len()),
         facts: Facts::default(),
     };
-    finish(buf, req.headers, &mut head)?;
+    let at_start = head.method.start == 0;
+    finish(buf, req.headers, &mut head, at_start)?;
     Ok(Some(head))
 }
 
@@ -192,7 +193,7 @@ pub fn parse_response(buf: &[u8]) -> Result<Option<Head>, HeadError> {
         headers: Vec::with_capacity(resp.headers.len()),
         facts: Facts::default(),
     };
-    finish(buf, resp.headers, &mut head)?;
+    finish(buf, resp.headers, &mut head, buf.starts_with(b"HTTP/"))?;
     Ok(Some(head))
 }
 
@@ -203,12 +204,19 @@ fn partial(buf: &[u8]) -> Result<Option<Head>, HeadError> {
     Ok(None)
 }
 
-/// The checks and facts common to requests and responses.
-fn finish(buf: &[u8], headers: &[httparse::Header<'_>], head: &mut Head) -> Result<(), HeadError> {
+/// The checks and facts common to requests and responses. `at_start`:
+/// the start line begins at the buffer's first byte (no empty lines
+/// before it).
+fn finish(
+    buf: &[u8],
+    headers: &[httparse::Header<'_>],
+    head: &mut Head,
+    at_start: bool,
+) -> Result<(), HeadError> {
     if head.len > MAX_HEAD_BYTES {
         return Err(HeadError::TooLarge);
     }
-    no_bare_lf(&buf[..head.len])?;
+    line_ends(&buf[..head.len], headers, at_start)?;
     let mut te = false;
     for h in headers {
         head.headers.push(HeaderRange {
@@ -262,9 +270,34 @@ fn finish(buf: &[u8], headers: &[httparse::Header<'_>], head: &mut Head) -> Resu
     Ok(())
 }
 
-/// Every LF of a head must follow a CR: a head has few lines, so the LFs
-/// are found with `memchr` (a word or a vector at a time) and only their
-/// neighbours are looked at.
+/// Every LF of a head `httparse` took must follow a CR. In such a head an
+/// LF only ends a line (the start line and the values hold none, and
+/// obsolete line folding is refused), so the line ends are all there is
+/// to look at: the two bytes before each header line, and the last four
+/// (the last line's end and the empty line). A head with empty lines
+/// before its start line (`at_start` false) is scanned whole.
+fn line_ends(
+    head: &[u8],
+    headers: &[httparse::Header<'_>],
+    at_start: bool,
+) -> Result<(), HeadError> {
+    if !at_start {
+        return no_bare_lf(head);
+    }
+    let crlf_before = |h: &httparse::Header<'_>| {
+        let start = range_of(head, h.name.as_bytes()).start;
+        start >= 2 && head[start - 2..start] == *b"\r\n"
+    };
+    if head.ends_with(b"\r\n\r\n") && headers.iter().all(crlf_before) {
+        Ok(())
+    } else {
+        Err(HeadError::BareLf)
+    }
+}
+
+/// Every LF of `head` must follow a CR: the LFs are found with `memchr`
+/// (a word or a vector at a time) and only their neighbours are looked
+/// at.
 fn no_bare_lf(head: &[u8]) -> Result<(), HeadError> {
     for i in memchr::memchr_iter(b'\n', head) {
         if i == 0 || head[i - 1] != b'\r' {
@@ -383,6 +416,44 @@ pub fn parse_trailers(buf: &[u8]) -> Result<Vec<HeaderRange>, HeadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The line-end check looks only where lines end; it must say what a
+    /// scan of every byte says. Every mix of CRLF and bare LF over the
+    /// start line, three header lines (one with trailing whitespace, one
+    /// empty) and the empty line, with and without empty lines before the
+    /// start line, for requests and responses.
+    #[test]
+    fn line_ends_agree_with_a_full_scan() {
+        let lines: [&[u8]; 4] = [b"X-A: 1", b"X-B: two  ", b"X-C:", b""];
+        for start in [&b"GET /p HTTP/1.1"[..], b"HTTP/1.1 200 OK"] {
+            for lead in [&b""[..], b"\r\n", b"\n"] {
+                for mask in 0u32..32 {
+                    let mut text = lead.to_vec();
+                    text.extend_from_slice(start);
+                    for (i, line) in std::iter::once(&b""[..]).chain(lines).enumerate() {
+                        if i > 0 {
+                            text.extend_from_slice(line);
+                        }
+                        let eol: &[u8] = if mask & (1 << i) != 0 { b"\n" } else { b"\r\n" };
+                        text.extend_from_slice(eol);
+                    }
+                    let parsed = if start.starts_with(b"HTTP/") {
+                        parse_response(&text)
+                    } else {
+                        parse_request(&text)
+                    };
+                    let bare = mask != 0 || lead == b"\n";
+                    assert_eq!(no_bare_lf(&text).is_err(), bare);
+                    let shown = String::from_utf8_lossy(&text);
+                    match parsed {
+                        Err(HeadError::BareLf) => assert!(bare, "{shown:?}"),
+                        Ok(Some(h)) => assert!(!bare && h.len == text.len(), "{shown:?}"),
+                        other => panic!("{other:?}: {shown:?}"),
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn more_lines_only_when_asked_for() {
