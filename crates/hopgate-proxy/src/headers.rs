@@ -185,6 +185,12 @@ impl RequestFacts {
     pub fn transfer_encoding(&self) -> bool {
         self.hop & TRANSFER_ENCODING_BIT != 0
     }
+
+    /// The client sent both `Connection` and `Upgrade`: without them a
+    /// request cannot ask for an upgrade, and is not looked at for one.
+    pub fn may_upgrade(&self) -> bool {
+        self.hop & (CONNECTION_BIT | UPGRADE_BIT) == CONNECTION_BIT | UPGRADE_BIT
+    }
 }
 
 /// One pass over a request's headers; see [`RequestFacts`].

@@ -174,6 +174,8 @@ pub(crate) struct H1Conn {
     /// The head of the request being sent, rendered (kept, with its
     /// capacity, for the next request).
     pub out: Vec<u8>,
+    /// The request timeout's timer, kept from one exchange to the next.
+    pub timer: crate::h1::deadline::LazyTimer,
     _live: LiveGuard,
 }
 
@@ -634,6 +636,7 @@ impl Pool {
             io,
             buf: BytesMut::new(),
             out: Vec::new(),
+            timer: Default::default(),
             _live: live,
         })
     }

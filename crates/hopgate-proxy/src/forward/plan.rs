@@ -275,8 +275,11 @@ impl Forwarder {
         // An HTTP/1.1 Upgrade (WebSocket): forwarded with its upgrade
         // headers, then tunnelled as bytes once the backend says 101.
         let mut req = req;
-        let upgrade =
-            tunnel::upgrade_request(&req).map(|proto| (proto, tunnel::client_upgrade(&mut req)));
+        let upgrade = facts
+            .may_upgrade()
+            .then(|| tunnel::upgrade_request(&req))
+            .flatten()
+            .map(|proto| (proto, tunnel::client_upgrade(&mut req)));
         // Build the upstream request once; retries re-target it.
         let (mut parts, body) = req.into_parts();
         if let Some(path) = &normal {

@@ -16,7 +16,6 @@
 //! Must not touch: pool bookkeeping (that is [`crate::pool`]), routing,
 //! retries.
 
-use std::future::Future;
 use std::io;
 use std::ops::Range;
 use std::pin::Pin;
@@ -210,7 +209,9 @@ impl HeadFail {
 /// The head is rendered into the connection's own buffer and the whole
 /// exchange (head, body, response head, deadline) is one poll function:
 /// the future holds the request only until its head is out, and no
-/// `Timeout` wraps it (each wrapper moved the whole future again).
+/// `Timeout` wraps it (each wrapper moved the whole future again); the
+/// deadline is watched by the connection's own timer, kept from one
+/// exchange to the next ([`super::deadline::LazyTimer`]).
 pub(crate) async fn send(
     pool: &Arc<Pool>,
     mut conn: H1Conn,
@@ -231,7 +232,7 @@ pub(crate) async fn send(
     let mut at = 0;
     let mut pump = None;
     let mut write_error = None;
-    let mut timer = std::pin::pin!(tokio::time::sleep_until(deadline));
+    let mut timer = std::mem::take(&mut conn.timer);
     let waited = std::future::poll_fn(|cx| {
         if req.is_some() {
             match write::poll_write_all(&mut conn.io, &conn.out, &mut at, cx) {
@@ -260,10 +261,11 @@ pub(crate) async fn send(
                     return Poll::Ready(Err(Exchange::Sent(error)));
                 }
                 Poll::Pending => {
-                    return match timer.as_mut().poll(cx) {
-                        Poll::Ready(()) => Poll::Ready(Err(Exchange::TimedOut)),
-                        Poll::Pending => Poll::Pending,
-                    }
+                    return if timer.poll_passed(deadline, cx) {
+                        Poll::Ready(Err(Exchange::TimedOut))
+                    } else {
+                        Poll::Pending
+                    };
                 }
             }
         }
@@ -272,10 +274,10 @@ pub(crate) async fn send(
         };
         match poll_head(&mut conn, p, &mut write_error, is_head, cx) {
             Poll::Ready(r) => Poll::Ready(r.map_err(Exchange::Head)),
-            Poll::Pending => match timer.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(Exchange::TimedOut)),
-                Poll::Pending => Poll::Pending,
-            },
+            Poll::Pending if timer.poll_passed(deadline, cx) => {
+                Poll::Ready(Err(Exchange::TimedOut))
+            }
+            Poll::Pending => Poll::Pending,
         }
     })
     .await;
@@ -306,6 +308,7 @@ pub(crate) async fn send(
             return Err(sent(fail.into_error()));
         }
     };
+    conn.timer = timer;
     let pump = pump.filter(|p| !p.ended || !p.out.is_empty());
     let bytes = conn.buf.split_to(head.len).freeze();
     let keeps_alive = head.keeps_alive();
@@ -577,6 +580,15 @@ pub(crate) fn trailer_map(section: &Bytes) -> Result<HeaderMap, head::HeadError>
     Ok(map)
 }
 
+/// A connection whose exchange ended: back to its pool when the exchange
+/// left it `clean` (reusable, the request body sent) with nothing unread,
+/// closed otherwise.
+fn release(pool: &Pool, conn: H1Conn, clean: bool) {
+    if clean && conn.buf.is_empty() {
+        pool.give_back(conn);
+    }
+}
+
 /// Why a response body stopped.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum BodyError {
@@ -620,23 +632,22 @@ impl ResponseBody {
         reusable: bool,
     ) -> ProxyBody {
         let reading = match kind {
-            BodyKind::Empty | BodyKind::Length(0) => Reading::Done,
+            BodyKind::Empty | BodyKind::Length(0) => {
+                // Nothing to read: the connection goes back at once.
+                release(pool, conn, reusable && pump.is_none());
+                return ProxyBody::Empty;
+            }
             BodyKind::Length(n) => Reading::Length(n),
             BodyKind::Chunked => Reading::Chunked(ChunkedDecoder::new()),
             BodyKind::Close => Reading::Close,
         };
-        let mut body = ResponseBody {
+        ProxyBody::H1(Box::new(ResponseBody {
             pool: Arc::clone(pool),
             conn: Some(conn),
             reading,
             pump,
             reusable,
-        };
-        if matches!(body.reading, Reading::Done) {
-            body.finish();
-            return ProxyBody::Empty;
-        }
-        ProxyBody::H1(Box::new(body))
+        }))
     }
 
     /// The body ended: the connection goes back to its pool when nothing
@@ -644,9 +655,7 @@ impl ResponseBody {
     fn finish(&mut self) {
         self.reading = Reading::Done;
         let Some(conn) = self.conn.take() else { return };
-        if self.reusable && self.pump.is_none() && conn.buf.is_empty() {
-            self.pool.give_back(conn);
-        }
+        release(&self.pool, conn, self.reusable && self.pump.is_none());
     }
 
     /// Fails the body; the connection is closed.

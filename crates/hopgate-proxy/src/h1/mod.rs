@@ -7,12 +7,14 @@
 //! pooled socket ([`client`]), and the client-facing server: the
 //! connection loop ([`server`]), the request body it streams
 //! ([`server_body`]), the responses it writes ([`server_write`]) and
-//! their `Date` line ([`date`]). Must not touch: pool bookkeeping,
+//! their `Date` line ([`date`]); the lazily re-armed timer both sides
+//! keep per connection ([`deadline`]). Must not touch: pool bookkeeping,
 //! routing, retries.
 
 pub(crate) mod chunked;
 pub(crate) mod client;
 pub(crate) mod date;
+pub(crate) mod deadline;
 pub(crate) mod head;
 pub(crate) mod server;
 pub(crate) mod server_body;

@@ -35,8 +35,11 @@
 //! selection ([`crate::listener`]), how a response is framed and written
 //! ([`super::server_write`]).
 
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -46,6 +49,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::deadline::LazyTimer;
 use super::head::{self, BodyKind, Head, HeadError};
 use super::server_body::{ClientStream, Conn, RequestBody, ServerBody, Shared, Slot};
 use super::server_write::{write_response, write_upgrade, Ask, SlotIo};
@@ -109,12 +113,13 @@ pub(crate) async fn serve(
     read: BytesMut,
     conn: Arc<ClientConn>,
     settings: Settings,
-    mut drain: watch::Receiver<bool>,
+    drain: watch::Receiver<bool>,
 ) {
     let mut c = Conn { io, buf: read };
     let mut first = true;
+    let mut between = Between::new(drain.clone());
     loop {
-        let head = match read_head(&mut c, &settings, first, &mut drain).await {
+        let head = match read_head(&mut c, &settings, first, &drain, &mut between).await {
             Ok(h) => h,
             Err(NoHead::Quiet) => return,
             Err(NoHead::Refuse(kind)) => return refuse(c, kind).await,
@@ -130,7 +135,12 @@ pub(crate) async fn serve(
         let trailers_ok = head.minor == 1 && te_trailers(req.headers());
         let mut keep = head.keeps_alive() && !connect;
         // An upgrade: the socket goes to the tunnel after a 101.
-        let upgrade = crate::tunnel::upgrade_request(&req).map(|_| {
+        // (`Connection: upgrade` was seen by the parse, or there is none.)
+        let asks_upgrade = head
+            .facts
+            .upgrade
+            .then(|| crate::tunnel::upgrade_request(&req));
+        let upgrade = asks_upgrade.flatten().map(|_| {
             let (tx, rx) = tokio::sync::oneshot::channel();
             req.extensions_mut()
                 .insert(crate::tunnel::NativeUpgrade::new(rx));
@@ -253,12 +263,35 @@ fn draining(drain: &watch::Receiver<bool>) -> bool {
     drain.has_changed().unwrap_or(true)
 }
 
+/// What a connection waits on between requests, made once per
+/// connection: the idle timer (a [`LazyTimer`]: not re-armed for every
+/// request) and the drain signal's change (registered once, not once per
+/// wait).
+struct Between {
+    idle: LazyTimer,
+    drained: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+impl Between {
+    fn new(mut drain: watch::Receiver<bool>) -> Between {
+        Between {
+            idle: LazyTimer::default(),
+            // The one change there is: false to true (or the listener
+            // gone).
+            drained: Box::pin(async move {
+                let _ = drain.changed().await;
+            }),
+        }
+    }
+}
+
 /// Reads until a whole request head is in the buffer.
 async fn read_head(
     c: &mut Conn,
     s: &Settings,
     first: bool,
-    drain: &mut watch::Receiver<bool>,
+    drain: &watch::Receiver<bool>,
+    between: &mut Between,
 ) -> Result<Head, NoHead> {
     // The head's clock: from its first byte (the first bytes of a
     // connection are bounded by `ClientIo`, and start it too).
@@ -275,26 +308,39 @@ async fn read_head(
             }
             began.get_or_insert_with(Instant::now);
         }
-        let read = std::future::poll_fn(|cx| c.poll_fill(HEAD_READ, cx));
         let got = match began {
-            Some(at) => match tokio::time::timeout_at(at + s.header_read_timeout, read).await {
-                Ok(r) => r,
-                // A head begun and not finished in time.
-                Err(_) if !c.buf.is_empty() => {
-                    return Err(NoHead::Refuse(ErrorKind::ClientTimeout))
+            Some(at) => {
+                let read = std::future::poll_fn(|cx| c.poll_fill(HEAD_READ, cx));
+                match tokio::time::timeout_at(at + s.header_read_timeout, read).await {
+                    Ok(r) => r,
+                    // A head begun and not finished in time.
+                    Err(_) if !c.buf.is_empty() => {
+                        return Err(NoHead::Refuse(ErrorKind::ClientTimeout))
+                    }
+                    Err(_) => return Err(NoHead::Quiet),
                 }
-                Err(_) => return Err(NoHead::Quiet),
-            },
+            }
             None => {
                 // Between requests: idle until the next one, or drained.
                 if draining(drain) {
                     return Err(NoHead::Quiet);
                 }
-                tokio::select! {
-                    r = read => r,
-                    () = tokio::time::sleep(s.idle_timeout) => return Err(NoHead::Quiet),
-                    // The one change there is: false to true.
-                    _ = drain.changed() => return Err(NoHead::Quiet),
+                let until = Instant::now() + s.idle_timeout;
+                let waited = std::future::poll_fn(|cx| {
+                    if let Poll::Ready(r) = c.poll_fill(HEAD_READ, cx) {
+                        return Poll::Ready(Some(r));
+                    }
+                    if between.drained.as_mut().poll(cx).is_ready()
+                        || between.idle.poll_passed(until, cx)
+                    {
+                        return Poll::Ready(None);
+                    }
+                    Poll::Pending
+                })
+                .await;
+                match waited {
+                    Some(r) => r,
+                    None => return Err(NoHead::Quiet),
                 }
             }
         };
