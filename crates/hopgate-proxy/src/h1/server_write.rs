@@ -108,7 +108,7 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
                     w.push(&d[..take]);
                 }
                 Framing::Chunked { .. } => {
-                    let n = chunk_prefix(d.len(), &mut chunk_pre);
+                    let n = write::chunk_prefix(d.len(), &mut chunk_pre);
                     w.push(&chunk_pre[..n]);
                     w.push(d);
                     w.push(b"\r\n");
@@ -473,25 +473,6 @@ fn first_data(body: &mut ProxyBody) -> Result<Option<Bytes>, crate::body::BoxErr
         Some(Some(Err(e))) => Err(e),
         _ => Ok(None),
     }
-}
-
-/// A chunk's size line (hex digits and CRLF) into `buf`; returns its length.
-fn chunk_prefix(n: usize, buf: &mut [u8; 18]) -> usize {
-    let mut digits = [0u8; 16];
-    let mut i = digits.len();
-    let mut n = n;
-    loop {
-        i -= 1;
-        digits[i] = b"0123456789abcdef"[n & 15];
-        n >>= 4;
-        if n == 0 {
-            break;
-        }
-    }
-    let len = digits.len() - i;
-    buf[..len].copy_from_slice(&digits[i..]);
-    buf[len..len + 2].copy_from_slice(b"\r\n");
-    len + 2
 }
 
 #[cfg(test)]

@@ -280,6 +280,25 @@ pub(crate) fn allowed_trailers(headers: &HeaderMap) -> Vec<HeaderName> {
         .collect()
 }
 
+/// A chunk's size line (hex digits and CRLF) into `buf`; returns its length.
+pub(crate) fn chunk_prefix(n: usize, buf: &mut [u8; 18]) -> usize {
+    let mut digits = [0u8; 16];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = b"0123456789abcdef"[n & 15];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    let len = digits.len() - i;
+    buf[..len].copy_from_slice(&digits[i..]);
+    buf[len..len + 2].copy_from_slice(b"\r\n");
+    len + 2
+}
+
 /// Bytes waiting to go out: a framing prefix, data, a framing suffix.
 #[derive(Debug, Default)]
 pub(crate) struct Out {
@@ -302,22 +321,8 @@ impl Out {
 
     /// `data` as one chunk.
     pub(crate) fn chunk(&mut self, data: Bytes) {
-        let mut n = data.len();
-        let mut digits = [0u8; 16];
-        let mut i = digits.len();
-        loop {
-            i -= 1;
-            digits[i] = b"0123456789abcdef"[n & 15];
-            n >>= 4;
-            if n == 0 {
-                break;
-            }
-        }
-        let len = digits.len() - i;
-        self.pre[..len].copy_from_slice(&digits[i..]);
-        self.pre[len..len + 2].copy_from_slice(b"\r\n");
+        self.pre_len = chunk_prefix(data.len(), &mut self.pre) as u8;
         self.pre_at = 0;
-        self.pre_len = (len + 2) as u8;
         self.data = data;
         self.post = b"\r\n";
     }
