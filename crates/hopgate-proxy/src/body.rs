@@ -22,8 +22,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
+use crate::h1::client::RawHead;
 use crate::h1::RequestBody;
-use crate::pool::Returner;
 use crate::send_watch::SendWatch;
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -161,19 +161,13 @@ pub enum ProxyBody {
     /// An HTTP/1.1 upstream response body read by hopgate's codec; it
     /// hands its connection back to the pool once read to the end.
     H1(Box<crate::h1::client::ResponseBody>),
-    /// An upstream response body from hyper (HTTP/2); `returner` hands the
-    /// connection back to its pool once the body has been read to the end.
-    Upstream {
-        inner: Incoming,
-        returner: Option<Returner>,
-    },
-    /// A request body whose first bytes were already read (`head`), then
-    /// the rest as it comes.
-    Prefixed {
-        head: Option<Bytes>,
-        trailers: Option<http::HeaderMap>,
-        rest: Box<ProxyBody>,
-    },
+    /// An upstream response body from hyper (HTTP/2: the connection is
+    /// shared, nothing goes back to the pool when it ends).
+    Upstream(Incoming),
+    /// A body whose first bytes (and trailers) were already read, then the
+    /// rest as it comes. Boxed, like every variant larger than a streamed
+    /// request body: a `ProxyBody` is moved with every request and answer.
+    Prefixed(Box<Prefixed>),
     /// A gRPC response stream from a node that may drain: at the service's
     /// drain deadline it ends with `grpc-status: 14` (UNAVAILABLE).
     Guarded(Box<Guarded>),
@@ -181,6 +175,28 @@ pub enum ProxyBody {
     SendWatched(Box<SendWatch>),
     /// A client's response whose access line waits for its end.
     Logged(Box<crate::forward::LoggedBody>),
+    /// An answer whose head is kept as the backend's bytes
+    /// ([`crate::h1::client::RawHead`]), and its body. The head rides with
+    /// the body (not in the response's extensions, a map and two
+    /// allocations more per answer); it is taken off by the writer
+    /// ([`ProxyBody::take_raw_head`]) or turned into header-map entries
+    /// ([`crate::h1::client::materialize`]).
+    Headed(Box<Headed>),
+}
+
+/// See [`ProxyBody::Headed`].
+#[derive(Debug)]
+pub struct Headed {
+    pub(crate) raw: RawHead,
+    pub(crate) body: ProxyBody,
+}
+
+/// See [`ProxyBody::Prefixed`].
+#[derive(Debug)]
+pub struct Prefixed {
+    pub head: Option<Bytes>,
+    pub trailers: Option<http::HeaderMap>,
+    pub rest: ProxyBody,
 }
 
 /// See [`ProxyBody::Guarded`].
@@ -268,21 +284,49 @@ impl ProxyBody {
         }
     }
 
-    /// Wraps an upstream response body; if it is already complete the
-    /// connection goes back to the pool right away.
-    pub fn upstream(inner: Incoming, returner: Returner) -> ProxyBody {
-        if inner.is_end_stream() {
-            returner.give_back();
-            ProxyBody::Upstream {
-                inner,
-                returner: None,
-            }
-        } else {
-            ProxyBody::Upstream {
-                inner,
-                returner: Some(returner),
-            }
+    /// `body` with the head it came with kept raw ([`ProxyBody::Headed`]).
+    pub(crate) fn with_raw_head(raw: RawHead, body: ProxyBody) -> ProxyBody {
+        ProxyBody::Headed(Box::new(Headed { raw, body }))
+    }
+
+    /// The raw head this answer's body carries, if any (under the access
+    /// log's wrapper too).
+    pub(crate) fn raw_head(&self) -> Option<&RawHead> {
+        match self {
+            ProxyBody::Headed(h) => Some(&h.raw),
+            ProxyBody::Logged(l) => l.inner().raw_head(),
+            _ => None,
         }
+    }
+
+    /// Takes the raw head off this answer's body, leaving the body.
+    pub(crate) fn take_raw_head(&mut self) -> Option<RawHead> {
+        match self {
+            ProxyBody::Headed(_) => match std::mem::take(self) {
+                ProxyBody::Headed(h) => {
+                    let Headed { raw, body } = *h;
+                    *self = body;
+                    Some(raw)
+                }
+                _ => None,
+            },
+            ProxyBody::Logged(l) => l.inner_mut().take_raw_head(),
+            _ => None,
+        }
+    }
+
+    /// A body whose first bytes (`head`, when not empty) and `trailers`
+    /// were already read, then `rest`.
+    pub fn prefixed(
+        head: Option<Bytes>,
+        trailers: Option<http::HeaderMap>,
+        rest: ProxyBody,
+    ) -> ProxyBody {
+        ProxyBody::Prefixed(Box::new(Prefixed {
+            head,
+            trailers,
+            rest,
+        }))
     }
 }
 
@@ -330,43 +374,21 @@ impl Body for ProxyBody {
                 polled
             }
             ProxyBody::H1(b) => b.poll_frame(cx),
-            ProxyBody::Upstream { inner, returner } => match Pin::new(&mut *inner).poll_frame(cx) {
-                Poll::Ready(None) => {
-                    if let Some(r) = returner.take() {
-                        r.give_back();
-                    }
-                    Poll::Ready(None)
-                }
-                Poll::Ready(Some(Ok(frame))) => {
-                    if inner.is_end_stream() {
-                        if let Some(r) = returner.take() {
-                            r.give_back();
-                        }
-                    }
-                    Poll::Ready(Some(Ok(frame)))
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    // The connection is broken: dropping the returner closes it.
-                    returner.take();
-                    Poll::Ready(Some(Err(Box::new(e))))
-                }
-                Poll::Pending => Poll::Pending,
-            },
-            ProxyBody::Prefixed {
-                head,
-                trailers,
-                rest,
-            } => {
-                if let Some(b) = head.take() {
+            ProxyBody::Upstream(inner) => Pin::new(inner)
+                .poll_frame(cx)
+                .map_err(|e| Box::new(e) as BoxError),
+            ProxyBody::Prefixed(p) => {
+                if let Some(b) = p.head.take() {
                     return Poll::Ready(Some(Ok(Frame::data(b))));
                 }
-                if let Some(t) = trailers.take() {
+                if let Some(t) = p.trailers.take() {
                     return Poll::Ready(Some(Ok(Frame::trailers(t))));
                 }
-                Pin::new(rest.as_mut()).poll_frame(cx)
+                Pin::new(&mut p.rest).poll_frame(cx)
             }
             ProxyBody::SendWatched(w) => Pin::new(w.as_mut()).poll_frame(cx),
             ProxyBody::Logged(l) => l.poll_frame(cx),
+            ProxyBody::Headed(h) => Pin::new(&mut h.body).poll_frame(cx),
             ProxyBody::Guarded(g) => {
                 if g.ended {
                     return Poll::Ready(None);
@@ -410,7 +432,7 @@ impl Body for ProxyBody {
             ProxyBody::Empty => true,
             ProxyBody::Full(b) => b.is_none(),
             ProxyBody::Limited { inner, .. } => inner.is_end_stream(),
-            ProxyBody::Upstream { inner, .. } => inner.is_end_stream(),
+            ProxyBody::Upstream(inner) => inner.is_end_stream(),
             ProxyBody::H1(b) => b.is_end_stream(),
             // A gRPC answer that is complete with its head (trailers-only:
             // `grpc-status` in the HEADERS frame with END_STREAM) must say
@@ -421,11 +443,10 @@ impl Body for ProxyBody {
             ProxyBody::Guarded(g) => g.ended || g.inner.is_end_stream(),
             ProxyBody::SendWatched(w) => w.is_end_stream(),
             ProxyBody::Logged(l) => l.is_end_stream(),
-            ProxyBody::Prefixed {
-                head,
-                trailers,
-                rest,
-            } => head.is_none() && trailers.is_none() && rest.is_end_stream(),
+            ProxyBody::Headed(h) => h.body.is_end_stream(),
+            ProxyBody::Prefixed(p) => {
+                p.head.is_none() && p.trailers.is_none() && p.rest.is_end_stream()
+            }
         }
     }
 
@@ -434,11 +455,12 @@ impl Body for ProxyBody {
             ProxyBody::Empty => SizeHint::with_exact(0),
             ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             ProxyBody::Limited { inner, .. } => inner.size_hint(),
-            ProxyBody::Upstream { inner, .. } => inner.size_hint(),
+            ProxyBody::Upstream(inner) => inner.size_hint(),
             ProxyBody::SendWatched(w) => w.size_hint(),
             ProxyBody::Logged(l) => l.size_hint(),
+            ProxyBody::Headed(h) => h.body.size_hint(),
             ProxyBody::H1(b) => b.size_hint(),
-            ProxyBody::Guarded(_) | ProxyBody::Prefixed { .. } => SizeHint::default(),
+            ProxyBody::Guarded(_) | ProxyBody::Prefixed(_) => SizeHint::default(),
         }
     }
 }

@@ -172,6 +172,9 @@ pub struct RequestFacts {
     pub grpc_timeout: bool,
     /// `Host` header lines (at most 255 counted).
     pub hosts: u8,
+    /// The client's own lines of the names the gateway sets
+    /// ([`SetLines`]), as bits.
+    own: u8,
 }
 
 impl RequestFacts {
@@ -184,6 +187,31 @@ impl RequestFacts {
     /// The client sent a `Transfer-Encoding` header.
     pub fn transfer_encoding(&self) -> bool {
         self.hop & TRANSFER_ENCODING_BIT != 0
+    }
+
+    /// The client sent `X-Forwarded-Proto`.
+    pub fn forwarded_proto(&self) -> bool {
+        self.own & OWN_FORWARDED_PROTO != 0
+    }
+
+    /// The client sent `X-Route-Rule-Id`.
+    pub fn route_rule_id(&self) -> bool {
+        self.own & OWN_ROUTE_RULE_ID != 0
+    }
+
+    /// The client sent `X-Upstream-Addr`.
+    pub fn upstream_addr(&self) -> bool {
+        self.own & OWN_UPSTREAM_ADDR != 0
+    }
+
+    /// The client sent `traceparent`.
+    pub fn traceparent(&self) -> bool {
+        self.own & OWN_TRACEPARENT != 0
+    }
+
+    /// The client sent `tracestate`.
+    pub fn tracestate(&self) -> bool {
+        self.own & OWN_TRACESTATE != 0
     }
 
     /// The client sent both `Connection` and `Upgrade`: without them a
@@ -213,9 +241,71 @@ pub fn scan_request(headers: &HeaderMap) -> RequestFacts {
             f.hosts = f.hosts.saturating_add(1);
         } else {
             f.hop |= hop_bit(name);
+            f.own |= own_bit(name);
         }
     }
     f
+}
+
+const OWN_FORWARDED_PROTO: u8 = 1;
+const OWN_ROUTE_RULE_ID: u8 = 1 << 1;
+const OWN_UPSTREAM_ADDR: u8 = 1 << 2;
+const OWN_TRACEPARENT: u8 = 1 << 3;
+const OWN_TRACESTATE: u8 = 1 << 4;
+
+/// The bit of a name the gateway sets itself ([`SetLines`]); 0 for
+/// everything else.
+fn own_bit(name: &HeaderName) -> u8 {
+    let n = name.as_str();
+    match n.len() {
+        17 if n == X_FORWARDED_PROTO.as_str() => OWN_FORWARDED_PROTO,
+        15 if n == X_ROUTE_RULE_ID.as_str() => OWN_ROUTE_RULE_ID,
+        15 if n == X_UPSTREAM_ADDR.as_str() => OWN_UPSTREAM_ADDR,
+        11 if n == crate::trace::TRACEPARENT.as_str() => OWN_TRACEPARENT,
+        10 if n == crate::trace::TRACESTATE.as_str() => OWN_TRACESTATE,
+        _ => 0,
+    }
+}
+
+/// The lines the gateway sets on an upstream request (`X-Forwarded-For`
+/// when the client sent none, `X-Forwarded-Proto` when it is the
+/// gateway's, `X-Route-Rule-Id`, `traceparent`, `X-Upstream-Addr`), kept
+/// beside the request's header map instead of in it: each would cost a
+/// hashed insert into the map on every request. The client's own lines of
+/// these names are taken out of the map when the request is planned (only
+/// when [`RequestFacts`] saw them), so a set line replaces them. The
+/// HTTP/1.1 writer writes them after the map's lines
+/// ([`crate::h1::write::request_head`]); an HTTP/2 send puts them into the
+/// map first ([`SetLines::apply`]).
+#[derive(Debug, Default, Clone)]
+pub struct SetLines {
+    pub forwarded_for: Option<HeaderValue>,
+    pub forwarded_proto: Option<HeaderValue>,
+    pub route_rule_id: Option<HeaderValue>,
+    pub traceparent: Option<HeaderValue>,
+    pub upstream_addr: Option<HeaderValue>,
+}
+
+impl SetLines {
+    /// The lines that are set, in the order they are written.
+    pub(crate) fn lines(&self) -> impl Iterator<Item = (&'static HeaderName, &HeaderValue)> {
+        [
+            (&X_FORWARDED_FOR, &self.forwarded_for),
+            (&X_FORWARDED_PROTO, &self.forwarded_proto),
+            (&X_ROUTE_RULE_ID, &self.route_rule_id),
+            (&crate::trace::TRACEPARENT, &self.traceparent),
+            (&X_UPSTREAM_ADDR, &self.upstream_addr),
+        ]
+        .into_iter()
+        .filter_map(|(n, v)| v.as_ref().map(|v| (n, v)))
+    }
+
+    /// Puts the set lines into `headers`, replacing any of the same name.
+    pub(crate) fn apply(&self, headers: &mut HeaderMap) {
+        for (name, value) in self.lines() {
+            headers.insert(name.clone(), value.clone());
+        }
+    }
 }
 
 /// What the gateway looks for in a backend's response headers.
@@ -536,6 +626,24 @@ mod tests {
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
         let f = scan_request(&h);
         assert!(f.forwarded_for && f.hop == CONNECTION_BIT);
+        assert_eq!(f.own, 0);
+        // The client's own lines of the names the gateway sets.
+        for (name, seen) in [
+            (
+                "x-forwarded-proto",
+                RequestFacts::forwarded_proto as fn(&RequestFacts) -> bool,
+            ),
+            ("x-route-rule-id", RequestFacts::route_rule_id),
+            ("x-upstream-addr", RequestFacts::upstream_addr),
+            ("traceparent", RequestFacts::traceparent),
+            ("tracestate", RequestFacts::tracestate),
+        ] {
+            let mut one = HeaderMap::new();
+            one.insert(name, HeaderValue::from_static("x"));
+            let f = scan_request(&one);
+            assert!(seen(&f), "{name}");
+            assert_eq!(f.own.count_ones(), 1, "{name}");
+        }
 
         let mut r = HeaderMap::new();
         r.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
@@ -544,6 +652,32 @@ mod tests {
         r.insert("hop-session-context", HeaderValue::from_static("c"));
         let f = scan_response(&r);
         assert!(f.maintenance && f.context() && !f.grpc);
+    }
+
+    /// Set lines are written in one order and replace a same-named line
+    /// when put into a map.
+    #[test]
+    fn set_lines_come_in_order_and_replace() {
+        let set = SetLines {
+            forwarded_for: Some(HeaderValue::from_static("10.0.0.9")),
+            route_rule_id: Some(HeaderValue::from_static("r1")),
+            upstream_addr: Some(HeaderValue::from_static("127.0.0.1:1")),
+            ..SetLines::default()
+        };
+        let names: Vec<_> = set.lines().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["x-forwarded-for", "x-route-rule-id", "x-upstream-addr"]
+        );
+        let mut h = HeaderMap::new();
+        h.append("x-route-rule-id", HeaderValue::from_static("spoofed"));
+        h.append("x-route-rule-id", HeaderValue::from_static("twice"));
+        set.apply(&mut h);
+        assert_eq!(
+            h.get_all("x-route-rule-id").iter().collect::<Vec<_>>(),
+            ["r1"]
+        );
+        assert_eq!(h.len(), 3);
     }
 
     #[test]

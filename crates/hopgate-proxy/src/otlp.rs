@@ -113,10 +113,11 @@ impl Span {
     /// Before attempt `number` (1-based) is sent: a retry gets its own
     /// CLIENT span id, written into its `traceparent`; the first keeps the
     /// id [`crate::trace::propagate`] sent.
-    pub(crate) fn before_attempt(&mut self, number: usize, headers: &mut http::HeaderMap) {
+    pub(crate) fn before_attempt(&mut self, number: usize, set: &mut crate::headers::SetLines) {
         if number > 1 {
             self.next_id = crate::trace::new_span_id();
-            crate::trace::set_parent(headers, &self.trace_id, &self.next_id, self.flags);
+            let v = crate::trace::parent_value(&self.trace_id, &self.next_id, self.flags);
+            set.traceparent = Some(v);
         }
     }
 
@@ -280,13 +281,13 @@ pub(crate) fn finish(
 
 /// [`Span::before_attempt`] for a sampled request; `request` as it is
 /// otherwise. A plain function, so the request's future holds nothing more.
-pub(crate) fn before_attempt<B>(
+pub(crate) fn before_attempt(
     span: Option<&mut Span>,
     number: usize,
-    request: &mut http::Request<B>,
+    set: &mut crate::headers::SetLines,
 ) {
     if let Some(s) = span {
-        s.before_attempt(number, request.headers_mut());
+        s.before_attempt(number, set);
     }
 }
 

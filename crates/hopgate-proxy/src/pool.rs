@@ -56,6 +56,8 @@ use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
+use crate::headers::SetLines;
+
 use crate::admission::{Admission, Grant, Permit};
 use crate::body::ProxyBody;
 use crate::h1::client as h1;
@@ -439,12 +441,15 @@ impl Pool {
         self: &Arc<Self>,
         addr: SocketAddr,
         req: Request<ProxyBody>,
+        set: &SetLines,
         s: &PoolSettings,
         now: Instant,
         raw_head: bool,
     ) -> Result<Response<ProxyBody>, SendFailure> {
         self.admission.configure(&s.limits);
         if s.protocol == UpstreamProtocol::Http2 {
+            let mut req = req;
+            set.apply(req.headers_mut());
             return Box::pin(self.send_h2(addr, req, s)).await;
         }
         let mut req = req;
@@ -453,12 +458,12 @@ impl Pool {
             // the request was written hands the request back: moving on to
             // the next one is always safe.
             let deadline = tokio::time::Instant::from_std(now) + s.request_timeout;
-            match Box::pin(h1::send(self, conn, req, deadline, raw_head)).await {
+            match Box::pin(h1::send(self, conn, req, set, deadline, raw_head)).await {
                 Err(SendFailure::NotSent { request, .. }) => req = *request,
                 other => return other,
             }
         }
-        Box::pin(self.dial_and_send_h1(addr, req, s, raw_head)).await
+        Box::pin(self.dial_and_send_h1(addr, req, set, s, raw_head)).await
     }
 
     /// Gives an HTTP/1.1 connection to the first request waiting for one,
@@ -537,6 +542,7 @@ impl Pool {
         self: &Arc<Self>,
         addr: SocketAddr,
         req: Request<ProxyBody>,
+        set: &SetLines,
         s: &PoolSettings,
         raw_head: bool,
     ) -> Result<Response<ProxyBody>, SendFailure> {
@@ -554,7 +560,7 @@ impl Pool {
             // A handed-over connection that turns out dead before any byte
             // was written hands the request back: try the next one.
             let deadline = tokio::time::Instant::now() + s.request_timeout;
-            match h1::send(self, conn, req, deadline, raw_head).await {
+            match h1::send(self, conn, req, set, deadline, raw_head).await {
                 Err(SendFailure::NotSent { request, .. }) if reused => req = *request,
                 other => return other,
             }
@@ -708,14 +714,7 @@ impl Pool {
             ))),
             Ok(Ok(resp)) => {
                 let (parts, body) = resp.into_parts();
-                let returner = Returner {
-                    pool: Arc::clone(self),
-                    conn: None,
-                };
-                Ok(Response::from_parts(
-                    parts,
-                    ProxyBody::upstream(body, returner),
-                ))
+                Ok(Response::from_parts(parts, ProxyBody::Upstream(body)))
             }
             Ok(Err(mut e)) => {
                 let refused = is_refused_stream(e.error());
@@ -852,39 +851,6 @@ fn chain(e: &hyper::Error) -> String {
         src = s.source();
     }
     text
-}
-
-/// Gives an HTTP/1.1 connection back to its pool once its response body
-/// has been read to the end. Dropping it without [`Returner::give_back`]
-/// closes the connection (the body was not fully read, so it cannot be
-/// reused).
-pub struct Returner {
-    pool: Arc<Pool>,
-    conn: Option<H1Conn>,
-}
-
-impl std::fmt::Debug for Returner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Returner")
-            .field("conn", &self.conn.as_ref().map(|c| c.meta.id))
-            .finish()
-    }
-}
-
-impl Returner {
-    pub fn give_back(mut self) {
-        if let Some(conn) = self.conn.take() {
-            self.pool.give_back(conn);
-        }
-    }
-}
-
-impl Drop for Returner {
-    fn drop(&mut self) {
-        if let Some(c) = self.conn.take() {
-            c.meta.set(ConnState::Closed);
-        }
-    }
 }
 
 #[cfg(test)]

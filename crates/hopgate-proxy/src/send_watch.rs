@@ -173,11 +173,11 @@ mod tests {
         let mut trailers = http::HeaderMap::new();
         trailers.insert("x-end", http::HeaderValue::from_static("1"));
         // A chunk, and more to come (the trailers).
-        let inner = ProxyBody::Prefixed {
-            head: Some(Bytes::from_static(b"first")),
-            trailers: Some(trailers),
-            rest: Box::new(ProxyBody::Empty),
-        };
+        let inner = ProxyBody::prefixed(
+            Some(Bytes::from_static(b"first")),
+            Some(trailers),
+            ProxyBody::Empty,
+        );
         let mut body = SendWatch::new(inner, Duration::from_millis(100), Arc::clone(&close));
         let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
         assert_eq!(&first[..], b"first");

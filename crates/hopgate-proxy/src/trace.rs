@@ -1,7 +1,7 @@
 //! W3C trace context (`traceparent`, `tracestate`) on the hop to the
 //! backend.
 //!
-//! Owns [`propagate`]: a valid `traceparent` from the client is forwarded
+//! Owns [`propagate_beside`]: a valid `traceparent` from the client is forwarded
 //! with the same trace id and flags and a new parent id (the gateway's span
 //! for the hop), `tracestate` left as it is; an absent or invalid one is
 //! replaced by a new trace (random trace and parent ids) and any
@@ -180,65 +180,72 @@ impl Propagated {
     }
 }
 
-/// Writes `traceparent` with a new parent id for the same trace and flags
-/// (a retry's own span).
-pub fn set_parent(headers: &mut HeaderMap, trace_id: &TraceId, parent_id: &[u8; 8], flags: u8) {
-    headers.insert(&TRACEPARENT, render(&trace_id.0, parent_id, flags));
-}
-
 /// Random span ids for the gateway's spans: never all zero.
 pub fn new_span_id() -> [u8; 8] {
     nonzero()
 }
 
-/// Sets the upstream request's `traceparent` (see the module doc) and
-/// returns what it decided: one lookup of `traceparent`, and one of
-/// `tracestate` when a new trace is started. `sampler` is `Some` while
-/// span export is on: it decides a new trace's sampled flag.
-pub fn propagate(headers: &mut HeaderMap, sampler: Option<Sampler>) -> Propagated {
-    use http::header::Entry;
+/// [`propagate`] for a request whose `traceparent` goes beside its header
+/// map ([`crate::headers::SetLines`]): `traceparent` and `tracestate` say
+/// whether the client sent those headers (no lookup is made otherwise);
+/// the client's `traceparent` lines are taken out of `headers` and the
+/// value to send is returned with the decision.
+pub(crate) fn propagate_beside(
+    headers: &mut HeaderMap,
+    traceparent: bool,
+    tracestate: bool,
+    sampler: Option<Sampler>,
+) -> (Propagated, HeaderValue) {
     let parent_id: [u8; 8] = nonzero();
-    let start_flags = |t: &[u8; 16]| u8::from(sampler.is_some_and(|s| s.samples(t)));
-    let (trace_id, parent, flags) = match headers.entry(&TRACEPARENT) {
-        Entry::Occupied(mut e) => {
-            let incoming = {
-                let mut all = e.iter();
-                match (all.next(), all.next()) {
-                    // Exactly one: two `traceparent` lines are invalid.
-                    (Some(v), None) => parse(v.as_bytes()),
-                    _ => None,
-                }
-            };
-            match incoming {
-                Some(p) => {
-                    e.insert(render(&p.trace_id, &parent_id, p.flags));
-                    (p.trace_id, Some(p.parent_id), p.flags)
-                }
-                None => {
-                    let t: [u8; 16] = nonzero();
-                    let flags = start_flags(&t);
-                    // Replaces every `traceparent` line.
-                    e.insert(render(&t, &parent_id, flags));
-                    (t, None, flags)
-                }
-            }
-        }
-        Entry::Vacant(e) => {
+    let incoming = if traceparent {
+        let mut all = headers.get_all(&TRACEPARENT).iter();
+        // Exactly one: two `traceparent` lines are invalid.
+        let p = match (all.next(), all.next()) {
+            (Some(v), None) => parse(v.as_bytes()),
+            _ => None,
+        };
+        headers.remove(&TRACEPARENT);
+        p
+    } else {
+        None
+    };
+    let (trace_id, parent, flags) = match incoming {
+        Some(p) => (p.trace_id, Some(p.parent_id), p.flags),
+        None => {
             let t: [u8; 16] = nonzero();
-            let flags = start_flags(&t);
-            e.insert(render(&t, &parent_id, flags));
+            let flags = u8::from(sampler.is_some_and(|s| s.samples(&t)));
             (t, None, flags)
         }
     };
-    if parent.is_none() {
+    if parent.is_none() && tracestate {
         headers.remove(&TRACESTATE);
     }
-    Propagated {
+    let value = render(&trace_id, &parent_id, flags);
+    let decided = Propagated {
         trace_id: TraceId(trace_id),
         span_id: parent_id,
         parent,
         flags,
-    }
+    };
+    (decided, value)
+}
+
+/// The `traceparent` value for a trace's span.
+pub(crate) fn parent_value(trace_id: &TraceId, parent_id: &[u8; 8], flags: u8) -> HeaderValue {
+    render(&trace_id.0, parent_id, flags)
+}
+
+/// Sets `traceparent` in `headers` (see the module doc) and returns what
+/// it decided ([`propagate_beside`], with the lookups it skips). `sampler`
+/// is `Some` while span export is on: it decides a new trace's sampled
+/// flag.
+#[cfg(test)]
+pub fn propagate(headers: &mut HeaderMap, sampler: Option<Sampler>) -> Propagated {
+    let traceparent = headers.contains_key(&TRACEPARENT);
+    let tracestate = headers.contains_key(&TRACESTATE);
+    let (decided, value) = propagate_beside(headers, traceparent, tracestate, sampler);
+    headers.insert(&TRACEPARENT, value);
+    decided
 }
 
 impl TraceId {
@@ -400,8 +407,8 @@ mod tests {
         // A retry's own parent id, same trace and flags.
         let p = propagate(&mut h, None);
         let retry = new_span_id();
-        set_parent(&mut h, &p.trace_id, &retry, p.flags);
-        let again = parse(h.get(&TRACEPARENT).unwrap().as_bytes()).unwrap();
+        let v = parent_value(&p.trace_id, &retry, p.flags);
+        let again = parse(v.as_bytes()).unwrap();
         assert_eq!(
             (again.trace_id, again.parent_id, again.flags),
             (p.trace_id.0, retry, 0)

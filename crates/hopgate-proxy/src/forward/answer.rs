@@ -28,7 +28,7 @@ use super::grpc;
 use super::plan::{PendingHop, Upgrade};
 use super::{Forwarder, Req};
 use crate::body::ProxyBody;
-use crate::h1::client::{materialize, RawHead};
+use crate::h1::client::materialize;
 use crate::headers::{
     passes_raw, scan_response, strip_response, HOP_MAINTENANCE, HOP_SESSION_CONTEXT,
     X_ROUTE_RULE_ID, X_UPSTREAM_ADDR,
@@ -70,7 +70,7 @@ pub(super) fn answer(
     };
     at.account(seen);
     // A head kept raw stays so only when nothing below has to change it.
-    if let Some(raw) = resp.extensions().get::<RawHead>() {
+    if let Some(raw) = resp.body().raw_head() {
         let taken: [&[u8]; 3] = [
             snap.config.sessions.header.as_str().as_bytes(),
             X_ROUTE_RULE_ID.as_str().as_bytes(),

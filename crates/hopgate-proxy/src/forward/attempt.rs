@@ -25,7 +25,7 @@ use hopgate_core::node::{Observation, Verdict};
 
 use super::plan::{Flight, PendingHop};
 use crate::body::ProxyBody;
-use crate::headers::{HOP_SESSION_CONTEXT, X_HOP_FROM, X_UPSTREAM_ADDR};
+use crate::headers::{SetLines, HOP_SESSION_CONTEXT, X_HOP_FROM};
 use crate::metrics::METRICS;
 use crate::pool::{Pool, PoolSettings};
 use crate::session;
@@ -135,11 +135,12 @@ pub(super) fn spend(svc: &CompiledService, sent: usize, last_resort: bool) -> bo
 /// read once per attempt, the one the send goes to), `X-Hop-From` /
 /// `Hop-Session-Context` when the session hops to it, and for a session
 /// new with this request (`sessions`: its keys and header) the token that
-/// names `node`, the one the client gets if `node` answers. By value in
-/// and out, so the request's future never holds a borrowed copy across the
-/// send.
+/// names `node`, the one the client gets if `node` answers. The request
+/// and the lines the gateway sets beside its map (`X-Upstream-Addr`) come
+/// as a pair: edited where they lie, so the request's future never holds a
+/// borrowed copy across the send.
 pub(super) fn for_node(
-    request: &mut Request<ProxyBody>,
+    (request, set): (&mut Request<ProxyBody>, &mut SetLines),
     node: &CompiledNode,
     svc: &CompiledService,
     flight: &Flight,
@@ -148,6 +149,7 @@ pub(super) fn for_node(
     sessions: Option<(&SessionKeys, &HeaderName)>,
 ) {
     retarget(request, node, svc);
+    set.upstream_addr = Some(node.address_header.clone());
     if let (Some((keys, header)), Some(cs)) = (sessions, &flight.client_session) {
         if !cs.known {
             request.headers_mut().insert(
@@ -158,7 +160,7 @@ pub(super) fn for_node(
     }
     if let Some(moved) = moved {
         if let Ok(v) = HeaderValue::from_str(&moved.to_string()) {
-            request.headers_mut().insert(X_UPSTREAM_ADDR.clone(), v);
+            set.upstream_addr = Some(v);
         }
     }
     if let Some(h) = hop.filter(|h| *h.from != *node.id) {
@@ -175,8 +177,7 @@ pub(super) fn for_node(
     }
 }
 
-/// Points the upstream request at `node`: URI form for the protocol,
-/// `X-Upstream-Addr`.
+/// Points the upstream request at `node`: URI form for the protocol.
 fn retarget(req: &mut Request<ProxyBody>, node: &CompiledNode, svc: &CompiledService) {
     // Copied only where the URI is rebuilt (an origin-form HTTP/1.1
     // request keeps its URI).
@@ -212,8 +213,6 @@ fn retarget(req: &mut Request<ProxyBody>, node: &CompiledNode, svc: &CompiledSer
             req.headers_mut().remove(HOST);
         }
     }
-    req.headers_mut()
-        .insert(X_UPSTREAM_ADDR.clone(), node.address_header.clone());
 }
 
 /// Step 4: the send's settings: the snapshot's, raised while the node is

@@ -54,6 +54,14 @@ impl LoggedBody {
         }))
     }
 
+    pub(crate) fn inner(&self) -> &ProxyBody {
+        &self.inner
+    }
+
+    pub(crate) fn inner_mut(&mut self) -> &mut ProxyBody {
+        &mut self.inner
+    }
+
     fn end(&mut self, cut: Option<ErrorKind>) {
         if let Some(line) = self.line.take() {
             line.write(self.sent, cut);

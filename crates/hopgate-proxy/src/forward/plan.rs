@@ -31,8 +31,8 @@ use super::done::Outcome;
 use super::{grpc, ClientConn, Forwarder};
 use crate::h1::RequestBody;
 use crate::headers::{
-    append_forwarded_for, strip_request, RequestFacts, GRPC_TIMEOUT, X_FORWARDED_FOR,
-    X_FORWARDED_PROTO, X_ROUTE_RULE_ID,
+    append_forwarded_for, strip_request, RequestFacts, SetLines, GRPC_TIMEOUT, X_FORWARDED_PROTO,
+    X_ROUTE_RULE_ID, X_UPSTREAM_ADDR,
 };
 use crate::session::{self, ClientSession, Stickiness};
 use crate::tunnel;
@@ -113,6 +113,8 @@ pub(super) struct Plan {
     pub(super) hop: Option<PendingHop>,
     pub(super) upgrade: Option<Upgrade>,
     pub(super) parts: http::request::Parts,
+    /// The lines the gateway sets, beside `parts`' header map.
+    pub(super) set: SetLines,
     pub(super) body: RequestBody,
 }
 
@@ -292,46 +294,62 @@ impl Forwarder {
         if let Some(cs) = &client_session {
             parts.headers.insert(scfg.header.clone(), cs.token.clone());
         }
+        // The lines the gateway sets go beside the map; a client's own
+        // line of such a name is taken out (looked up only when sent).
+        let mut set = SetLines::default();
         if facts.forwarded_for {
             append_forwarded_for(&mut parts.headers, peer.ip());
         } else {
-            parts
-                .headers
-                .insert(X_FORWARDED_FOR.clone(), conn.forwarded_for.clone());
+            set.forwarded_for = Some(conn.forwarded_for.clone());
         }
         // A trusted proxy's `X-Forwarded-Proto` (`http` or `https`) is
         // kept; anyone else's is replaced by what this hop saw.
-        let https = match parts
-            .headers
-            .get(&X_FORWARDED_PROTO)
+        let https = match facts
+            .forwarded_proto()
+            .then(|| parts.headers.get(&X_FORWARDED_PROTO))
+            .flatten()
             .filter(|_| snap.access.trusts(peer.ip()))
             .map(|v| v.as_bytes())
         {
             Some(b"https") => true,
             Some(b"http") => false,
             _ => {
-                parts.headers.insert(
-                    X_FORWARDED_PROTO.clone(),
-                    HeaderValue::from_static(if ctx.tls { "https" } else { "http" }),
-                );
+                if facts.forwarded_proto() {
+                    parts.headers.remove(&X_FORWARDED_PROTO);
+                }
+                set.forwarded_proto = Some(HeaderValue::from_static(if ctx.tls {
+                    "https"
+                } else {
+                    "http"
+                }));
                 ctx.tls
             }
         };
-        parts
-            .headers
-            .insert(X_ROUTE_RULE_ID.clone(), route.id_header.clone());
+        if facts.route_rule_id() {
+            parts.headers.remove(&X_ROUTE_RULE_ID);
+        }
+        set.route_rule_id = Some(route.id_header.clone());
+        if facts.upstream_addr() {
+            parts.headers.remove(&X_UPSTREAM_ADDR);
+        }
         // Span export: one branch while it is off.
         let otlp = &snap.config.tracing.otlp;
         let sampler = (otlp.enabled && self.otlp.is_some())
             .then(|| crate::trace::Sampler::new(otlp.sample_ratio));
-        let trace = crate::trace::propagate(&mut parts.headers, sampler);
+        let (trace, traceparent) = crate::trace::propagate_beside(
+            &mut parts.headers,
+            facts.traceparent(),
+            facts.tracestate(),
+            sampler,
+        );
+        set.traceparent = Some(traceparent);
         out.trace_id = trace.trace_id;
         if sampler.is_some() && trace.sampled() {
             let host = parts.headers.get(HOST).cloned();
             let span = crate::otlp::Span::new(&trace, parts.uri.clone(), host, https);
             out.span = Some(Box::new(span));
         }
-        if !parts.headers.contains_key(HOST) {
+        if facts.hosts == 0 {
             if let Some(a) = parts.uri.authority() {
                 if let Ok(v) = HeaderValue::from_str(a.as_str()) {
                     parts.headers.insert(HOST, v);
@@ -359,6 +377,7 @@ impl Forwarder {
             hop,
             upgrade,
             parts,
+            set,
             body,
         })
     }

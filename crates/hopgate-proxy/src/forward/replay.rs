@@ -242,11 +242,7 @@ fn prefixed(
     if head.is_empty() && trailers.is_none() {
         rest
     } else {
-        ProxyBody::Prefixed {
-            head: (!head.is_empty()).then_some(head),
-            trailers,
-            rest: Box::new(rest),
-        }
+        ProxyBody::prefixed((!head.is_empty()).then_some(head), trailers, rest)
     }
 }
 

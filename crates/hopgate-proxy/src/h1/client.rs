@@ -32,6 +32,7 @@ use super::chunked::{ChunkedDecoder, Step};
 use super::head::{self, BodyKind, Head, HeaderRange, ResponseKind};
 use super::write::{self, Out};
 use crate::body::{BodyTooLarge, BoxError, ProxyBody};
+use crate::headers::SetLines;
 use crate::pool::{H1Conn, Pool, SendFailure};
 use crate::tls::UpstreamIo;
 
@@ -216,6 +217,7 @@ pub(crate) async fn send(
     pool: &Arc<Pool>,
     mut conn: H1Conn,
     req: Request<ProxyBody>,
+    set: &SetLines,
     deadline: tokio::time::Instant,
     raw_head: bool,
 ) -> Result<Response<ProxyBody>, SendFailure> {
@@ -223,7 +225,13 @@ pub(crate) async fn send(
     let is_head = req.method() == Method::HEAD;
     {
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
-        write::request_head(&mut conn.out, req.method(), target, req.headers(), &framing);
+        let head = write::RequestHead {
+            method: req.method(),
+            target,
+            headers: req.headers(),
+            set,
+        };
+        write::request_head(&mut conn.out, &head, &framing);
     }
     let mut req = Some(req);
     // The head as sent, kept until the answer's head: a failure hands it
@@ -315,9 +323,9 @@ pub(crate) async fn send(
     let made = if raw_head && matches!(kind, ResponseKind::Final(_)) {
         raw_response(head, bytes)
     } else {
-        response(&head, &bytes)
+        response(&head, &bytes).map(|r| (r, None))
     };
-    let mut resp = match made {
+    let (mut resp, raw) = match made {
         Ok(r) => r,
         Err(e) => return Err(sent(HeadFail::Invalid(e).into_error())),
     };
@@ -334,7 +342,10 @@ pub(crate) async fn send(
         }
         ResponseKind::Interim => ProxyBody::Empty,
     };
-    *resp.body_mut() = body;
+    *resp.body_mut() = match raw {
+        Some(raw) => ProxyBody::with_raw_head(raw, body),
+        None => body,
+    };
     Ok(resp)
 }
 
@@ -444,13 +455,13 @@ fn reason_into<B>(resp: &mut Response<B>, bytes: &Bytes, reason: Range<usize>) {
 }
 
 /// A response head kept as the backend sent it: the head's bytes and its
-/// header lines as ranges of them, carried in the response's extensions
-/// while its header map holds only what the gateway adds. hopgate's own
-/// HTTP/1.1 server writes such a head line by line, as it came (names in
-/// the backend's case); every other consumer turns it into header-map
-/// entries first ([`materialize`]). Made only for a client connection on
-/// that server, and kept only when the answer step has nothing to take out
-/// of the head ([`crate::headers::passes_raw`]).
+/// header lines as ranges of them, carried with the answer's body
+/// ([`ProxyBody::Headed`]) while the response's header map holds only what
+/// the gateway adds. hopgate's own HTTP/1.1 server writes such a head line
+/// by line, as it came (names in the backend's case); every other consumer
+/// turns it into header-map entries first ([`materialize`]). Made only for
+/// a client connection on that server, and kept only when the answer step
+/// has nothing to take out of the head ([`crate::headers::passes_raw`]).
 #[derive(Clone, Debug)]
 pub(crate) struct RawHead {
     /// The head, its empty last line included.
@@ -522,29 +533,32 @@ impl RawHead {
     }
 }
 
-/// The response head as an `http` response with its head kept raw
-/// ([`RawHead`]): no header map is built.
-fn raw_response(head: Head, bytes: Bytes) -> Result<Response<ProxyBody>, head::HeadError> {
+/// The response head as an `http` response with an empty header map, and
+/// the head kept raw ([`RawHead`]) for its body to carry.
+fn raw_response(
+    head: Head,
+    bytes: Bytes,
+) -> Result<(Response<ProxyBody>, Option<RawHead>), head::HeadError> {
     let mut resp = Response::new(ProxyBody::Empty);
     *resp.status_mut() = status_of(&head)?;
     *resp.version_mut() = version_of(&head);
-    resp.extensions_mut().insert(RawHead {
+    let raw = RawHead {
         bytes,
         lines: head.headers,
         reason: head.reason,
         content_length: head.facts.content_length,
-    });
-    Ok(resp)
+    };
+    Ok((resp, Some(raw)))
 }
 
-/// Turns a response's raw head ([`RawHead`]), if it has one, into
-/// header-map entries, placed before the ones the gateway added (whose
+/// Turns a response's raw head ([`RawHead`]), if its body carries one,
+/// into header-map entries, placed before the ones the gateway added (whose
 /// names never repeat one of the backend's but `Set-Cookie`: the answer
 /// step materializes first otherwise). A line that does not convert —
 /// none can: `httparse` takes the same name and value bytes as `http` —
 /// is dropped.
-pub(crate) fn materialize<B>(resp: &mut Response<B>) {
-    let Some(raw) = resp.extensions_mut().remove::<RawHead>() else {
+pub(crate) fn materialize(resp: &mut Response<ProxyBody>) {
+    let Some(raw) = resp.body_mut().take_raw_head() else {
         return;
     };
     let added = std::mem::take(resp.headers_mut());

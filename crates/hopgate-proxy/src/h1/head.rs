@@ -67,6 +67,8 @@ pub struct Facts {
     pub upgrade: bool,
     /// `Expect: 100-continue`.
     pub expect_continue: bool,
+    /// `TE` lists `trailers` (the client takes trailer fields).
+    pub te_trailers: bool,
 }
 
 /// One header line: its name and value as ranges of the buffer.
@@ -247,6 +249,11 @@ fn finish(
                         head.facts.upgrade = true;
                     }
                 }
+            }
+            2 if name.eq_ignore_ascii_case(b"te")
+                && list(h.value).any(|t| t.eq_ignore_ascii_case(b"trailers")) =>
+            {
+                head.facts.te_trailers = true;
             }
             6 if name.eq_ignore_ascii_case(b"expect")
                 && h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue") =>
@@ -511,7 +518,17 @@ mod tests {
         let h = req(buf).unwrap().unwrap();
         assert_eq!(h.facts.content_length, Some(5));
         assert!(h.facts.keep_alive && h.facts.upgrade && h.facts.expect_continue);
+        assert!(!h.facts.te_trailers);
         assert_eq!(request_body(&h), BodyKind::Length(5));
+        // `TE` lists `trailers` on any of its lines, in any case.
+        for (buf, takes) in [
+            (&b"GET / HTTP/1.1\r\nTE: gzip, Trailers\r\n\r\n"[..], true),
+            (b"GET / HTTP/1.1\r\nte: gzip\r\nTe: trailers\r\n\r\n", true),
+            (b"GET / HTTP/1.1\r\nTE: gzip, trailersx\r\n\r\n", false),
+            (b"GET / HTTP/1.1\r\nX-TE: trailers\r\n\r\n", false),
+        ] {
+            assert_eq!(req(buf).unwrap().unwrap().facts.te_trailers, takes);
+        }
         let buf = b"POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n";
         let h = req(buf).unwrap().unwrap();
         assert_eq!(request_body(&h), BodyKind::Chunked);

@@ -43,7 +43,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, TE};
+use http::header::{HeaderName, HeaderValue, CONNECTION};
 use http::{Method, Request, Uri, Version};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
@@ -132,7 +132,7 @@ pub(crate) async fn serve(
         };
         let is_head = req.method() == Method::HEAD;
         let connect = req.method() == Method::CONNECT;
-        let trailers_ok = head.minor == 1 && te_trailers(req.headers());
+        let trailers_ok = head.minor == 1 && head.facts.te_trailers;
         let mut keep = head.keeps_alive() && !connect;
         // An upgrade: the socket goes to the tunnel after a 101.
         // (`Connection: upgrade` was seen by the parse, or there is none.)
@@ -247,15 +247,6 @@ pub(crate) async fn serve(
     }
 }
 
-/// Does `TE` list `trailers`?
-fn te_trailers(headers: &HeaderMap) -> bool {
-    headers.get_all(TE).iter().any(|v| {
-        v.as_bytes()
-            .split(|b| *b == b',')
-            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"))
-    })
-}
-
 /// Has the listener begun to drain? The drain signal only ever turns
 /// true, so a change seen is the drain (an atomic load, no lock); a
 /// listener gone is one too.
@@ -270,6 +261,10 @@ fn draining(drain: &watch::Receiver<bool>) -> bool {
 struct Between {
     idle: LazyTimer,
     drained: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// `drained` has been polled: it holds this task's waker from then on
+    /// (the connection never changes task), so later waits look at the
+    /// signal itself (an atomic load) instead of polling it again.
+    registered: bool,
 }
 
 impl Between {
@@ -281,7 +276,18 @@ impl Between {
             drained: Box::pin(async move {
                 let _ = drain.changed().await;
             }),
+            registered: false,
         }
+    }
+
+    /// Has the listener begun to drain? Registers the wake-up for it on
+    /// the first call.
+    fn drained(&mut self, drain: &watch::Receiver<bool>, cx: &mut std::task::Context<'_>) -> bool {
+        if self.registered {
+            return draining(drain);
+        }
+        self.registered = true;
+        self.drained.as_mut().poll(cx).is_ready()
     }
 }
 
@@ -330,9 +336,7 @@ async fn read_head(
                     if let Poll::Ready(r) = c.poll_fill(HEAD_READ, cx) {
                         return Poll::Ready(Some(r));
                     }
-                    if between.drained.as_mut().poll(cx).is_ready()
-                        || between.idle.poll_passed(until, cx)
-                    {
+                    if between.drained(drain, cx) || between.idle.poll_passed(until, cx) {
                         return Poll::Ready(None);
                     }
                     Poll::Pending

@@ -58,6 +58,7 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
         *keep = false;
     }
     let (parts, mut body) = resp.into_parts();
+    let raw = body.take_raw_head();
     // The first body bytes, when they are there already: written with the
     // head in one vectored write.
     let first = match &framing {
@@ -78,9 +79,10 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
     let mut chunk_pre = [0u8; 18];
     let mut overlong = false;
     {
-        let raw_lines = parts.extensions.get::<RawHead>().map_or(0, RawHead::count);
+        let raw_lines = raw.as_ref().map_or(0, RawHead::count);
         let mut w = HeadWriter::with_lines(parts.headers.len() + raw_lines + 4);
-        status_and_headers(&mut w, &parts, ask, &framing, &mut date, &mut close);
+        let raw = raw.as_ref();
+        status_and_headers(&mut w, &parts, raw, ask, &framing, &mut date, &mut close);
         if close {
             *keep = false;
         }
@@ -206,7 +208,15 @@ pub(super) async fn write_upgrade<W: AsyncWrite + Unpin>(
     let mut close = false;
     {
         let mut w = HeadWriter::with_lines(parts.headers.len() + 2);
-        status_and_headers(&mut w, &parts, ask, &Framing::None, &mut date, &mut close);
+        status_and_headers(
+            &mut w,
+            &parts,
+            None,
+            ask,
+            &Framing::None,
+            &mut date,
+            &mut close,
+        );
         w.push(b"\r\n");
         w.write_to(io).await.map_err(|(e, _)| e)?;
     }
@@ -274,7 +284,7 @@ enum Framing {
 
 /// `Content-Length` of a response when it is one valid value.
 fn declared_length(resp: &Response<ProxyBody>) -> Option<u64> {
-    let value = match resp.extensions().get::<RawHead>() {
+    let value = match resp.body().raw_head() {
         // At most one line (the answer step made sure), checked by the
         // parser.
         Some(raw) => return raw.content_length(),
@@ -356,6 +366,7 @@ fn framing(resp: &Response<ProxyBody>, ask: Ask) -> Framing {
 fn status_and_headers<'a>(
     w: &mut HeadWriter<'a>,
     parts: &'a http::response::Parts,
+    raw: Option<&'a RawHead>,
     ask: Ask,
     framing: &Framing,
     date: &'a mut [u8; 29],
@@ -369,7 +380,6 @@ fn status_and_headers<'a>(
     });
     w.push(status.as_str().as_bytes());
     w.push(b" ");
-    let raw = parts.extensions.get::<RawHead>();
     let reason = raw
         .map(RawHead::reason)
         .filter(|r| !r.is_empty())
@@ -462,11 +472,7 @@ fn first_data(body: &mut ProxyBody) -> Result<Option<Bytes>, crate::body::BoxErr
             // Trailers first: put back as a body of their own.
             Err(f) => {
                 let rest = std::mem::take(body);
-                *body = ProxyBody::Prefixed {
-                    head: None,
-                    trailers: f.into_trailers().ok(),
-                    rest: Box::new(rest),
-                };
+                *body = ProxyBody::prefixed(None, f.into_trailers().ok(), rest);
                 Ok(None)
             }
         },
@@ -490,11 +496,7 @@ mod tests {
 
     /// A body of unknown length: `data`, then `trailers`.
     fn streamed(data: &'static [u8], trailers: Option<HeaderMap>) -> ProxyBody {
-        ProxyBody::Prefixed {
-            head: Some(Bytes::from_static(data)),
-            trailers,
-            rest: Box::new(ProxyBody::Empty),
-        }
+        ProxyBody::prefixed(Some(Bytes::from_static(data)), trailers, ProxyBody::Empty)
     }
 
     async fn written(resp: Response<ProxyBody>, ask: Ask) -> (String, bool) {
@@ -527,8 +529,10 @@ mod tests {
         let head = b"HTTP/1.1 200 Fine\r\nServer: nginx\r\nConnection: keep-alive\r\n\
             Keep-Alive: timeout=5\r\nContent-Length: 2\r\nX-Mixed-Case:A  \r\n\r\n";
         let raw = || {
-            let mut r = Response::new(ProxyBody::full("ok"));
-            r.extensions_mut().insert(RawHead::parsed(head));
+            let mut r = Response::new(ProxyBody::with_raw_head(
+                RawHead::parsed(head),
+                ProxyBody::full("ok"),
+            ));
             r.headers_mut()
                 .append("set-cookie", HeaderValue::from_static("s=1"));
             r
@@ -543,8 +547,10 @@ mod tests {
         // Its own `Date` is kept; HEAD keeps the length and sends no body.
         let dated = b"HTTP/1.1 200 OK\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\n\
             Content-Length: 7\r\n\r\n";
-        let mut r = Response::new(ProxyBody::Empty);
-        r.extensions_mut().insert(RawHead::parsed(dated));
+        let r = Response::new(ProxyBody::with_raw_head(
+            RawHead::parsed(dated),
+            ProxyBody::Empty,
+        ));
         let (t, _) = written(r, ask(Version::HTTP_11, true, false)).await;
         assert_eq!(
             t,
@@ -554,16 +560,18 @@ mod tests {
         // `Transfer-Encoding` is not repeated. An empty reason phrase is
         // the code's own.
         let chunked = b"HTTP/1.1 404 \r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n";
-        let mut r = Response::new(streamed(b"hello", None));
+        let mut r = Response::new(ProxyBody::with_raw_head(
+            RawHead::parsed(chunked),
+            streamed(b"hello", None),
+        ));
         *r.status_mut() = http::StatusCode::NOT_FOUND;
-        r.extensions_mut().insert(RawHead::parsed(chunked));
         let (t, _) = written(r, ask(Version::HTTP_11, false, false)).await;
         assert_eq!(t, "HTTP/1.1 404 Not Found\r\nX-A: 1\r\ndate: *\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
         // Materialized, the same head becomes map entries before the
         // added ones, with its reason phrase kept.
         let mut r = raw();
         crate::h1::client::materialize(&mut r);
-        assert!(r.extensions().get::<RawHead>().is_none());
+        assert!(r.body().raw_head().is_none());
         let names: Vec<_> = r.headers().keys().map(|n| n.as_str()).collect();
         assert_eq!(
             names,

@@ -15,6 +15,7 @@ use http_body::Body;
 use tokio::io::AsyncWrite;
 
 use super::head::BodyKind;
+use crate::headers::SetLines;
 
 /// A message head as slices of borrowed bytes, written in one go.
 #[derive(Debug, Default)]
@@ -192,28 +193,36 @@ impl Digits {
     }
 }
 
+/// What an upstream request head is rendered from.
+pub(crate) struct RequestHead<'a> {
+    pub method: &'a Method,
+    /// Origin form (or `*`, or the authority of a CONNECT).
+    pub target: &'a str,
+    pub headers: &'a HeaderMap,
+    /// The lines the gateway sets, written after the map's.
+    pub set: &'a SetLines,
+}
+
 /// Renders the head of an upstream request into `out` (cleared first):
 /// request line, the headers (minus the framing ones `framing` replaces),
-/// the added framing line. One contiguous buffer, kept by the connection
-/// from one request to the next, costs less than a slice per piece.
-pub(crate) fn request_head(
-    out: &mut Vec<u8>,
-    method: &Method,
-    target: &str,
-    headers: &HeaderMap,
-    framing: &RequestFraming,
-) {
+/// the lines the gateway sets, the added framing line. One contiguous
+/// buffer, kept by the connection from one request to the next, costs
+/// less than a slice per piece.
+pub(crate) fn request_head(out: &mut Vec<u8>, head: &RequestHead<'_>, framing: &RequestFraming) {
     out.clear();
-    out.extend_from_slice(method.as_str().as_bytes());
+    out.extend_from_slice(head.method.as_str().as_bytes());
     out.push(b' ');
-    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(head.target.as_bytes());
     out.extend_from_slice(HTTP_11);
-    for (name, value) in headers {
+    for (name, value) in head.headers {
         if (framing.skip_te && name == TRANSFER_ENCODING)
             || (framing.skip_cl && name == CONTENT_LENGTH)
         {
             continue;
         }
+        line(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    for (name, value) in head.set.lines() {
         line(out, name.as_str().as_bytes(), value.as_bytes());
     }
     match framing.add {
@@ -389,7 +398,14 @@ mod tests {
     fn head(method: Method, headers: &HeaderMap, body: &ProxyBody) -> (Vec<u8>, BodyKind) {
         let framing = request_framing(&method, headers, body);
         let mut v = b"left from the last request".to_vec();
-        request_head(&mut v, &method, "/p?q", headers, &framing);
+        let set = SetLines::default();
+        let rh = RequestHead {
+            method: &method,
+            target: "/p?q",
+            headers,
+            set: &set,
+        };
+        request_head(&mut v, &rh, &framing);
         (v, framing.body)
     }
 
@@ -438,11 +454,7 @@ mod tests {
         assert!(!String::from_utf8_lossy(&v).contains("transfer-encoding"));
         assert_eq!(kind, BodyKind::Empty);
         // Unknown size: chunked, except GET/HEAD/CONNECT.
-        let unknown = ProxyBody::Prefixed {
-            head: Some(Bytes::from_static(b"x")),
-            trailers: None,
-            rest: Box::new(ProxyBody::Empty),
-        };
+        let unknown = ProxyBody::prefixed(Some(Bytes::from_static(b"x")), None, ProxyBody::Empty);
         let (v, kind) = head(Method::POST, &h, &unknown);
         assert!(String::from_utf8_lossy(&v).contains("transfer-encoding: chunked\r\n"));
         assert_eq!(kind, BodyKind::Chunked);
@@ -488,7 +500,14 @@ mod tests {
         h.insert("host", HeaderValue::from_static("example"));
         let framing = request_framing(&Method::GET, &h, &ProxyBody::Empty);
         let mut want = Vec::new();
-        request_head(&mut want, &Method::GET, "/", &h, &framing);
+        let set = SetLines::default();
+        let rh = RequestHead {
+            method: &Method::GET,
+            target: "/",
+            headers: &h,
+            set: &set,
+        };
+        request_head(&mut want, &rh, &framing);
         let mut t = Trickle {
             got: Vec::new(),
             max: 3,

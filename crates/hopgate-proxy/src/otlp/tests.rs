@@ -44,9 +44,12 @@ fn record(snap: &Arc<Snapshot>) -> Box<Span> {
         true,
     ));
     let t0 = Instant::now();
-    let mut h = http::HeaderMap::new();
+    let mut h = crate::headers::SetLines::default();
     s.before_attempt(1, &mut h);
-    assert!(h.is_empty(), "the first attempt keeps the propagated id");
+    assert!(
+        h.traceparent.is_none(),
+        "the first attempt keeps the propagated id"
+    );
     s.after_attempt(
         0,
         1,
@@ -55,7 +58,7 @@ fn record(snap: &Arc<Snapshot>) -> Box<Span> {
         Err(ErrorKind::ConnectFailed),
     );
     s.before_attempt(2, &mut h);
-    let retry = crate::trace::parse(h.get("traceparent").unwrap().as_bytes()).unwrap();
+    let retry = crate::trace::parse(h.traceparent.as_ref().unwrap().as_bytes()).unwrap();
     assert_eq!((retry.trace_id, retry.flags), (TRACE, 1));
     assert_eq!(retry.parent_id, s.next_id);
     assert_ne!(retry.parent_id, SENT);

@@ -29,9 +29,11 @@ fn send_future_stays_small() {
         limits: PoolLimits::default(),
     };
     let req = Request::new(ProxyBody::Empty);
+    let set = SetLines::default();
     let fut = pool.send(
         "127.0.0.1:9".parse().unwrap(),
         req,
+        &set,
         &settings,
         Instant::now(),
         false,
@@ -72,7 +74,15 @@ async fn drain_aborts_busy_connections_at_the_deadline() {
                 .header("host", "x")
                 .body(ProxyBody::Empty)
                 .unwrap();
-            pool.send(addr, req, &settings, Instant::now(), false).await
+            pool.send(
+                addr,
+                req,
+                &SetLines::default(),
+                &settings,
+                Instant::now(),
+                false,
+            )
+            .await
         })
     };
     // Wait until the connection is open and busy.
@@ -178,21 +188,42 @@ async fn a_clean_response_gives_the_connection_back() {
     let pool = Arc::new(Pool::new(4));
     let s = settings();
     let resp = pool
-        .send(addr, get("/a"), &s, Instant::now(), false)
+        .send(
+            addr,
+            get("/a"),
+            &SetLines::default(),
+            &s,
+            Instant::now(),
+            false,
+        )
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(read_all(resp).await.0, b"ok");
     assert_eq!(pool.stats().idle, 1);
     let resp = pool
-        .send(addr, get("/b"), &s, Instant::now(), false)
+        .send(
+            addr,
+            get("/b"),
+            &SetLines::default(),
+            &s,
+            Instant::now(),
+            false,
+        )
         .await
         .unwrap();
     let (body, trailers) = read_all(resp).await;
     assert_eq!(body, b"abcd");
     assert_eq!(trailers.unwrap()["x-sum"], "4");
     let resp = pool
-        .send(addr, get("/c"), &s, Instant::now(), false)
+        .send(
+            addr,
+            get("/c"),
+            &SetLines::default(),
+            &s,
+            Instant::now(),
+            false,
+        )
         .await
         .unwrap();
     assert_eq!(resp.status(), 204, "the interim answer is skipped");
@@ -214,7 +245,14 @@ async fn a_connection_the_backend_closed_is_not_reused() {
     let pool = Arc::new(Pool::new(4));
     let s = settings();
     let resp = pool
-        .send(addr, get("/1"), &s, Instant::now(), false)
+        .send(
+            addr,
+            get("/1"),
+            &SetLines::default(),
+            &s,
+            Instant::now(),
+            false,
+        )
         .await
         .unwrap();
     assert_eq!(read_all(resp).await.0, b"");
@@ -222,7 +260,14 @@ async fn a_connection_the_backend_closed_is_not_reused() {
     // Wait until the backend's close has reached us.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let resp = pool
-        .send(addr, get("/2"), &s, Instant::now(), false)
+        .send(
+            addr,
+            get("/2"),
+            &SetLines::default(),
+            &s,
+            Instant::now(),
+            false,
+        )
         .await
         .unwrap();
     assert_eq!(read_all(resp).await.0, b"2");
@@ -243,7 +288,14 @@ async fn answers_that_close_are_not_parked() {
     let s = settings();
     for want in [&b"a"[..], b"b", b"until close"] {
         let resp = pool
-            .send(addr, get("/"), &s, Instant::now(), false)
+            .send(
+                addr,
+                get("/"),
+                &SetLines::default(),
+                &s,
+                Instant::now(),
+                false,
+            )
             .await
             .unwrap();
         assert_eq!(read_all(resp).await.0, want);
@@ -265,7 +317,17 @@ async fn ambiguous_responses_are_refused() {
     let pool = Arc::new(Pool::new(4));
     let s = settings();
     for _ in 0..3 {
-        match pool.send(addr, get("/"), &s, Instant::now(), false).await {
+        match pool
+            .send(
+                addr,
+                get("/"),
+                &SetLines::default(),
+                &s,
+                Instant::now(),
+                false,
+            )
+            .await
+        {
             Err(SendFailure::SentWithHead(e, head)) => {
                 assert_eq!(e.kind, ErrorKind::UpstreamProtocol, "{e:?}");
                 assert_eq!(head.uri, "/");
@@ -284,7 +346,14 @@ async fn a_refused_connect_is_not_sent() {
     drop(unused);
     let pool = Arc::new(Pool::new(4));
     let result = pool
-        .send(addr, get("/"), &settings(), Instant::now(), false)
+        .send(
+            addr,
+            get("/"),
+            &SetLines::default(),
+            &settings(),
+            Instant::now(),
+            false,
+        )
         .await;
     assert!(
         matches!(result, Err(SendFailure::NotSent { .. })),
@@ -302,7 +371,14 @@ async fn an_upgrade_hands_over_the_socket() {
     .await;
     let pool = Arc::new(Pool::new(4));
     let mut resp = pool
-        .send(addr, get("/"), &settings(), Instant::now(), false)
+        .send(
+            addr,
+            get("/"),
+            &SetLines::default(),
+            &settings(),
+            Instant::now(),
+            false,
+        )
         .await
         .unwrap();
     assert_eq!(resp.status(), 101);
@@ -328,7 +404,14 @@ async fn drain_ends_a_streaming_body_at_the_deadline() {
     .await;
     let pool = Arc::new(Pool::new(4));
     let resp = pool
-        .send(addr, get("/"), &settings(), Instant::now(), false)
+        .send(
+            addr,
+            get("/"),
+            &SetLines::default(),
+            &settings(),
+            Instant::now(),
+            false,
+        )
         .await
         .unwrap();
     let mut body = resp.into_body();

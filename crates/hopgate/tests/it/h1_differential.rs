@@ -225,6 +225,10 @@ const SAME: &[(&str, &[u8])] = &[
         b"POST /cl HTTP/1.1\r\nhost: example\r\ncontent-length: 3\r\ncontent-length: 3\r\nconnection: close\r\n\r\nabc",
     ),
     (
+        "the lines the gateway sets, sent by the client",
+        b"GET /own HTTP/1.1\r\nhost: example\r\nX-Route-Rule-Id: forged\r\nx-upstream-addr: 10.9.9.9:1\r\nX-Forwarded-Proto: https\r\ntraceparent: not-a-trace\r\ntracestate: k=v\r\nconnection: close\r\n\r\n",
+    ),
+    (
         "an empty body with Content-Length: 0",
         b"POST /zero HTTP/1.1\r\nhost: example\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
     ),
@@ -338,6 +342,60 @@ async fn native_and_hyper_forward_the_same_bytes_and_native_refuses_ambiguous_fr
         eprintln!(
             "{name}: hyper {:?}, forwarded {forwarded}",
             status_lines(&b)
+        );
+    }
+}
+
+/// A client's own lines of the names the gateway sets reach the backend
+/// as the gateway's, once each; a valid `traceparent` keeps its trace and
+/// its `tracestate`.
+#[tokio::test]
+async fn the_lines_the_gateway_sets_replace_the_clients() {
+    let backend = Recorder::start().await;
+    let gw = native_gateway(&backend).await;
+    let lines_of = |req: &[u8], name: &str| -> Vec<String> {
+        String::from_utf8_lossy(req)
+            .split("\r\n")
+            .filter_map(|l| {
+                let (n, v) = l.split_once(':')?;
+                n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+            })
+            .collect()
+    };
+    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    for (traceparent, kept_state) in [("not-a-trace", false), (trace, true)] {
+        let req = format!(
+            "GET /own HTTP/1.1\r\nhost: example\r\nX-Route-Rule-Id: forged\r\nx-upstream-addr: 10.9.9.9:1\r\nX-Forwarded-Proto: https\r\nTraceparent: {traceparent}\r\ntracestate: k=v\r\nconnection: close\r\n\r\n"
+        );
+        exchange(gw.addr, req.as_bytes()).await;
+        let got = backend.take();
+        assert_eq!(got.len(), 1);
+        let r = &got[0];
+        let text = String::from_utf8_lossy(r);
+        assert_eq!(lines_of(r, "x-route-rule-id"), ["all"], "{text}");
+        assert_eq!(
+            lines_of(r, "x-upstream-addr"),
+            [backend.addr.to_string()],
+            "{text}"
+        );
+        assert_eq!(lines_of(r, "x-forwarded-proto"), ["http"], "{text}");
+        assert_eq!(lines_of(r, "x-forwarded-for"), ["127.0.0.1"], "{text}");
+        let sent = lines_of(r, "traceparent");
+        assert_eq!(sent.len(), 1, "{text}");
+        assert_ne!(
+            sent[0], traceparent,
+            "a new parent id or a new trace: {text}"
+        );
+        assert_eq!(sent[0][..35] == trace[..35], kept_state, "{text}");
+        let state = lines_of(r, "tracestate");
+        assert_eq!(
+            state,
+            if kept_state {
+                vec!["k=v".to_owned()]
+            } else {
+                vec![]
+            },
+            "{text}"
         );
     }
 }
