@@ -212,7 +212,11 @@ pub async fn serve_admin(
         let stop = shutdown.clone();
         let mut conn_stop = shutdown.clone();
         tokio::spawn(async move {
+            // Told when the connection's first request arrives.
+            let first = Arc::new(tokio::sync::Notify::new());
+            let told = Arc::clone(&first);
             let svc = hyper::service::service_fn(move |req| {
+                told.notify_one();
                 let (admin, stop) = (Arc::clone(&admin), stop.clone());
                 async move { Ok::<_, Infallible>(route(admin, req, stop).await) }
             });
@@ -220,12 +224,23 @@ pub async fn serve_admin(
             let conn = builder.serve_connection(io, svc);
             tokio::pin!(conn);
             // At shutdown: answers in progress finish (event streams end
-            // themselves), idle connections close.
+            // themselves), idle connections close. A connection accepted
+            // just before the stop (during a handover both processes
+            // accept from the socket for a moment) gets its first request
+            // answered first: closed unread, its client would see the
+            // connection drop under a request it just sent.
             tokio::select! {
                 _ = conn.as_mut() => {}
                 _ = stopped(&mut conn_stop) => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+                    let ended = tokio::select! {
+                        _ = conn.as_mut() => true,
+                        _ = first.notified() => false,
+                        _ = tokio::time::sleep(ADMIN_FIRST_REQUEST_GRACE) => false,
+                    };
+                    if !ended {
+                        conn.as_mut().graceful_shutdown();
+                        let _ = conn.await;
+                    }
                 }
             }
             open.fetch_sub(1, Ordering::Relaxed);
@@ -238,6 +253,10 @@ pub async fn serve_admin(
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
+
+/// How long a connection accepted just before shutdown has to send its
+/// first request (it is answered, then closed).
+const ADMIN_FIRST_REQUEST_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long the admin API waits for its connections at shutdown.
 const ADMIN_SHUTDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs(5);

@@ -176,9 +176,10 @@ pub enum ProxyBody {
     /// A client's response whose access line waits for its end.
     Logged(Box<crate::forward::LoggedBody>),
     /// An answer whose head is kept as the backend's bytes
-    /// ([`crate::h1::client::RawHead`]), and its body. The head rides with
-    /// the body (not in the response's extensions, a map and two
-    /// allocations more per answer); it is taken off by the writer
+    /// ([`crate::h1::client::RawHead`]), and its body (an `H1` body carries
+    /// the head itself). The head rides with the body (not in the
+    /// response's extensions, a map and two allocations more per answer);
+    /// it is taken off by the writer
     /// ([`ProxyBody::take_raw_head`]) or turned into header-map entries
     /// ([`crate::h1::client::materialize`]).
     Headed(Box<Headed>),
@@ -294,6 +295,7 @@ impl ProxyBody {
     pub(crate) fn raw_head(&self) -> Option<&RawHead> {
         match self {
             ProxyBody::Headed(h) => Some(&h.raw),
+            ProxyBody::H1(b) => b.raw.as_ref(),
             ProxyBody::Logged(l) => l.inner().raw_head(),
             _ => None,
         }
@@ -310,6 +312,7 @@ impl ProxyBody {
                 }
                 _ => None,
             },
+            ProxyBody::H1(b) => b.raw.take(),
             ProxyBody::Logged(l) => l.inner_mut().take_raw_head(),
             _ => None,
         }

@@ -10,6 +10,8 @@ use std::sync::OnceLock;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
+use crate::h1::head::name_is;
+
 pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub(crate) static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub(crate) static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -73,8 +75,9 @@ fn hop_bit(name: &HeaderName) -> u16 {
     }
 }
 
-/// The hop-by-hop (and gateway-only) names and their bits, for names met
-/// as bytes (a `Connection` value's list, a raw head).
+/// The hop-by-hop (and gateway-only) names and their bits: what
+/// `hop_bit_of` and `hop_bit` answer (a test holds them to it).
+#[cfg(test)]
 const HOP_NAMES: [(&str, u16); 13] = [
     ("keep-alive", KEEP_ALIVE_BIT),
     ("upgrade", UPGRADE_BIT),
@@ -93,12 +96,26 @@ const HOP_NAMES: [(&str, u16); 13] = [
 
 /// The bit of a name given as bytes, in any case; 0 for everything else.
 /// Compared without building a [`HeaderName`], which allocates for
-/// non-standard names.
+/// non-standard names: by length first, then at most three names of that
+/// length (the tests' table of hop-by-hop names holds it to `hop_bit`).
 fn hop_bit_of(name: &[u8]) -> u16 {
-    HOP_NAMES
-        .iter()
-        .find(|(n, _)| n.len() == name.len() && n.as_bytes().eq_ignore_ascii_case(name))
-        .map_or(0, |(_, bit)| *bit)
+    let is = |n: &[u8]| name_is(name, n);
+    match name.len() {
+        2 if is(b"te") => TE_BIT,
+        6 if is(b"expect") => EXPECT_BIT,
+        7 if is(b"upgrade") => UPGRADE_BIT,
+        7 if is(b"trailer") => TRAILER_BIT,
+        10 if is(b"connection") => CONNECTION_BIT,
+        10 if is(b"keep-alive") => KEEP_ALIVE_BIT,
+        10 if is(b"x-hop-from") => X_HOP_FROM_BIT,
+        15 if is(b"hop-maintenance") => HOP_MAINTENANCE_BIT,
+        16 if is(b"proxy-connection") => PROXY_CONNECTION_BIT,
+        17 if is(b"transfer-encoding") => TRANSFER_ENCODING_BIT,
+        18 if is(b"proxy-authenticate") => PROXY_AUTHENTICATE_BIT,
+        19 if is(b"proxy-authorization") => PROXY_AUTHORIZATION_BIT,
+        19 if is(b"hop-session-context") => HOP_SESSION_CONTEXT_BIT,
+        _ => 0,
+    }
 }
 
 /// Is a name listed in a `Connection` value one of the hop-by-hop (or
@@ -138,17 +155,21 @@ pub(crate) fn passes_raw<'a>(
             }
             _ => return false,
         }
-        let same = |n: &[u8]| n.len() == name.len() && n.eq_ignore_ascii_case(name);
-        if same(b"content-type") && value.starts_with(b"application/grpc") {
+        if name_is(name, b"content-type") && value.starts_with(b"application/grpc") {
             return false;
         }
-        if same(b"content-length") {
+        if name_is(name, b"content-length") {
             lengths += 1;
             if lengths > 1 {
                 return false;
             }
         }
-        if taken.iter().any(|t| same(t)) {
+        // Configured names may hold any token character: compared byte by
+        // byte (after the length).
+        if taken
+            .iter()
+            .any(|t| t.len() == name.len() && t.eq_ignore_ascii_case(name))
+        {
             return false;
         }
     }
@@ -280,30 +301,52 @@ fn own_bit(name: &HeaderName) -> u8 {
 #[derive(Debug, Default, Clone)]
 pub struct SetLines {
     pub forwarded_for: Option<HeaderValue>,
-    pub forwarded_proto: Option<HeaderValue>,
+    /// `http` or `https`.
+    pub forwarded_proto: Option<&'static str>,
     pub route_rule_id: Option<HeaderValue>,
-    pub traceparent: Option<HeaderValue>,
+    pub traceparent: Option<crate::trace::ParentLine>,
     pub upstream_addr: Option<HeaderValue>,
 }
 
 impl SetLines {
     /// The lines that are set, in the order they are written.
-    pub(crate) fn lines(&self) -> impl Iterator<Item = (&'static HeaderName, &HeaderValue)> {
+    pub(crate) fn lines(&self) -> impl Iterator<Item = (&'static HeaderName, &[u8])> {
+        fn value(v: &Option<HeaderValue>) -> Option<&[u8]> {
+            v.as_ref().map(HeaderValue::as_bytes)
+        }
         [
-            (&X_FORWARDED_FOR, &self.forwarded_for),
-            (&X_FORWARDED_PROTO, &self.forwarded_proto),
-            (&X_ROUTE_RULE_ID, &self.route_rule_id),
-            (&crate::trace::TRACEPARENT, &self.traceparent),
-            (&X_UPSTREAM_ADDR, &self.upstream_addr),
+            (&X_FORWARDED_FOR, value(&self.forwarded_for)),
+            (&X_FORWARDED_PROTO, self.forwarded_proto.map(str::as_bytes)),
+            (&X_ROUTE_RULE_ID, value(&self.route_rule_id)),
+            (
+                &crate::trace::TRACEPARENT,
+                self.traceparent
+                    .as_ref()
+                    .map(crate::trace::ParentLine::as_bytes),
+            ),
+            (&X_UPSTREAM_ADDR, value(&self.upstream_addr)),
         ]
         .into_iter()
-        .filter_map(|(n, v)| v.as_ref().map(|v| (n, v)))
+        .filter_map(|(n, v)| v.map(|v| (n, v)))
     }
 
     /// Puts the set lines into `headers`, replacing any of the same name.
     pub(crate) fn apply(&self, headers: &mut HeaderMap) {
-        for (name, value) in self.lines() {
-            headers.insert(name.clone(), value.clone());
+        if let Some(p) = self.forwarded_proto {
+            headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(p));
+        }
+        let slots = [
+            (&X_FORWARDED_FOR, &self.forwarded_for),
+            (&X_ROUTE_RULE_ID, &self.route_rule_id),
+            (&X_UPSTREAM_ADDR, &self.upstream_addr),
+        ];
+        for (name, value) in slots {
+            if let Some(v) = value {
+                headers.insert(name.clone(), v.clone());
+            }
+        }
+        if let Some(t) = self.traceparent {
+            headers.insert(crate::trace::TRACEPARENT.clone(), t.to_value());
         }
     }
 }
@@ -468,22 +511,19 @@ pub(crate) fn valid_request_id(v: &HeaderValue) -> bool {
 /// A new request id: a per-process random prefix and a counter, 32 hex
 /// digits, unique across processes with overwhelming probability.
 pub(crate) fn new_request_id() -> HeaderValue {
-    static PREFIX: OnceLock<u64> = OnceLock::new();
+    // The prefix's digits are written once per process.
+    static PREFIX: OnceLock<[u8; 16]> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let prefix = *PREFIX.get_or_init(|| fastrand::u64(..));
+    let prefix = PREFIX.get_or_init(|| {
+        let mut digits = [0u8; 16];
+        crate::trace::hex_into(&fastrand::u64(..).to_be_bytes(), &mut digits);
+        digits
+    });
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let mut buf = [0u8; 32];
-    hex(prefix, &mut buf[..16]);
-    hex(n, &mut buf[16..]);
+    buf[..16].copy_from_slice(prefix);
+    crate::trace::hex_into(&n.to_be_bytes(), &mut buf[16..]);
     HeaderValue::from_bytes(&buf).expect("hex digits are a valid header value")
-}
-
-fn hex(mut v: u64, out: &mut [u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for slot in out.iter_mut().rev() {
-        *slot = DIGITS[(v & 0xf) as usize];
-        v >>= 4;
-    }
 }
 
 #[cfg(test)]
@@ -654,6 +694,28 @@ mod tests {
         assert!(f.maintenance && f.context() && !f.grpc);
     }
 
+    /// Every hop-by-hop name has its bit, in any case, as bytes and as a
+    /// `HeaderName`; near misses have none.
+    #[test]
+    fn hop_names_and_bits_agree() {
+        for (name, bit) in HOP_NAMES {
+            assert_eq!(hop_bit_of(name.as_bytes()), bit, "{name}");
+            assert_eq!(
+                hop_bit_of(name.to_ascii_uppercase().as_bytes()),
+                bit,
+                "{name}"
+            );
+            assert_eq!(hop_bit(&HeaderName::from_static(name)), bit, "{name}");
+            let mut near = name.as_bytes().to_vec();
+            let last = near.len() - 1;
+            near[last] ^= 1;
+            assert_eq!(hop_bit_of(&near), 0, "{name}");
+        }
+        for other in ["x-te", "date", "content-length", "hop-session-contexts"] {
+            assert_eq!(hop_bit_of(other.as_bytes()), 0, "{other}");
+        }
+    }
+
     /// Set lines are written in one order and replace a same-named line
     /// when put into a map.
     #[test]
@@ -733,5 +795,8 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a.len(), 32);
         assert!(a.as_bytes().iter().all(|c| c.is_ascii_hexdigit()));
+        // One process prefix; the counter's digits after it grow.
+        assert_eq!(a.as_bytes()[..16], b.as_bytes()[..16]);
+        assert!(a.as_bytes()[16..] < b.as_bytes()[16..]);
     }
 }

@@ -191,7 +191,7 @@ impl H1Conn {
 }
 
 struct IdleConn {
-    conn: H1Conn,
+    conn: Box<H1Conn>,
     since: Instant,
 }
 
@@ -468,7 +468,7 @@ impl Pool {
 
     /// Gives an HTTP/1.1 connection to the first request waiting for one,
     /// or puts it in the idle set (closing it when the set is full).
-    fn park(&self, conn: H1Conn) {
+    fn park(&self, conn: Box<H1Conn>) {
         let mut conn = conn;
         loop {
             conn.meta.set(ConnState::Idle);
@@ -500,7 +500,7 @@ impl Pool {
 
     /// A connection whose response has been read to the end: parked for
     /// reuse unless it was marked for replacement.
-    pub(crate) fn give_back(&self, conn: H1Conn) {
+    pub(crate) fn give_back(&self, conn: Box<H1Conn>) {
         if conn.meta.generation < self.generation.load(Ordering::Relaxed)
             || conn.meta.state() == ConnState::Unusable
             || conn.meta.killed()
@@ -513,7 +513,7 @@ impl Pool {
 
     /// Takes an idle HTTP/1.1 connection to `addr` that may be reused,
     /// closing the stale ones it meets.
-    fn checkout_h1(&self, addr: SocketAddr, s: &PoolSettings, now: Instant) -> Option<H1Conn> {
+    fn checkout_h1(&self, addr: SocketAddr, s: &PoolSettings, now: Instant) -> Option<Box<H1Conn>> {
         let generation = self.generation.load(Ordering::Relaxed);
         let queue = self.idle.load();
         if queue.capacity() != s.max_idle.max(1) {
@@ -629,7 +629,7 @@ impl Pool {
         s: &PoolSettings,
         generation: u64,
         permit: Permit<Handoff>,
-    ) -> Result<H1Conn, ProxyError> {
+    ) -> Result<Box<H1Conn>, ProxyError> {
         let io = self.dial(addr, s).await?;
         let meta = self.new_meta(addr, generation);
         let live = self.register(&meta, Closer::Conn(Arc::clone(&meta)), permit);
@@ -637,14 +637,14 @@ impl Pool {
         if generation < self.kill_below.load(Ordering::Relaxed) {
             meta.kill();
         }
-        Ok(H1Conn {
+        Ok(Box::new(H1Conn {
             meta,
             io,
             buf: BytesMut::new(),
             out: Vec::new(),
             timer: Default::default(),
             _live: live,
-        })
+        }))
     }
 
     /// Counts a connection as open and enters it in the registry; the

@@ -8,8 +8,8 @@
 //! `tracestate` with it dropped, since it belonged to no valid trace. A new
 //! trace's sampled flag is `00` unless span export is on and its
 //! [`Sampler`] picks it. The trace id is returned for the access log, and
-//! the ids and the sampled flag for span export ([`crate::otlp`]). The only
-//! allocation is the header value written.
+//! the ids and the sampled flag for span export ([`crate::otlp`]). The
+//! value sent is a [`ParentLine`], written as it is: no allocation.
 //!
 //! Must not touch: any other header, span export itself (`otlp`).
 
@@ -57,7 +57,8 @@ fn parse_hex<const N: usize>(s: &[u8]) -> Option<[u8; N]> {
     Some(out)
 }
 
-fn hex_into(bytes: &[u8], out: &mut [u8]) {
+/// `bytes` as lower-case hex digits into `out` (two per byte).
+pub(crate) fn hex_into(bytes: &[u8], out: &mut [u8]) {
     // A byte at a time from a table of digit pairs (a digit at a time
     // takes twice the instructions: ids are written on every request).
     const PAIRS: [[u8; 2]; 256] = {
@@ -106,13 +107,36 @@ pub fn parse(v: &[u8]) -> Option<Parent> {
     })
 }
 
+/// A `traceparent` value as it is sent: 55 bytes of lower-case hex digits
+/// and dashes, written as they are (no header value is made for it, and
+/// so no allocation and no check, unless an HTTP/2 send puts it into a
+/// header map).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ParentLine([u8; 55]);
+
+impl ParentLine {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub(crate) fn to_value(self) -> HeaderValue {
+        HeaderValue::from_bytes(&self.0).expect("hex digits and dashes are a valid header value")
+    }
+}
+
+impl std::fmt::Debug for ParentLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&String::from_utf8_lossy(&self.0))
+    }
+}
+
 /// `00-<trace>-<parent>-<flags>`.
-fn render(trace_id: &[u8; 16], parent_id: &[u8; 8], flags: u8) -> HeaderValue {
+fn render(trace_id: &[u8; 16], parent_id: &[u8; 8], flags: u8) -> ParentLine {
     let mut buf = *b"00-00000000000000000000000000000000-0000000000000000-00";
     hex_into(trace_id, &mut buf[3..35]);
     hex_into(parent_id, &mut buf[36..52]);
     hex_into(&[flags], &mut buf[53..55]);
-    HeaderValue::from_bytes(&buf).expect("hex digits and dashes are a valid header value")
+    ParentLine(buf)
 }
 
 /// Random bytes, never all zero.
@@ -195,7 +219,7 @@ pub(crate) fn propagate_beside(
     traceparent: bool,
     tracestate: bool,
     sampler: Option<Sampler>,
-) -> (Propagated, HeaderValue) {
+) -> (Propagated, ParentLine) {
     let parent_id: [u8; 8] = nonzero();
     let incoming = if traceparent {
         let mut all = headers.get_all(&TRACEPARENT).iter();
@@ -231,7 +255,7 @@ pub(crate) fn propagate_beside(
 }
 
 /// The `traceparent` value for a trace's span.
-pub(crate) fn parent_value(trace_id: &TraceId, parent_id: &[u8; 8], flags: u8) -> HeaderValue {
+pub(crate) fn parent_value(trace_id: &TraceId, parent_id: &[u8; 8], flags: u8) -> ParentLine {
     render(&trace_id.0, parent_id, flags)
 }
 
@@ -244,7 +268,7 @@ pub fn propagate(headers: &mut HeaderMap, sampler: Option<Sampler>) -> Propagate
     let traceparent = headers.contains_key(&TRACEPARENT);
     let tracestate = headers.contains_key(&TRACESTATE);
     let (decided, value) = propagate_beside(headers, traceparent, tracestate, sampler);
-    headers.insert(&TRACEPARENT, value);
+    headers.insert(&TRACEPARENT, value.to_value());
     decided
 }
 

@@ -317,11 +317,7 @@ impl Forwarder {
                 if facts.forwarded_proto() {
                     parts.headers.remove(&X_FORWARDED_PROTO);
                 }
-                set.forwarded_proto = Some(HeaderValue::from_static(if ctx.tls {
-                    "https"
-                } else {
-                    "http"
-                }));
+                set.forwarded_proto = Some(if ctx.tls { "https" } else { "http" });
                 ctx.tls
             }
         };

@@ -215,7 +215,7 @@ impl HeadFail {
 /// exchange to the next ([`super::deadline::LazyTimer`]).
 pub(crate) async fn send(
     pool: &Arc<Pool>,
-    mut conn: H1Conn,
+    mut conn: Box<H1Conn>,
     req: Request<ProxyBody>,
     set: &SetLines,
     deadline: tokio::time::Instant,
@@ -331,7 +331,7 @@ pub(crate) async fn send(
     };
     let body = match kind {
         ResponseKind::Upgrade => {
-            let (io, rest) = conn.into_upgraded();
+            let (io, rest) = (*conn).into_upgraded();
             resp.extensions_mut()
                 .insert(crate::tunnel::RawUpgrade::new(io, rest));
             ProxyBody::Empty
@@ -342,9 +342,15 @@ pub(crate) async fn send(
         }
         ResponseKind::Interim => ProxyBody::Empty,
     };
-    *resp.body_mut() = match raw {
-        Some(raw) => ProxyBody::with_raw_head(raw, body),
-        None => body,
+    *resp.body_mut() = match (raw, body) {
+        // A body read from the connection carries the head itself (no
+        // second box).
+        (Some(raw), ProxyBody::H1(mut b)) => {
+            b.raw = Some(raw);
+            ProxyBody::H1(b)
+        }
+        (Some(raw), body) => ProxyBody::with_raw_head(raw, body),
+        (None, body) => body,
     };
     Ok(resp)
 }
@@ -480,11 +486,6 @@ impl RawHead {
             .map(|h| (&self.bytes[h.name.clone()], &self.bytes[h.value.clone()]))
     }
 
-    /// How many header lines there are.
-    pub(crate) fn count(&self) -> usize {
-        self.lines.len()
-    }
-
     /// The `Content-Length` the head declares.
     pub(crate) fn content_length(&self) -> Option<u64> {
         self.content_length
@@ -597,7 +598,7 @@ pub(crate) fn trailer_map(section: &Bytes) -> Result<HeaderMap, head::HeadError>
 /// A connection whose exchange ended: back to its pool when the exchange
 /// left it `clean` (reusable, the request body sent) with nothing unread,
 /// closed otherwise.
-fn release(pool: &Pool, conn: H1Conn, clean: bool) {
+fn release(pool: &Pool, conn: Box<H1Conn>, clean: bool) {
     if clean && conn.buf.is_empty() {
         pool.give_back(conn);
     }
@@ -630,17 +631,20 @@ enum Reading {
 #[derive(Debug)]
 pub struct ResponseBody {
     pool: Arc<Pool>,
-    conn: Option<H1Conn>,
+    conn: Option<Box<H1Conn>>,
     reading: Reading,
     /// The rest of the request body, when the answer came first.
     pump: Option<Pump>,
     reusable: bool,
+    /// The answer's head kept raw, until the writer takes it
+    /// ([`ProxyBody::raw_head`]).
+    pub(crate) raw: Option<RawHead>,
 }
 
 impl ResponseBody {
     fn start(
         pool: &Arc<Pool>,
-        conn: H1Conn,
+        conn: Box<H1Conn>,
         kind: BodyKind,
         pump: Option<Pump>,
         reusable: bool,
@@ -661,6 +665,7 @@ impl ResponseBody {
             reading,
             pump,
             reusable,
+            raw: None,
         }))
     }
 

@@ -79,8 +79,10 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
     let mut chunk_pre = [0u8; 18];
     let mut overlong = false;
     {
-        let raw_lines = raw.as_ref().map_or(0, RawHead::count);
-        let mut w = HeadWriter::with_lines(parts.headers.len() + raw_lines + 4);
+        // A raw head's lines go in runs, one slice each: usually one or
+        // two (its `Connection` line left out).
+        let raw_runs = raw.as_ref().map_or(0, |_| 3);
+        let mut w = HeadWriter::with_lines(parts.headers.len() + 4, raw_runs);
         let raw = raw.as_ref();
         status_and_headers(&mut w, &parts, raw, ask, &framing, &mut date, &mut close);
         if close {
@@ -207,7 +209,7 @@ pub(super) async fn write_upgrade<W: AsyncWrite + Unpin>(
     let mut date = [0u8; 29];
     let mut close = false;
     {
-        let mut w = HeadWriter::with_lines(parts.headers.len() + 2);
+        let mut w = HeadWriter::with_lines(parts.headers.len() + 2, 0);
         status_and_headers(
             &mut w,
             &parts,
@@ -317,7 +319,7 @@ enum Line {
 
 /// Which of them a name is, in any case.
 fn line_kind(name: &[u8]) -> Line {
-    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    let is = |n: &[u8]| super::head::name_is(name, n);
     match name.len() {
         14 if is(b"content-length") => Line::ContentLength,
         17 if is(b"transfer-encoding") => Line::TransferEncoding,

@@ -25,10 +25,11 @@ pub(crate) struct HeadWriter<'a> {
 }
 
 impl<'a> HeadWriter<'a> {
-    /// Room for `lines` header lines.
-    pub(crate) fn with_lines(lines: usize) -> HeadWriter<'a> {
+    /// Room for `lines` header lines written one by one and `runs` more
+    /// slices (a raw head's runs of lines).
+    pub(crate) fn with_lines(lines: usize, runs: usize) -> HeadWriter<'a> {
         HeadWriter {
-            slices: Vec::with_capacity(4 * lines + 8),
+            slices: Vec::with_capacity(4 * lines + 8 + runs),
             len: 0,
         }
     }
@@ -51,7 +52,7 @@ impl<'a> HeadWriter<'a> {
     /// Writes the whole head. On failure, says how many bytes went out
     /// before it (none means the peer cannot have seen the message).
     pub(crate) async fn write_to<W: AsyncWrite + Unpin>(
-        mut self,
+        &mut self,
         w: &mut W,
     ) -> Result<(), (io::Error, usize)> {
         let mut written = 0;
@@ -223,7 +224,7 @@ pub(crate) fn request_head(out: &mut Vec<u8>, head: &RequestHead<'_>, framing: &
         line(out, name.as_str().as_bytes(), value.as_bytes());
     }
     for (name, value) in head.set.lines() {
-        line(out, name.as_str().as_bytes(), value.as_bytes());
+        line(out, name.as_str().as_bytes(), value);
     }
     match framing.add {
         Added::Nothing => {}

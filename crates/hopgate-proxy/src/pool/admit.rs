@@ -21,7 +21,7 @@ use crate::h1::client as h1;
 /// What a pool hands to a request waiting in its queue, besides a slot.
 pub(super) enum Handoff {
     /// An HTTP/1.1 connection given back: reuse it.
-    H1(H1Conn),
+    H1(Box<H1Conn>),
     /// A new shared HTTP/2 connection is up: look again.
     H2,
 }
@@ -50,7 +50,7 @@ impl Pool {
         &self,
         addr: SocketAddr,
         s: &PoolSettings,
-    ) -> Result<(H1Conn, bool), ProxyError> {
+    ) -> Result<(Box<H1Conn>, bool), ProxyError> {
         let deadline = Instant::now() + s.limits.queue_timeout;
         loop {
             let generation = self.generation.load(Ordering::Relaxed);
