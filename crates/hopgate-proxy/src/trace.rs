@@ -260,10 +260,10 @@ pub(crate) fn parent_value(trace_id: &TraceId, parent_id: &[u8; 8], flags: u8) -
 }
 
 /// Sets `traceparent` in `headers` (see the module doc) and returns what
-/// it decided ([`propagate_beside`], with the lookups it skips). `sampler`
-/// is `Some` while span export is on: it decides a new trace's sampled
-/// flag.
-#[cfg(test)]
+/// it decided: [`propagate_beside`] with the two lookups it is spared on
+/// the request path, the value put into the map. `sampler` is `Some` while
+/// span export is on: it decides a new trace's sampled flag. The fuzz
+/// target's way in (and the tests').
 pub fn propagate(headers: &mut HeaderMap, sampler: Option<Sampler>) -> Propagated {
     let traceparent = headers.contains_key(&TRACEPARENT);
     let tracestate = headers.contains_key(&TRACESTATE);
