@@ -168,6 +168,18 @@ fn get(path: &str) -> Request<ProxyBody> {
         .unwrap()
 }
 
+/// `req` through `pool` to `addr`: no lines set beside its headers, the
+/// clock read now, answers as header maps.
+async fn send(
+    pool: &Arc<Pool>,
+    addr: SocketAddr,
+    req: Request<ProxyBody>,
+    s: &PoolSettings,
+) -> Result<Response<ProxyBody>, SendFailure> {
+    pool.send(addr, req, &SetLines::default(), s, Instant::now(), false)
+        .await
+}
+
 async fn read_all(resp: Response<ProxyBody>) -> (Vec<u8>, Option<http::HeaderMap>) {
     use http_body_util::BodyExt;
     let collected = resp.into_body().collect().await.unwrap();
@@ -187,45 +199,15 @@ async fn a_clean_response_gives_the_connection_back() {
     .await;
     let pool = Arc::new(Pool::new(4));
     let s = settings();
-    let resp = pool
-        .send(
-            addr,
-            get("/a"),
-            &SetLines::default(),
-            &s,
-            Instant::now(),
-            false,
-        )
-        .await
-        .unwrap();
+    let resp = send(&pool, addr, get("/a"), &s).await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(read_all(resp).await.0, b"ok");
     assert_eq!(pool.stats().idle, 1);
-    let resp = pool
-        .send(
-            addr,
-            get("/b"),
-            &SetLines::default(),
-            &s,
-            Instant::now(),
-            false,
-        )
-        .await
-        .unwrap();
+    let resp = send(&pool, addr, get("/b"), &s).await.unwrap();
     let (body, trailers) = read_all(resp).await;
     assert_eq!(body, b"abcd");
     assert_eq!(trailers.unwrap()["x-sum"], "4");
-    let resp = pool
-        .send(
-            addr,
-            get("/c"),
-            &SetLines::default(),
-            &s,
-            Instant::now(),
-            false,
-        )
-        .await
-        .unwrap();
+    let resp = send(&pool, addr, get("/c"), &s).await.unwrap();
     assert_eq!(resp.status(), 204, "the interim answer is skipped");
     assert_eq!(pool.stats().dialed, 1, "one connection for all three");
     assert_eq!(pool.stats().idle, 1);
@@ -244,32 +226,12 @@ async fn a_connection_the_backend_closed_is_not_reused() {
     .await;
     let pool = Arc::new(Pool::new(4));
     let s = settings();
-    let resp = pool
-        .send(
-            addr,
-            get("/1"),
-            &SetLines::default(),
-            &s,
-            Instant::now(),
-            false,
-        )
-        .await
-        .unwrap();
+    let resp = send(&pool, addr, get("/1"), &s).await.unwrap();
     assert_eq!(read_all(resp).await.0, b"");
     assert_eq!(pool.stats().idle, 1);
     // Wait until the backend's close has reached us.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let resp = pool
-        .send(
-            addr,
-            get("/2"),
-            &SetLines::default(),
-            &s,
-            Instant::now(),
-            false,
-        )
-        .await
-        .unwrap();
+    let resp = send(&pool, addr, get("/2"), &s).await.unwrap();
     assert_eq!(read_all(resp).await.0, b"2");
     assert_eq!(pool.stats().dialed, 2);
 }
@@ -287,17 +249,7 @@ async fn answers_that_close_are_not_parked() {
     let pool = Arc::new(Pool::new(4));
     let s = settings();
     for want in [&b"a"[..], b"b", b"until close"] {
-        let resp = pool
-            .send(
-                addr,
-                get("/"),
-                &SetLines::default(),
-                &s,
-                Instant::now(),
-                false,
-            )
-            .await
-            .unwrap();
+        let resp = send(&pool, addr, get("/"), &s).await.unwrap();
         assert_eq!(read_all(resp).await.0, want);
         assert_eq!(pool.stats().idle, 0);
     }
@@ -317,17 +269,7 @@ async fn ambiguous_responses_are_refused() {
     let pool = Arc::new(Pool::new(4));
     let s = settings();
     for _ in 0..3 {
-        match pool
-            .send(
-                addr,
-                get("/"),
-                &SetLines::default(),
-                &s,
-                Instant::now(),
-                false,
-            )
-            .await
-        {
+        match send(&pool, addr, get("/"), &s).await {
             Err(SendFailure::SentWithHead(e, head)) => {
                 assert_eq!(e.kind, ErrorKind::UpstreamProtocol, "{e:?}");
                 assert_eq!(head.uri, "/");
@@ -345,16 +287,7 @@ async fn a_refused_connect_is_not_sent() {
     let addr = unused.local_addr().unwrap();
     drop(unused);
     let pool = Arc::new(Pool::new(4));
-    let result = pool
-        .send(
-            addr,
-            get("/"),
-            &SetLines::default(),
-            &settings(),
-            Instant::now(),
-            false,
-        )
-        .await;
+    let result = send(&pool, addr, get("/"), &settings()).await;
     assert!(
         matches!(result, Err(SendFailure::NotSent { .. })),
         "{result:?}"
@@ -370,17 +303,7 @@ async fn an_upgrade_hands_over_the_socket() {
     ]])
     .await;
     let pool = Arc::new(Pool::new(4));
-    let mut resp = pool
-        .send(
-            addr,
-            get("/"),
-            &SetLines::default(),
-            &settings(),
-            Instant::now(),
-            false,
-        )
-        .await
-        .unwrap();
+    let mut resp = send(&pool, addr, get("/"), &settings()).await.unwrap();
     assert_eq!(resp.status(), 101);
     match crate::tunnel::upstream_upgrade(&mut resp) {
         crate::tunnel::UpstreamUpgrade::Raw(Some((_, read_ahead))) => {
@@ -403,17 +326,7 @@ async fn drain_ends_a_streaming_body_at_the_deadline() {
     ]])
     .await;
     let pool = Arc::new(Pool::new(4));
-    let resp = pool
-        .send(
-            addr,
-            get("/"),
-            &SetLines::default(),
-            &settings(),
-            Instant::now(),
-            false,
-        )
-        .await
-        .unwrap();
+    let resp = send(&pool, addr, get("/"), &settings()).await.unwrap();
     let mut body = resp.into_body();
     let first = body.frame().await.unwrap().unwrap();
     assert_eq!(first.into_data().unwrap(), "ten bytes!");
