@@ -10,6 +10,11 @@
 #   CG_OTLP=on exports every request's spans (tracing.otlp, sample_ratio 1)
 #     to a local OTLP/HTTP sink that answers 200; CG_OTLP=unsampled turns
 #     export on with sample_ratio 0 (no request is recorded); default off.
+#   CG_PROXY=nginx or CG_PROXY=haproxy counts that proxy instead (BIN is
+#     then ignored; pass any word): the same origins, wrk load and recipe,
+#     configured as bench/run.sh configures it (one worker/thread, upstream
+#     keep-alive, no access log), so its instructions per request stand
+#     beside hopgate's.
 #   CG_HTTP1=hyper puts the listener on hyper's HTTP/1.1 server
 #     (`listeners[].http1`); unset, the binary's default is used (a binary
 #     from before the setting existed refuses the field, so leave it unset).
@@ -80,8 +85,70 @@ if [[ ${CG_THREADS:-1} == default ]]; then
 else
   RUN=(env TOKIO_WORKER_THREADS="${CG_THREADS:-1}" HOPGATE_WORKER_THREADS="${CG_THREADS:-1}")
 fi
-RUST_LOG="$FILTER" "${RUN[@]}" \
-  valgrind --tool=callgrind --callgrind-out-file="$D/cg.out" "$BIN" run --config "$D/hopgate.yaml" >"$D/hopgate.log" 2>&1 &
+case ${CG_PROXY:-hopgate} in
+  hopgate)
+    RUST_LOG="$FILTER" "${RUN[@]}" \
+      valgrind --tool=callgrind --callgrind-out-file="$D/cg.out" "$BIN" run --config "$D/hopgate.yaml" >"$D/hopgate.log" 2>&1 &
+    ;;
+  nginx)
+    mkdir -p "$D/px"; chmod 755 "$D/px"
+    cat > "$D/px/nginx.conf" <<NG
+worker_processes 1;
+daemon off;
+master_process off;
+pid $D/px/nginx.pid;
+error_log $D/px/error.log warn;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    client_body_temp_path $D/px/cb; proxy_temp_path $D/px/px; fastcgi_temp_path $D/px/fc; uwsgi_temp_path $D/px/uw; scgi_temp_path $D/px/sc;
+    keepalive_requests 10000000; keepalive_timeout 75s;
+    upstream origin {
+        server 127.0.0.1:$P1;
+        server 127.0.0.1:$P2;
+        keepalive 64;
+        keepalive_requests 10000000;
+    }
+    server {
+        listen 127.0.0.1:$PG backlog=4096;
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_max_temp_file_size 0;
+        }
+    }
+}
+NG
+    taskset -c "${PROXY_CPU:-1}" valgrind --tool=callgrind --callgrind-out-file="$D/cg.out" \
+      nginx -p "$D/px" -c "$D/px/nginx.conf" -e "$D/px/error.log" >"$D/hopgate.log" 2>&1 &
+    ;;
+  haproxy)
+    cat > "$D/haproxy.cfg" <<HA
+global
+    nbthread 1
+    maxconn 4096
+defaults
+    mode http
+    option http-keep-alive
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+    timeout http-keep-alive 75s
+frontend fe
+    bind 127.0.0.1:$PG
+    default_backend be
+backend be
+    balance roundrobin
+    http-reuse always
+    server o1 127.0.0.1:$P1
+    server o2 127.0.0.1:$P2
+HA
+    taskset -c "${PROXY_CPU:-1}" valgrind --tool=callgrind --callgrind-out-file="$D/cg.out" \
+      "$(command -v haproxy || echo /usr/sbin/haproxy)" -db -f "$D/haproxy.cfg" >"$D/hopgate.log" 2>&1 &
+    ;;
+  *) echo "callgrind.sh: CG_PROXY must be hopgate, nginx or haproxy" >&2; exit 2 ;;
+esac
 VG=$!; PIDS+=($VG)
 for i in $(seq 1 120); do curl -s -o /dev/null "http://127.0.0.1:$PG/0" && break; sleep 0.5; done
 wrk -t1 -c4 -d2s "http://127.0.0.1:$PG/0" > "$D/warm.txt" 2>&1
@@ -92,6 +159,6 @@ sleep 1
 REQS=$(grep -oE '^ *[0-9]+ requests' "$D/wrk.txt" | awk '{print $1}')
 F=$(ls -t "$D"/cg.out* | grep -v '^$' | head -1)
 IR=$(grep -E '^(summary|totals):' "$F" | head -1 | awk '{print $2}')
-echo "$LABEL threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} http1=${CG_HTTP1:-default} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
+echo "$LABEL proxy=${CG_PROXY:-hopgate} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} http1=${CG_HTTP1:-default} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
 grep -m1 -o 'runtime: .*' "$D/hopgate.log" || true
 grep -E 'Non-2xx|Socket errors' "$D/wrk.txt"

@@ -8,7 +8,11 @@
 /// mimalloc instead of glibc's malloc: the request path allocates a few
 /// times per request (the request future, header maps, hyper's buffers),
 /// and mimalloc's thread-local free lists make each allocation and free a
-/// fraction of glibc's cost (measured in docs/BENCHMARKS.md).
+/// fraction of glibc's cost (measured in docs/BENCHMARKS.md). Its 2.x
+/// line (the `v2` feature): Rust's allocator interface always asks for an
+/// aligned block, and 3.x serves an aligned block over 1 KiB whose size is
+/// not a power of two by over-allocating (the request's future is one),
+/// where 2.x takes its plain path.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

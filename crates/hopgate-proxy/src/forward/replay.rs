@@ -108,7 +108,8 @@ pub(super) struct Replay {
     /// for a request that never needs one.
     ///
     /// [`SendFailure::SentWithHead`]: crate::pool::SendFailure::SentWithHead
-    head: Option<http::request::Parts>,
+    /// Boxed: the copy sits in every request's future.
+    head: Option<Box<http::request::Parts>>,
     body: Bytes,
     /// Replay-safe: may be sent again even after a send that may have
     /// reached a backend. Otherwise only after the backend refused it
@@ -119,7 +120,7 @@ pub(super) struct Replay {
 impl Replay {
     pub(super) fn new(head: &http::request::Parts, body: Bytes, after_sent: bool) -> Replay {
         Replay {
-            head: Some(copy_head(head)),
+            head: Some(Box::new(copy_head(head))),
             body,
             after_sent,
         }

@@ -207,156 +207,241 @@ impl HeadFail {
 /// `deadline` (`timeouts.request`). A request none of whose bytes reached
 /// the socket is handed back as [`SendFailure::NotSent`].
 ///
-/// The head is rendered into the connection's own buffer and the whole
-/// exchange (head, body, response head, deadline) is one poll function:
-/// the future holds the request only until its head is out, and no
-/// `Timeout` wraps it (each wrapper moved the whole future again); the
-/// deadline is watched by the connection's own timer, kept from one
-/// exchange to the next ([`super::deadline::LazyTimer`]).
-pub(crate) async fn send(
-    pool: &Arc<Pool>,
+/// The head is rendered into the connection's own buffer here, before the
+/// first poll; the rest of the exchange (head, body, response head,
+/// deadline) is the returned [`Exchange`], a named future: it can sit
+/// inline in its caller's future (no box per request) and holds the
+/// request once. No `Timeout` wraps it; the deadline is watched by the
+/// connection's own timer, kept from one exchange to the next
+/// ([`super::deadline::LazyTimer`]).
+pub(crate) fn send<'a>(
+    pool: &'a Arc<Pool>,
     mut conn: Box<H1Conn>,
     req: Request<ProxyBody>,
     set: &SetLines,
     deadline: tokio::time::Instant,
     raw_head: bool,
-) -> Result<Response<ProxyBody>, SendFailure> {
+) -> Exchange<'a> {
     let framing = write::request_framing(req.method(), req.headers(), req.body());
-    let is_head = req.method() == Method::HEAD;
-    {
-        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
-        let head = write::RequestHead {
-            method: req.method(),
-            target,
-            headers: req.headers(),
-            set,
-        };
-        write::request_head(&mut conn.out, &head, &framing);
+    let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let head = write::RequestHead {
+        method: req.method(),
+        target,
+        headers: req.headers(),
+        set,
+    };
+    write::request_head(&mut conn.out, &head, &framing);
+    Exchange {
+        pool,
+        is_head: req.method() == Method::HEAD,
+        conn: Some(conn),
+        req: Some(req),
+        written: false,
+        at: 0,
+        body: framing.body,
+        pump: None,
+        write_error: None,
+        deadline,
+        raw_head,
+        failing: None,
     }
-    let mut req = Some(req);
-    // The head as sent, kept until the answer's head: a failure hands it
-    // back, so that a replay needs no copy made in advance.
-    let mut sent_head = None;
-    let mut at = 0;
-    let mut pump = None;
-    let mut write_error = None;
-    let mut timer = std::mem::take(&mut conn.timer);
-    let waited = std::future::poll_fn(|cx| {
-        if req.is_some() {
-            match write::poll_write_all(&mut conn.io, &conn.out, &mut at, cx) {
+}
+
+/// One request's exchange on one HTTP/1.1 connection; see [`send`].
+pub(crate) struct Exchange<'a> {
+    pool: &'a Arc<Pool>,
+    /// Taken when the exchange ends.
+    conn: Option<Box<H1Conn>>,
+    /// The request; once its head is out (`written`), its head alone (the
+    /// body went to the pump), kept until the answer's head: a failure
+    /// hands it back, so that a replay needs no copy made in advance.
+    req: Option<Request<ProxyBody>>,
+    written: bool,
+    /// Bytes of the head written so far.
+    at: usize,
+    body: BodyKind,
+    pump: Option<Pump>,
+    write_error: Option<io::Error>,
+    deadline: tokio::time::Instant,
+    is_head: bool,
+    raw_head: bool,
+    /// A failure held back for one turn of the scheduler (see
+    /// [`Exchange::end`]).
+    failing: Option<(Yield, SendFailure)>,
+}
+
+type Yield = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+impl std::fmt::Debug for Exchange<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exchange")
+            .field("written", &self.written)
+            .field("at", &self.at)
+            .field("body", &self.body)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::future::Future for Exchange<'_> {
+    type Output = Result<Response<ProxyBody>, SendFailure>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        loop {
+            if let Some((yielding, _)) = &mut this.failing {
+                ready!(yielding.as_mut().poll(cx));
+                let Some((_, failure)) = this.failing.take() else {
+                    unreachable!("checked above")
+                };
+                return Poll::Ready(Err(failure));
+            }
+            let waited = ready!(this.poll_exchange(cx));
+            if let Some(done) = this.end(waited) {
+                return Poll::Ready(done);
+            }
+        }
+    }
+}
+
+impl Exchange<'_> {
+    /// Writes the head, then streams the body and waits for the answer's
+    /// head, until the deadline.
+    fn poll_exchange(&mut self, cx: &mut Context<'_>) -> Poll<Result<(Head, ResponseKind), Ended>> {
+        let Some(conn) = self.conn.as_deref_mut() else {
+            return Poll::Ready(Err(Ended::TimedOut));
+        };
+        if !self.written {
+            match write::poll_write_all(&mut conn.io, &conn.out, &mut self.at, cx) {
                 Poll::Ready(Ok(())) => {
-                    let Some(r) = req.take() else {
-                        return Poll::Ready(Err(Exchange::TimedOut));
+                    let Some(req) = self.req.as_mut() else {
+                        return Poll::Ready(Err(Ended::TimedOut));
                     };
-                    let (parts, body) = r.into_parts();
-                    let allowed = if framing.body == BodyKind::Chunked
-                        && parts.headers.contains_key(http::header::TRAILER)
+                    self.written = true;
+                    let allowed = if self.body == BodyKind::Chunked
+                        && req.headers().contains_key(http::header::TRAILER)
                     {
-                        write::allowed_trailers(&parts.headers)
+                        write::allowed_trailers(req.headers())
                     } else {
                         Vec::new()
                     };
-                    pump = Some(Pump::new(body, framing.body, allowed));
-                    sent_head = Some(parts);
+                    let body = std::mem::replace(req.body_mut(), ProxyBody::Empty);
+                    self.pump = Some(Pump::new(body, self.body, allowed));
                 }
                 Poll::Ready(Err(e)) => {
                     let error = ProxyError::with_detail(ErrorKind::ConnectionLost, e);
-                    if at == 0 {
-                        if let Some(request) = req.take() {
-                            return Poll::Ready(Err(Exchange::NotSent(Box::new(request), error)));
+                    if self.at == 0 {
+                        if let Some(request) = self.req.take() {
+                            return Poll::Ready(Err(Ended::NotSent(Box::new(request), error)));
                         }
                     }
-                    return Poll::Ready(Err(Exchange::Sent(error)));
+                    return Poll::Ready(Err(Ended::Sent(error)));
                 }
                 Poll::Pending => {
-                    return if timer.poll_passed(deadline, cx) {
-                        Poll::Ready(Err(Exchange::TimedOut))
+                    return if conn.timer.poll_passed(self.deadline, cx) {
+                        Poll::Ready(Err(Ended::TimedOut))
                     } else {
                         Poll::Pending
                     };
                 }
             }
         }
-        let Some(p) = pump.as_mut() else {
-            return Poll::Ready(Err(Exchange::TimedOut));
+        let Some(p) = self.pump.as_mut() else {
+            return Poll::Ready(Err(Ended::TimedOut));
         };
-        match poll_head(&mut conn, p, &mut write_error, is_head, cx) {
-            Poll::Ready(r) => Poll::Ready(r.map_err(Exchange::Head)),
-            Poll::Pending if timer.poll_passed(deadline, cx) => {
-                Poll::Ready(Err(Exchange::TimedOut))
+        match poll_head(conn, p, &mut self.write_error, self.is_head, cx) {
+            Poll::Ready(r) => Poll::Ready(r.map_err(Ended::Head)),
+            Poll::Pending if conn.timer.poll_passed(self.deadline, cx) => {
+                Poll::Ready(Err(Ended::TimedOut))
             }
             Poll::Pending => Poll::Pending,
         }
-    })
-    .await;
-    let mut sent = |error| {
-        let head = req.take().map(|r| r.into_parts().0).or(sent_head.take());
-        SendFailure::sent(error, head)
-    };
-    let (head, kind) = match waited {
-        Ok(found) => found,
-        Err(Exchange::NotSent(request, error)) => {
-            return Err(SendFailure::NotSent { request, error })
-        }
-        Err(Exchange::Sent(error)) => return Err(sent(error)),
-        // The connection is dropped with the exchange: closed.
-        Err(Exchange::TimedOut) => return Err(sent(ProxyError::new(ErrorKind::UpstreamTimeout))),
-        Err(Exchange::Head(fail)) => {
-            if pump.as_ref().is_some_and(|p| !p.ended) {
-                // The client's body is abandoned: drop it, then let the
-                // client's connection see that before the error answer is
-                // made (it drains the rest, or closes and says
-                // `Connection: close` in that answer). Answering first
-                // would let the client's connection send a keep-alive
-                // answer and close right after it, under a client that may
-                // already reuse the connection.
-                drop(pump);
-                tokio::task::yield_now().await;
+    }
+
+    /// A failure after some of the request may have reached the backend,
+    /// with the request's head when it is still here.
+    fn sent(&mut self, error: ProxyError) -> SendFailure {
+        self.conn = None;
+        SendFailure::sent(error, self.req.take().map(|r| r.into_parts().0))
+    }
+
+    /// The exchange's result, or `None` when a failure waits for one turn
+    /// of the scheduler first (`failing`).
+    fn end(
+        &mut self,
+        waited: Result<(Head, ResponseKind), Ended>,
+    ) -> Option<Result<Response<ProxyBody>, SendFailure>> {
+        let (head, kind) = match waited {
+            Ok(found) => found,
+            Err(Ended::NotSent(request, error)) => {
+                self.conn = None;
+                return Some(Err(SendFailure::NotSent { request, error }));
             }
-            return Err(sent(fail.into_error()));
-        }
-    };
-    conn.timer = timer;
-    let pump = pump.filter(|p| !p.ended || !p.out.is_empty());
-    let bytes = conn.buf.split_to(head.len).freeze();
-    let keeps_alive = head.keeps_alive();
-    let made = if raw_head && matches!(kind, ResponseKind::Final(_)) {
-        raw_response(head, bytes)
-    } else {
-        response(&head, &bytes).map(|r| (r, None))
-    };
-    let (mut resp, raw) = match made {
-        Ok(r) => r,
-        Err(e) => return Err(sent(HeadFail::Invalid(e).into_error())),
-    };
-    let body = match kind {
-        ResponseKind::Upgrade => {
-            let (io, rest) = (*conn).into_upgraded();
-            resp.extensions_mut()
-                .insert(crate::tunnel::RawUpgrade::new(io, rest));
-            ProxyBody::Empty
-        }
-        ResponseKind::Final(kind) => {
-            let reusable = keeps_alive && kind != BodyKind::Close && write_error.is_none();
-            ResponseBody::start(pool, conn, kind, pump, reusable)
-        }
-        ResponseKind::Interim => ProxyBody::Empty,
-    };
-    *resp.body_mut() = match (raw, body) {
-        // A body read from the connection carries the head itself (no
-        // second box).
-        (Some(raw), ProxyBody::H1(mut b)) => {
-            b.raw = Some(raw);
-            ProxyBody::H1(b)
-        }
-        (Some(raw), body) => ProxyBody::with_raw_head(raw, body),
-        (None, body) => body,
-    };
-    Ok(resp)
+            Err(Ended::Sent(error)) => return Some(Err(self.sent(error))),
+            // The connection is dropped with the exchange: closed.
+            Err(Ended::TimedOut) => {
+                return Some(Err(self.sent(ProxyError::new(ErrorKind::UpstreamTimeout))))
+            }
+            Err(Ended::Head(fail)) => {
+                let failure = self.sent(fail.into_error());
+                if self.pump.take().is_some_and(|p| !p.ended) {
+                    // The client's body is abandoned: dropped (above), then
+                    // the client's connection sees that before the error
+                    // answer is made (it drains the rest, or closes and
+                    // says `Connection: close` in that answer). Answering
+                    // first would let the client's connection send a
+                    // keep-alive answer and close right after it, under a
+                    // client that may already reuse the connection.
+                    self.failing = Some((Box::pin(tokio::task::yield_now()), failure));
+                    return None;
+                }
+                return Some(Err(failure));
+            }
+        };
+        let Some(mut conn) = self.conn.take() else {
+            return Some(Err(self.sent(ProxyError::new(ErrorKind::UpstreamTimeout))));
+        };
+        let pump = self.pump.take().filter(|p| !p.ended || !p.out.is_empty());
+        let bytes = conn.buf.split_to(head.len).freeze();
+        let keeps_alive = head.keeps_alive();
+        let made = if self.raw_head && matches!(kind, ResponseKind::Final(_)) {
+            raw_response(head, bytes)
+        } else {
+            response(&head, &bytes).map(|r| (r, None))
+        };
+        let (mut resp, raw) = match made {
+            Ok(r) => r,
+            Err(e) => return Some(Err(self.sent(HeadFail::Invalid(e).into_error()))),
+        };
+        self.req = None;
+        let body = match kind {
+            ResponseKind::Upgrade => {
+                let (io, rest) = (*conn).into_upgraded();
+                resp.extensions_mut()
+                    .insert(crate::tunnel::RawUpgrade::new(io, rest));
+                ProxyBody::Empty
+            }
+            ResponseKind::Final(kind) => {
+                let reusable = keeps_alive && kind != BodyKind::Close && self.write_error.is_none();
+                ResponseBody::start(self.pool, conn, kind, pump, reusable)
+            }
+            ResponseKind::Interim => ProxyBody::Empty,
+        };
+        *resp.body_mut() = match (raw, body) {
+            // A body read from the connection carries the head itself (no
+            // second box).
+            (Some(raw), ProxyBody::H1(mut b)) => {
+                b.raw = Some(raw);
+                ProxyBody::H1(b)
+            }
+            (Some(raw), body) => ProxyBody::with_raw_head(raw, body),
+            (None, body) => body,
+        };
+        Some(Ok(resp))
+    }
 }
 
 /// How an exchange ended before a final response head.
-enum Exchange {
+enum Ended {
     /// Writing the head failed before any byte went out.
     NotSent(Box<Request<ProxyBody>>, ProxyError),
     /// Writing the head failed part-way.
