@@ -470,13 +470,7 @@ impl ClientConn {
     /// future at all.
     pub(crate) fn serve(self: &Arc<Self>, req: Request<RequestBody>) -> ResponseFuture {
         match self.begin(req) {
-            Ok(Begun(snap, plan, facts, done)) => Box::pin(Forwarder::forward(
-                Arc::clone(self),
-                snap,
-                plan,
-                facts,
-                done,
-            )),
+            Ok(begun) => Box::pin(begun.forward(self)),
             Err(resp) => Box::pin(std::future::ready(resp)),
         }
     }
@@ -485,7 +479,10 @@ impl ClientConn {
     /// answer to a request turned away (both large, both matched at once
     /// by the caller).
     #[allow(clippy::result_large_err)]
-    fn begin(self: &Arc<Self>, req: Request<RequestBody>) -> Result<Begun, Response<ProxyBody>> {
+    pub(crate) fn begin(
+        self: &Arc<Self>,
+        req: Request<RequestBody>,
+    ) -> Result<Begun, Response<ProxyBody>> {
         let started = Instant::now();
         let fwd = &self.forwarder;
         let mut snap = fwd.snapshot.load_full();
@@ -539,7 +536,20 @@ impl ClientConn {
 }
 
 /// A request planned and ready to forward ([`ClientConn::begin`]).
-struct Begun(Arc<Snapshot>, Plan, RequestFacts, Done);
+pub(crate) struct Begun(Arc<Snapshot>, Plan, RequestFacts, Done);
+
+impl Begun {
+    /// The request's future from its plan on, for a caller that keeps it
+    /// somewhere of its own (hopgate's HTTP/1.1 server reuses one block
+    /// per connection for it).
+    pub(crate) fn forward(
+        self,
+        conn: &Arc<ClientConn>,
+    ) -> impl std::future::Future<Output = Response<ProxyBody>> + Send + 'static {
+        let Begun(snap, plan, facts, done) = self;
+        Forwarder::forward(Arc::clone(conn), snap, plan, facts, done)
+    }
+}
 
 #[cfg(test)]
 mod tests {

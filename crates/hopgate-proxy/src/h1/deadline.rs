@@ -9,35 +9,55 @@
 //! does not touch it. When it fires before the current deadline it is
 //! re-armed for that one, so a busy connection re-arms its timer about
 //! once per timeout period instead of once per request. A nearer deadline
-//! than the armed one re-arms it at once.
+//! than the armed one re-arms it at once. A wait from the task whose
+//! waker the armed timer already holds, before it fires, does not poll it
+//! at all.
 //!
 //! Must not touch: what a passed deadline means (the caller decides).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::Context;
+use std::task::{Context, Waker};
 
 use tokio::time::{Instant, Sleep};
 
 /// See the module documentation.
 #[derive(Debug, Default)]
-pub(crate) struct LazyTimer(Option<Pin<Box<Sleep>>>);
+pub(crate) struct LazyTimer {
+    sleep: Option<Pin<Box<Sleep>>>,
+    /// The waker the armed `Sleep` holds (from its last poll): while it is
+    /// the caller's and the timer has not fired, a poll would change
+    /// nothing and is skipped.
+    waker: Option<Waker>,
+}
 
 impl LazyTimer {
     /// Has `deadline` passed? When not, the task is woken no later than
     /// at `deadline` (possibly earlier, once, to re-arm).
     pub(crate) fn poll_passed(&mut self, deadline: Instant, cx: &mut Context<'_>) -> bool {
-        let timer = match &mut self.0 {
+        let timer = match &mut self.sleep {
             Some(t) => {
                 if t.deadline() > deadline {
                     t.as_mut().reset(deadline);
+                    self.waker = None;
                 }
                 t
             }
-            None => self.0.insert(Box::pin(tokio::time::sleep_until(deadline))),
+            None => {
+                self.waker = None;
+                self.sleep
+                    .insert(Box::pin(tokio::time::sleep_until(deadline)))
+            }
         };
+        if !timer.is_elapsed() && self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            return false;
+        }
         loop {
             if timer.as_mut().poll(cx).is_pending() {
+                match &mut self.waker {
+                    Some(w) => w.clone_from(cx.waker()),
+                    None => self.waker = Some(cx.waker().clone()),
+                }
                 return false;
             }
             if timer.deadline() >= deadline {
@@ -88,5 +108,20 @@ mod tests {
         assert!(!passed(&mut t, Instant::now() + Duration::from_secs(60)).await);
         until(&mut t, near).await;
         assert_eq!(Instant::now(), near);
+    }
+
+    /// A timer polled by one task and then waited on by another (a pooled
+    /// connection's timer, used by the next client's task) wakes the
+    /// second: a poll from a new waker is never skipped.
+    #[tokio::test(start_paused = true)]
+    async fn a_new_task_is_woken_at_the_deadline() {
+        let mut t = LazyTimer::default();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        assert!(!passed(&mut t, deadline).await);
+        let waited = tokio::spawn(async move {
+            until(&mut t, deadline).await;
+            Instant::now()
+        });
+        assert_eq!(waited.await.expect("the waiting task"), deadline);
     }
 }

@@ -322,6 +322,7 @@ fn no_bare_lf(head: &[u8]) -> Result<(), HeadError> {
 /// one other byte that would fold to `-`, CR, is never in a name). Every
 /// head's names are compared to a few known ones on the request path;
 /// this takes a fraction of a byte-by-byte case-insensitive compare.
+#[inline(always)]
 pub(crate) fn name_is(name: &[u8], lower: &[u8]) -> bool {
     const FOLD: u64 = 0x2020_2020_2020_2020;
     debug_assert!(lower

@@ -118,6 +118,10 @@ pub(crate) async fn serve(
     let mut c = Conn { io, buf: read };
     let mut first = true;
     let mut between = Between::new(drain.clone());
+    // Each request's future, from its plan on, in one block allocated for
+    // the connection and replaced in place (`Pin::set`) for every request:
+    // no allocation and free per request.
+    let mut pending = Box::pin(None);
     loop {
         let head = match read_head(&mut c, &settings, first, &drain, &mut between).await {
             Ok(h) => h,
@@ -165,7 +169,15 @@ pub(crate) async fn serve(
         };
         let req = req.map(|()| body);
         let mut unread = false;
-        let resp = conn.serve(req).await;
+        let resp = match conn.begin(req) {
+            Ok(begun) => {
+                pending.set(Some(begun.forward(&conn)));
+                let resp = pending.as_mut().as_pin_mut().expect("just set").await;
+                pending.set(None);
+                resp
+            }
+            Err(resp) => resp,
+        };
         if draining(&drain) || crate::handover::handing_over() {
             keep = false;
         }
