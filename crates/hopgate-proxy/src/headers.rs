@@ -193,6 +193,8 @@ pub struct RequestFacts {
     pub grpc_timeout: bool,
     /// `Host` header lines (at most 255 counted).
     pub hosts: u8,
+    /// A `Content-Length` line.
+    pub content_length: bool,
     /// The client's own lines of the names the gateway sets
     /// ([`SetLines`]), as bits.
     own: u8,
@@ -260,6 +262,8 @@ pub fn scan_request(headers: &HeaderMap) -> RequestFacts {
             f.grpc_timeout = true;
         } else if *name == header::HOST {
             f.hosts = f.hosts.saturating_add(1);
+        } else if *name == header::CONTENT_LENGTH {
+            f.content_length = true;
         } else {
             f.hop |= hop_bit(name);
             f.own |= own_bit(name);
@@ -288,9 +292,10 @@ fn own_bit(name: &HeaderName) -> u8 {
     }
 }
 
-/// The lines the gateway sets on an upstream request (`X-Forwarded-For`
-/// when the client sent none, `X-Forwarded-Proto` when it is the
-/// gateway's, `X-Route-Rule-Id`, `traceparent`, `X-Upstream-Addr`), kept
+/// The lines the gateway sets on an upstream request (`X-Request-Id` when
+/// the gateway made the id, `X-Forwarded-For` when the client sent none,
+/// `X-Forwarded-Proto` when it is the gateway's, `X-Route-Rule-Id`,
+/// `traceparent`, `X-Upstream-Addr`), kept
 /// beside the request's header map instead of in it: each would cost a
 /// hashed insert into the map on every request. The client's own lines of
 /// these names are taken out of the map when the request is planned (only
@@ -300,6 +305,9 @@ fn own_bit(name: &HeaderName) -> u8 {
 /// map first ([`SetLines::apply`]).
 #[derive(Debug, Default, Clone)]
 pub struct SetLines {
+    /// A request id the gateway made (a client's own valid id stays in
+    /// the map; an invalid one is taken out of it).
+    pub request_id: Option<HeaderValue>,
     pub forwarded_for: Option<HeaderValue>,
     /// `http` or `https`.
     pub forwarded_proto: Option<&'static str>,
@@ -315,6 +323,7 @@ impl SetLines {
             v.as_ref().map(HeaderValue::as_bytes)
         }
         [
+            (&X_REQUEST_ID, value(&self.request_id)),
             (&X_FORWARDED_FOR, value(&self.forwarded_for)),
             (&X_FORWARDED_PROTO, self.forwarded_proto.map(str::as_bytes)),
             (&X_ROUTE_RULE_ID, value(&self.route_rule_id)),
@@ -336,6 +345,7 @@ impl SetLines {
             headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(p));
         }
         let slots = [
+            (&X_REQUEST_ID, &self.request_id),
             (&X_FORWARDED_FOR, &self.forwarded_for),
             (&X_ROUTE_RULE_ID, &self.route_rule_id),
             (&X_UPSTREAM_ADDR, &self.upstream_addr),
@@ -659,13 +669,15 @@ mod tests {
         h.insert("x-request-id", HeaderValue::from_static("r1"));
         let f = scan_request(&h);
         assert!(f.grpc && f.grpc_timeout && f.request_id && !f.forwarded_for);
+        assert!(!f.content_length);
         assert_eq!(f.hop, 0);
         let lines: usize = h.iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
         assert_eq!(f.header_bytes, lines);
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
         let f = scan_request(&h);
-        assert!(f.forwarded_for && f.hop == CONNECTION_BIT);
+        assert!(f.forwarded_for && f.content_length && f.hop == CONNECTION_BIT);
         assert_eq!(f.own, 0);
         // The client's own lines of the names the gateway sets.
         for (name, seen) in [
@@ -721,6 +733,7 @@ mod tests {
     #[test]
     fn set_lines_come_in_order_and_replace() {
         let set = SetLines {
+            request_id: Some(HeaderValue::from_static("id-1")),
             forwarded_for: Some(HeaderValue::from_static("10.0.0.9")),
             route_rule_id: Some(HeaderValue::from_static("r1")),
             upstream_addr: Some(HeaderValue::from_static("127.0.0.1:1")),
@@ -729,7 +742,12 @@ mod tests {
         let names: Vec<_> = set.lines().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
-            ["x-forwarded-for", "x-route-rule-id", "x-upstream-addr"]
+            [
+                "x-request-id",
+                "x-forwarded-for",
+                "x-route-rule-id",
+                "x-upstream-addr"
+            ]
         );
         let mut h = HeaderMap::new();
         h.append("x-route-rule-id", HeaderValue::from_static("spoofed"));
@@ -739,7 +757,7 @@ mod tests {
             h.get_all("x-route-rule-id").iter().collect::<Vec<_>>(),
             ["r1"]
         );
-        assert_eq!(h.len(), 3);
+        assert_eq!(h.len(), 4);
     }
 
     #[test]

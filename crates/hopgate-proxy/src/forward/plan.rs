@@ -149,7 +149,11 @@ impl Forwarder {
         if facts.count > limits.max_headers || head_bytes(&req, facts) > limits.max_header_bytes {
             return Err(ErrorKind::HeadersTooLarge);
         }
-        if let Some(len) = content_length(req.headers()) {
+        if let Some(len) = facts
+            .content_length
+            .then(|| content_length(req.headers()))
+            .flatten()
+        {
             if len > limits.max_body_bytes {
                 return Err(ErrorKind::BodyTooLarge);
             }

@@ -393,10 +393,10 @@ fn request(head: &Head, bytes: &Bytes) -> Result<Request<()>, ErrorKind> {
         Version::HTTP_11
     };
     let headers = req.headers_mut();
-    // Room for the lines the gateway adds to the map (the request id and
-    // the session header; the lines it sets go beside it, `SetLines`), so
-    // the map is allocated once.
-    headers.reserve(head.headers.len() + 2);
+    // Room for the line the gateway adds to the map (the session header;
+    // the lines it sets go beside it, `SetLines`), so the map is
+    // allocated once.
+    headers.reserve(head.headers.len() + 1);
     let mut length_seen = false;
     for h in &head.headers {
         let raw = &bytes[h.name.clone()];
