@@ -265,6 +265,7 @@ enum Stage<'a> {
 
 impl<'a> SendAt<'a> {
     /// The exchange on the next reusable pooled connection, or a dial.
+    #[inline(always)]
     fn next_h1(&self, req: Request<ProxyBody>) -> Stage<'a> {
         let pool = self.pool;
         match pool.checkout_h1(self.addr, self.s, self.now) {
@@ -524,6 +525,7 @@ impl Pool {
     /// the request timeout). `raw_head`: an HTTP/1.1 answer may keep its
     /// head as the backend's bytes ([`h1::RawHead`]) for a client
     /// connection that writes it as it is.
+    #[inline(always)]
     pub fn send<'a>(
         self: &'a Arc<Self>,
         addr: SocketAddr,

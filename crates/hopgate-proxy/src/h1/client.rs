@@ -214,6 +214,7 @@ impl HeadFail {
 /// request once. No `Timeout` wraps it; the deadline is watched by the
 /// connection's own timer, kept from one exchange to the next
 /// ([`super::deadline::LazyTimer`]).
+#[inline(always)]
 pub(crate) fn send<'a>(
     pool: &'a Arc<Pool>,
     mut conn: Box<H1Conn>,
