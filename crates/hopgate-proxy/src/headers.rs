@@ -317,26 +317,29 @@ pub struct SetLines {
 }
 
 impl SetLines {
-    /// The lines that are set, in the order they are written.
-    pub(crate) fn lines(&self) -> impl Iterator<Item = (&'static HeaderName, &[u8])> {
-        fn value(v: &Option<HeaderValue>) -> Option<&[u8]> {
-            v.as_ref().map(HeaderValue::as_bytes)
+    /// The lines that are set, in the order they are written, each as the
+    /// start of its line (the name and `: `) and its value. Inlined into
+    /// the writer: six tests of an option and a copy or three each.
+    #[inline(always)]
+    pub(crate) fn each(&self, mut line: impl FnMut(&'static [u8], &[u8])) {
+        if let Some(v) = &self.request_id {
+            line(b"x-request-id: ", v.as_bytes());
         }
-        [
-            (&X_REQUEST_ID, value(&self.request_id)),
-            (&X_FORWARDED_FOR, value(&self.forwarded_for)),
-            (&X_FORWARDED_PROTO, self.forwarded_proto.map(str::as_bytes)),
-            (&X_ROUTE_RULE_ID, value(&self.route_rule_id)),
-            (
-                &crate::trace::TRACEPARENT,
-                self.traceparent
-                    .as_ref()
-                    .map(crate::trace::ParentLine::as_bytes),
-            ),
-            (&X_UPSTREAM_ADDR, value(&self.upstream_addr)),
-        ]
-        .into_iter()
-        .filter_map(|(n, v)| v.map(|v| (n, v)))
+        if let Some(v) = &self.forwarded_for {
+            line(b"x-forwarded-for: ", v.as_bytes());
+        }
+        if let Some(p) = self.forwarded_proto {
+            line(b"x-forwarded-proto: ", p.as_bytes());
+        }
+        if let Some(v) = &self.route_rule_id {
+            line(b"x-route-rule-id: ", v.as_bytes());
+        }
+        if let Some(t) = &self.traceparent {
+            line(b"traceparent: ", t.as_bytes());
+        }
+        if let Some(v) = &self.upstream_addr {
+            line(b"x-upstream-addr: ", v.as_bytes());
+        }
     }
 
     /// Puts the set lines into `headers`, replacing any of the same name.
@@ -739,16 +742,40 @@ mod tests {
             upstream_addr: Some(HeaderValue::from_static("127.0.0.1:1")),
             ..SetLines::default()
         };
-        let names: Vec<_> = set.lines().map(|(n, _)| n.as_str()).collect();
+        let mut names = Vec::new();
+        set.each(|start, _| names.push(std::str::from_utf8(start).unwrap().to_owned()));
         assert_eq!(
             names,
             [
-                "x-request-id",
-                "x-forwarded-for",
-                "x-route-rule-id",
-                "x-upstream-addr"
+                "x-request-id: ",
+                "x-forwarded-for: ",
+                "x-route-rule-id: ",
+                "x-upstream-addr: "
             ]
         );
+        // Every line's start is its header's name: the same names as
+        // `apply` puts into a map.
+        let all = SetLines {
+            forwarded_proto: Some("http"),
+            traceparent: Some(crate::trace::ParentLine::for_test()),
+            ..set.clone()
+        };
+        let mut starts = Vec::new();
+        all.each(|start, value| starts.push((start.to_vec(), value.to_vec())));
+        let mut applied = HeaderMap::new();
+        all.apply(&mut applied);
+        let mut put: Vec<_> = applied
+            .iter()
+            .map(|(n, v)| {
+                (
+                    format!("{}: ", n.as_str()).into_bytes(),
+                    v.as_bytes().to_vec(),
+                )
+            })
+            .collect();
+        starts.sort();
+        put.sort();
+        assert_eq!(starts, put);
         let mut h = HeaderMap::new();
         h.append("x-route-rule-id", HeaderValue::from_static("spoofed"));
         h.append("x-route-rule-id", HeaderValue::from_static("twice"));

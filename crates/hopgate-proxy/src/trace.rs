@@ -119,6 +119,12 @@ impl ParentLine {
         &self.0
     }
 
+    /// Some line, for tests elsewhere.
+    #[cfg(test)]
+    pub(crate) fn for_test() -> ParentLine {
+        render(&[1; 16], &[2; 8], 1)
+    }
+
     pub(crate) fn to_value(self) -> HeaderValue {
         HeaderValue::from_bytes(&self.0).expect("hex digits and dashes are a valid header value")
     }

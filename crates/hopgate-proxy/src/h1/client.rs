@@ -558,7 +558,7 @@ fn reason_into<B>(resp: &mut Response<B>, bytes: &Bytes, reason: Range<usize>) {
 pub(crate) struct RawHead {
     /// The head, its empty last line included.
     bytes: Bytes,
-    lines: Vec<HeaderRange>,
+    lines: head::Lines,
     reason: Range<usize>,
     /// The value of its `Content-Length` (checked by the parser).
     content_length: Option<u64>,

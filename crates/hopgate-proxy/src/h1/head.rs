@@ -9,7 +9,7 @@
 //! head larger than the limit.
 
 use std::mem::MaybeUninit;
-use std::ops::Range;
+use std::ops::{Deref, Range};
 
 /// Most header lines a head may have (hyper's default too).
 pub const MAX_HEADERS: usize = 100;
@@ -91,8 +91,47 @@ pub struct Head {
     /// Responses: the status code and the reason phrase.
     pub status: u16,
     pub reason: Range<usize>,
-    pub headers: Vec<HeaderRange>,
+    pub headers: Lines,
     pub facts: Facts,
+}
+
+/// The header lines of a head, in a list that goes back to the thread's
+/// spare when dropped ([`super::spare`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Lines(Vec<HeaderRange>);
+
+impl Lines {
+    /// An empty list with room for `n` lines.
+    pub fn with_capacity(n: usize) -> Lines {
+        Lines(super::spare::lines(n))
+    }
+
+    fn push(&mut self, h: HeaderRange) {
+        self.0.push(h);
+    }
+}
+
+impl Deref for Lines {
+    type Target = [HeaderRange];
+
+    fn deref(&self) -> &[HeaderRange] {
+        &self.0
+    }
+}
+
+impl<'a> IntoIterator for &'a Lines {
+    type Item = &'a HeaderRange;
+    type IntoIter = std::slice::Iter<'a, HeaderRange>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl Drop for Lines {
+    fn drop(&mut self) {
+        super::spare::give_lines(std::mem::take(&mut self.0));
+    }
 }
 
 impl Head {
@@ -162,7 +201,7 @@ fn parse_request_into<'b>(
         target: range_of(buf, path.as_bytes()),
         status: 0,
         reason: 0..0,
-        headers: Vec::with_capacity(req.headers.len()),
+        headers: Lines::with_capacity(req.headers.len()),
         facts: Facts::default(),
     };
     let at_start = head.method.start == 0;
@@ -192,7 +231,7 @@ pub fn parse_response(buf: &[u8]) -> Result<Option<Head>, HeadError> {
         target: 0..0,
         status: code,
         reason: resp.reason.map_or(0..0, |r| range_of(buf, r.as_bytes())),
-        headers: Vec::with_capacity(resp.headers.len()),
+        headers: Lines::with_capacity(resp.headers.len()),
         facts: Facts::default(),
     };
     finish(buf, resp.headers, &mut head, buf.starts_with(b"HTTP/"))?;

@@ -8,7 +8,8 @@
 //! connection loop ([`server`]), the request body it streams
 //! ([`server_body`]), the responses it writes ([`server_write`]) and
 //! their `Date` line ([`date`]); the lazily re-armed timer both sides
-//! keep per connection ([`deadline`]). Must not touch: pool bookkeeping,
+//! keep per connection ([`deadline`]); the per-thread spares of the
+//! buffers each request fills and drops ([`spare`]). Must not touch: pool bookkeeping,
 //! routing, retries.
 
 pub(crate) mod chunked;
@@ -19,6 +20,7 @@ pub(crate) mod head;
 pub(crate) mod server;
 pub(crate) mod server_body;
 pub(crate) mod server_write;
+pub(crate) mod spare;
 pub(crate) mod write;
 
 pub use chunked::{ChunkError, ChunkedDecoder, Step, MAX_CHUNK_LINE};

@@ -168,6 +168,14 @@ pub(crate) async fn serve(
             }
         };
         let req = req.map(|()| body);
+        let version = if head.minor == 0 {
+            Version::HTTP_10
+        } else {
+            Version::HTTP_11
+        };
+        // Its line list goes back to the thread's spare before the answer's
+        // head is parsed into it (`head::Lines`).
+        drop(head);
         let mut unread = false;
         let resp = match conn.begin(req) {
             Ok(begun) => {
@@ -181,11 +189,6 @@ pub(crate) async fn serve(
         if draining(&drain) || crate::handover::handing_over() {
             keep = false;
         }
-        let version = if head.minor == 0 {
-            Version::HTTP_10
-        } else {
-            Version::HTTP_11
-        };
         let ask = Ask {
             version,
             is_head,

@@ -17,11 +17,18 @@ use tokio::io::AsyncWrite;
 use super::head::BodyKind;
 use crate::headers::SetLines;
 
-/// A message head as slices of borrowed bytes, written in one go.
+/// A message head as slices of borrowed bytes, written in one go; the
+/// list of slices is the thread's spare ([`super::spare`]).
 #[derive(Debug, Default)]
 pub(crate) struct HeadWriter<'a> {
     slices: Vec<IoSlice<'a>>,
     len: usize,
+}
+
+impl Drop for HeadWriter<'_> {
+    fn drop(&mut self) {
+        super::spare::give_slices(std::mem::take(&mut self.slices));
+    }
 }
 
 impl<'a> HeadWriter<'a> {
@@ -29,7 +36,7 @@ impl<'a> HeadWriter<'a> {
     /// slices (a raw head's runs of lines).
     pub(crate) fn with_lines(lines: usize, runs: usize) -> HeadWriter<'a> {
         HeadWriter {
-            slices: Vec::with_capacity(4 * lines + 8 + runs),
+            slices: super::spare::slices(4 * lines + 8 + runs),
             len: 0,
         }
     }
@@ -208,7 +215,8 @@ pub(crate) struct RequestHead<'a> {
 /// request line, the headers (minus the framing ones `framing` replaces),
 /// the lines the gateway sets, the added framing line. One contiguous
 /// buffer, kept by the connection from one request to the next, costs
-/// less than a slice per piece.
+/// less than a slice per piece: after the connection's first request it
+/// has room already, so each copy below only compares.
 pub(crate) fn request_head(out: &mut Vec<u8>, head: &RequestHead<'_>, framing: &RequestFraming) {
     out.clear();
     out.extend_from_slice(head.method.as_str().as_bytes());
@@ -221,24 +229,23 @@ pub(crate) fn request_head(out: &mut Vec<u8>, head: &RequestHead<'_>, framing: &
         {
             continue;
         }
-        line(out, name.as_str().as_bytes(), value.as_bytes());
+        line(out, name.as_str().as_bytes(), b": ", value.as_bytes());
     }
-    for (name, value) in head.set.lines() {
-        line(out, name.as_str().as_bytes(), value);
-    }
+    head.set.each(|start, value| line(out, start, b"", value));
     match framing.add {
         Added::Nothing => {}
         Added::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-        Added::Length(n) => line(out, b"content-length", Digits::default().of(n)),
+        Added::Length(n) => line(out, b"content-length", b": ", Digits::default().of(n)),
     }
     out.extend_from_slice(b"\r\n");
 }
 
-/// `name: value` and its line end.
-fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.reserve(name.len() + value.len() + 4);
+/// `name`, `colon` (`: ` unless the name has it), `value` and the line
+/// end.
+#[inline(always)]
+fn line(out: &mut Vec<u8>, name: &[u8], colon: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
+    out.extend_from_slice(colon);
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
 }
