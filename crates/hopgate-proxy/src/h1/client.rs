@@ -604,6 +604,32 @@ impl RawHead {
         &self.bytes[self.reason.clone()]
     }
 
+    /// The backend's status line, line end included, when it is the line
+    /// the gateway would write for `status` to a client of HTTP/1.`minor`:
+    /// that version, that code, a reason phrase (`httparse` took exactly
+    /// one space after the version and after the code, and the parse
+    /// refused bare LFs, so the line is version, space, code, space,
+    /// reason, CRLF).
+    pub(crate) fn status_line(&self, status: u16, minor: u8) -> Option<&[u8]> {
+        let version: &[u8] = if minor == 0 {
+            b"HTTP/1.0 "
+        } else {
+            b"HTTP/1.1 "
+        };
+        let end = self.reason.end + 2;
+        let line = self.bytes.get(..end)?;
+        let code = [
+            b'0' + (status / 100) as u8,
+            b'0' + (status / 10 % 10) as u8,
+            b'0' + (status % 10) as u8,
+        ];
+        (!self.reason.is_empty()
+            && line.starts_with(version)
+            && line.get(9..13) == Some(&[code[0], code[1], code[2], b' '])
+            && line.ends_with(b"\r\n"))
+        .then_some(line)
+    }
+
     /// The raw head of a whole response head in `bytes`.
     #[cfg(test)]
     pub(crate) fn parsed(bytes: &[u8]) -> RawHead {

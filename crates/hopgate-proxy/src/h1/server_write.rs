@@ -7,7 +7,8 @@
 //! chunked, with the trailers the response announces when the client
 //! sent `TE: trailers`; close-delimited for an HTTP/1.0 client and a body
 //! of unknown length; no body for HEAD, 1xx, 204 and 304. The status
-//! line, the header lines as the response has them (framing lines
+//! line (a raw head's own when it is the same line), the header lines as
+//! the response has them (framing lines
 //! replaced by the gateway's own), `Date` when the response has none,
 //! `Connection: close` / `keep-alive` as the connection's fate asks; a
 //! body longer or shorter than its length ends the connection. A 101's
@@ -375,26 +376,34 @@ fn status_and_headers<'a>(
     close: &mut bool,
 ) {
     let status = &parts.status;
-    w.push(if ask.version == Version::HTTP_10 {
-        b"HTTP/1.0 "
-    } else {
-        b"HTTP/1.1 "
-    });
-    w.push(status.as_str().as_bytes());
-    w.push(b" ");
-    let reason = raw
-        .map(RawHead::reason)
-        .filter(|r| !r.is_empty())
-        .or_else(|| {
-            parts
-                .extensions
-                .get::<hyper::ext::ReasonPhrase>()
-                .map(|r| r.as_bytes())
-        })
-        .or_else(|| status.canonical_reason().map(str::as_bytes))
-        .unwrap_or(b"");
-    w.push(reason);
-    w.push(b"\r\n");
+    let minor = u8::from(ask.version != Version::HTTP_10);
+    // The backend's own status line when it is the line the code below
+    // would make: one slice instead of five.
+    match raw.and_then(|r| r.status_line(status.as_u16(), minor)) {
+        Some(line) => w.push(line),
+        None => {
+            w.push(if minor == 0 {
+                b"HTTP/1.0 "
+            } else {
+                b"HTTP/1.1 "
+            });
+            w.push(status.as_str().as_bytes());
+            w.push(b" ");
+            let reason = raw
+                .map(RawHead::reason)
+                .filter(|r| !r.is_empty())
+                .or_else(|| {
+                    parts
+                        .extensions
+                        .get::<hyper::ext::ReasonPhrase>()
+                        .map(|r| r.as_bytes())
+                })
+                .or_else(|| status.canonical_reason().map(str::as_bytes))
+                .unwrap_or(b"");
+            w.push(reason);
+            w.push(b"\r\n");
+        }
+    }
     let mut lines = Lines {
         // 1xx and 204 never carry framing lines.
         no_framing: status.is_informational() || status.as_u16() == 204,
@@ -588,6 +597,45 @@ mod tests {
         );
         let (t, _) = written(r, ask(Version::HTTP_11, false, false)).await;
         assert!(t.starts_with("HTTP/1.1 200 Fine\r\n"), "{t}");
+    }
+
+    /// The backend's status line goes out as it came only when it is the
+    /// line the writer would have made: the client's version, the
+    /// answer's code (the gateway may have changed it), a reason phrase.
+    #[tokio::test]
+    async fn a_raw_status_line_is_used_only_when_it_is_the_same_line() {
+        let of = |head: &'static [u8], code: u16, version| async move {
+            let mut r = Response::new(ProxyBody::with_raw_head(
+                RawHead::parsed(head),
+                ProxyBody::Empty,
+            ));
+            *r.status_mut() = http::StatusCode::from_u16(code).unwrap();
+            let (t, _) = written(r, ask(version, false, false)).await;
+            t.split("\r\n").next().unwrap().to_owned()
+        };
+        let v11 = Version::HTTP_11;
+        let head = b"HTTP/1.1 200  Fine  \r\nContent-Length: 0\r\n\r\n";
+        let raw = RawHead::parsed(head);
+        assert_eq!(
+            raw.status_line(200, 1),
+            Some(&b"HTTP/1.1 200  Fine  \r\n"[..])
+        );
+        assert_eq!(raw.status_line(201, 1), None);
+        assert_eq!(raw.status_line(200, 0), None);
+        assert_eq!(of(head, 200, v11).await, "HTTP/1.1 200  Fine  ");
+        // Another code: the line is made (the backend's reason phrase kept,
+        // as before).
+        assert_eq!(of(head, 502, v11).await, "HTTP/1.1 502  Fine  ");
+        assert_eq!(
+            of(head, 200, Version::HTTP_10).await,
+            "HTTP/1.0 200  Fine  "
+        );
+        let bare = b"HTTP/1.1 204\r\n\r\n";
+        assert_eq!(RawHead::parsed(bare).status_line(204, 1), None);
+        assert_eq!(of(bare, 204, v11).await, "HTTP/1.1 204 No Content");
+        let old = b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(of(old, 200, v11).await, "HTTP/1.1 200 OK");
+        assert_eq!(of(old, 200, Version::HTTP_10).await, "HTTP/1.0 200 OK");
     }
 
     #[tokio::test]
