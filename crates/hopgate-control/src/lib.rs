@@ -37,4 +37,4 @@ pub use fleet::{Fleet, SharedStoreStatus};
 pub use maintenance::Maintenance;
 pub use metrics::set_build_commit;
 pub use tls_watch::watch_tls_files;
-pub use watch::watch_file;
+pub use watch::{watch_file, FileWatch};

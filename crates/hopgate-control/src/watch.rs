@@ -45,18 +45,47 @@ pub(crate) fn stamp(path: &PathBuf) -> Option<Stamp> {
     })
 }
 
-/// Watches `path` until `shutdown` turns true. `sources.file.watch` and
+/// The watch of a config file, armed: the stamp of the file as it was
+/// loaded and the kernel watch on its directory, both taken by
+/// [`FileWatch::arm`] before the gateway binds anything. (Taken in the
+/// watching task instead, an edit made between the start and that task's
+/// first run was taken for the loaded file and never applied.)
+pub struct FileWatch {
+    path: PathBuf,
+    applied: Option<Stamp>,
+    wake: wake::DirWake,
+}
+
+impl FileWatch {
+    /// Call right after the file was read for the running config.
+    pub fn arm(path: PathBuf) -> FileWatch {
+        FileWatch {
+            applied: stamp(&path),
+            wake: wake::DirWake::new(std::slice::from_ref(&path)),
+            path,
+        }
+    }
+}
+
+/// Watches the file until `shutdown` turns true. `sources.file.watch` and
 /// `sources.file.interval` are read from the running config at every
 /// tick, so a reload can turn watching off or on.
-pub async fn watch_file(control: Arc<Control>, path: PathBuf, mut shutdown: watch::Receiver<bool>) {
+pub async fn watch_file(
+    control: Arc<Control>,
+    armed: FileWatch,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let FileWatch {
+        path,
+        mut applied,
+        wake,
+    } = armed;
     let format = if path.extension().is_some_and(|e| e == "json") {
         Format::Json
     } else {
         Format::Yaml
     };
-    let mut applied = stamp(&path);
     let mut pending: Option<Stamp> = None;
-    let wake = wake::DirWake::new(std::slice::from_ref(&path));
     loop {
         let sources = control.snapshot().load().config.sources.clone();
         let woke = tokio::select! {

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 
 use hopgate_control::etcd::{Boot, EtcdHandle, EtcdSource};
 use hopgate_control::{
-    serve_admin, watch_file, watch_tls_files, Admin, Control, Fleet, Maintenance,
+    serve_admin, watch_file, watch_tls_files, Admin, Control, FileWatch, Fleet, Maintenance,
     SharedStoreStatus, Source,
 };
 use hopgate_core::config::{Config, EtcdSourceConfig, ListenerConfig};
@@ -390,6 +390,9 @@ impl Gateway {
             let p = cfg.access_log.path.as_deref().unwrap_or(Path::new("-"));
             format!("access_log.path: cannot open {}", p.display())
         })?;
+        // The file's watch is armed before anything is bound: an edit made
+        // once the gateway serves is always seen as one.
+        let file_watch = config_path.clone().map(FileWatch::arm);
         let nofile = crate::fdlimit::raise_nofile();
         crate::fdlimit::check_fits(cfg.listeners.len(), cfg.limits.max_connections, nofile)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -504,10 +507,10 @@ impl Gateway {
             Arc::clone(&control),
             rx.clone(),
         )));
-        if let Some(path) = &config_path {
+        if let Some(armed) = file_watch {
             tasks.push(tokio::spawn(watch_file(
                 Arc::clone(&control),
-                path.clone(),
+                armed,
                 rx.clone(),
             )));
         }
