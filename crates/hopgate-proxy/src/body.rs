@@ -22,7 +22,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use crate::h1::client::RawHead;
+use crate::h1::response_head::RawHead;
 use crate::h1::RequestBody;
 use crate::send_watch::SendWatch;
 
@@ -176,12 +176,12 @@ pub enum ProxyBody {
     /// A client's response whose access line waits for its end.
     Logged(Box<crate::forward::LoggedBody>),
     /// An answer whose head is kept as the backend's bytes
-    /// ([`crate::h1::client::RawHead`]), and its body (an `H1` body carries
+    /// ([`crate::h1::response_head::RawHead`]), and its body (an `H1` body carries
     /// the head itself). The head rides with the body (not in the
     /// response's extensions, a map and two allocations more per answer);
     /// it is taken off by the writer
     /// ([`ProxyBody::take_raw_head`]) or turned into header-map entries
-    /// ([`crate::h1::client::materialize`]).
+    /// ([`crate::h1::response_head::materialize`]).
     Headed(Box<Headed>),
 }
 

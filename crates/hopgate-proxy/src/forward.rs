@@ -438,7 +438,7 @@ pub(crate) struct ClientConn {
     pub(crate) http2: std::sync::atomic::AtomicBool,
     /// The connection is served by hopgate's own HTTP/1.1 server (set
     /// when it starts), which writes a backend's raw head
-    /// ([`crate::h1::client::RawHead`]) as it is.
+    /// ([`crate::h1::response_head::RawHead`]) as it is.
     pub(crate) native_h1: std::sync::atomic::AtomicBool,
     /// Closes the connection: an HTTP/2 stream stalled past the send limit
     /// ([`crate::send_watch`]). The listener's connection task waits on it.

@@ -125,7 +125,7 @@ fn is_hop_name(token: &str) -> bool {
 }
 
 /// Can a backend's response head go to the client as the backend's bytes
-/// ([`crate::h1::client::RawHead`]), its `Connection` and `Keep-Alive`
+/// ([`crate::h1::response_head::RawHead`]), its `Connection` and `Keep-Alive`
 /// lines left out by the writer? Only when the answer step has nothing to
 /// take out of it or to replace: no other hop-by-hop or gateway-only
 /// header (`Hop-Maintenance`, `Hop-Session-Context`), a `Connection` that

@@ -415,7 +415,7 @@ impl<F: Future<Output = Response<ProxyBody>> + Unpin> Future for Infallibly<F> {
         let h1 = self.1;
         Pin::new(&mut self.0).poll(cx).map(|mut resp| {
             // hyper writes header maps only.
-            crate::h1::client::materialize(&mut resp);
+            crate::h1::response_head::materialize(&mut resp);
             if h1
                 && crate::handover::handing_over()
                 && resp.status() != http::StatusCode::SWITCHING_PROTOCOLS

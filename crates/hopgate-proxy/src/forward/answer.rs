@@ -28,7 +28,7 @@ use super::grpc;
 use super::plan::{PendingHop, Upgrade};
 use super::{Forwarder, Req};
 use crate::body::ProxyBody;
-use crate::h1::client::materialize;
+use crate::h1::response_head::materialize;
 use crate::headers::{
     passes_raw, scan_response, strip_response, HOP_MAINTENANCE, HOP_SESSION_CONTEXT,
     X_ROUTE_RULE_ID, X_UPSTREAM_ADDR,

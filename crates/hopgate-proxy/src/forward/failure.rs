@@ -290,7 +290,7 @@ pub(super) fn on_failure(
             Some(mut resp) => {
                 out.status = resp.status().as_u16();
                 // Passed on without the answer step: as a header map.
-                crate::h1::client::materialize(&mut resp);
+                crate::h1::response_head::materialize(&mut resp);
                 AfterFailure::End(Ok(*resp))
             }
             None => AfterFailure::End(Err(kind)),

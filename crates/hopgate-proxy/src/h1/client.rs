@@ -17,19 +17,19 @@
 //! retries.
 
 use std::io;
-use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
 use hopgate_core::error::{ErrorKind, ProxyError};
-use http::header::{HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Version};
+use http::header::HeaderName;
+use http::{Method, Request, Response};
 use http_body::{Body, Frame, SizeHint};
 
 use super::chunked::{ChunkedDecoder, Step};
-use super::head::{self, BodyKind, Head, HeaderRange, ResponseKind};
+use super::head::{self, BodyKind, Head, ResponseKind};
+use super::response_head::{raw_response, response, trailer_map, RawHead};
 use super::write::{self, Out};
 use crate::body::{BodyTooLarge, BoxError, ProxyBody};
 use crate::headers::SetLines;
@@ -496,215 +496,6 @@ fn poll_head(
             Err(e) => return Poll::Ready(Err(HeadFail::Io(e))),
         }
     }
-}
-
-/// The status code of a head.
-fn status_of(head: &Head) -> Result<StatusCode, head::HeadError> {
-    StatusCode::from_u16(head.status).map_err(|_| head::HeadError::Malformed("invalid status"))
-}
-
-/// The response head as an `http` response with an empty body.
-fn response(head: &Head, bytes: &Bytes) -> Result<Response<ProxyBody>, head::HeadError> {
-    let mut resp = Response::new(ProxyBody::Empty);
-    *resp.status_mut() = status_of(head)?;
-    *resp.version_mut() = version_of(head);
-    let headers = resp.headers_mut();
-    headers.reserve(head.headers.len());
-    for h in &head.headers {
-        let (name, value) = header_of(bytes, h)?;
-        headers.append(name, value);
-    }
-    reason_into(&mut resp, bytes, head.reason.clone());
-    Ok(resp)
-}
-
-fn version_of(head: &Head) -> Version {
-    if head.minor == 0 {
-        Version::HTTP_10
-    } else {
-        Version::HTTP_11
-    }
-}
-
-/// One header line of `bytes` as a name and a value (sharing `bytes`).
-fn header_of(bytes: &Bytes, h: &HeaderRange) -> Result<(HeaderName, HeaderValue), head::HeadError> {
-    let name = HeaderName::from_bytes(&bytes[h.name.clone()])
-        .map_err(|_| head::HeadError::Malformed("invalid header name"))?;
-    let value = HeaderValue::from_maybe_shared(bytes.slice(h.value.clone()))
-        .map_err(|_| head::HeadError::Malformed("invalid header value"))?;
-    Ok((name, value))
-}
-
-/// A reason phrase other than the status code's usual one is kept (and
-/// written back as it came).
-fn reason_into<B>(resp: &mut Response<B>, bytes: &Bytes, reason: Range<usize>) {
-    let text = &bytes[reason.clone()];
-    if !text.is_empty() && resp.status().canonical_reason().map(str::as_bytes) != Some(text) {
-        if let Ok(r) = hyper::ext::ReasonPhrase::try_from(bytes.slice(reason)) {
-            resp.extensions_mut().insert(r);
-        }
-    }
-}
-
-/// A response head kept as the backend sent it: the head's bytes and its
-/// header lines as ranges of them, carried with the answer's body
-/// ([`ProxyBody::Headed`]) while the response's header map holds only what
-/// the gateway adds. hopgate's own HTTP/1.1 server writes such a head line
-/// by line, as it came (names in the backend's case); every other consumer
-/// turns it into header-map entries first ([`materialize`]). Made only for
-/// a client connection on that server, and kept only when the answer step
-/// has nothing to take out of the head ([`crate::headers::passes_raw`]).
-#[derive(Clone, Debug)]
-pub(crate) struct RawHead {
-    /// The head, its empty last line included.
-    bytes: Bytes,
-    lines: head::Lines,
-    reason: Range<usize>,
-    /// The value of its `Content-Length` (checked by the parser).
-    content_length: Option<u64>,
-}
-
-impl RawHead {
-    /// The header lines: name and value, as the backend wrote them.
-    pub(crate) fn lines(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
-        self.lines
-            .iter()
-            .map(|h| (&self.bytes[h.name.clone()], &self.bytes[h.value.clone()]))
-    }
-
-    /// The `Content-Length` the head declares.
-    pub(crate) fn content_length(&self) -> Option<u64> {
-        self.content_length
-    }
-
-    /// The header lines whose names `keep` says yes to, handed to `out`
-    /// as runs of whole lines (line ends included), one slice per run: a
-    /// head with one line left out is written in two pieces.
-    pub(crate) fn kept_runs<'a>(
-        &'a self,
-        mut keep: impl FnMut(&[u8]) -> bool,
-        mut out: impl FnMut(&'a [u8]),
-    ) {
-        let mut run = None;
-        for h in &self.lines {
-            if keep(&self.bytes[h.name.clone()]) {
-                run.get_or_insert(h.name.start);
-            } else if let Some(start) = run.take() {
-                out(&self.bytes[start..h.name.start]);
-            }
-        }
-        if let Some(start) = run {
-            // Up to the empty line that ends the head.
-            out(&self.bytes[start..self.bytes.len() - 2]);
-        }
-    }
-
-    /// The reason phrase as the backend wrote it.
-    pub(crate) fn reason(&self) -> &[u8] {
-        &self.bytes[self.reason.clone()]
-    }
-
-    /// The backend's status line, line end included, when it is the line
-    /// the gateway would write for `status` to a client of HTTP/1.`minor`:
-    /// that version, that code, a reason phrase (`httparse` took exactly
-    /// one space after the version and after the code, and the parse
-    /// refused bare LFs, so the line is version, space, code, space,
-    /// reason, CRLF).
-    pub(crate) fn status_line(&self, status: u16, minor: u8) -> Option<&[u8]> {
-        let version: &[u8] = if minor == 0 {
-            b"HTTP/1.0 "
-        } else {
-            b"HTTP/1.1 "
-        };
-        let end = self.reason.end + 2;
-        let line = self.bytes.get(..end)?;
-        let code = [
-            b'0' + (status / 100) as u8,
-            b'0' + (status / 10 % 10) as u8,
-            b'0' + (status % 10) as u8,
-        ];
-        (!self.reason.is_empty()
-            && line.starts_with(version)
-            && line.get(9..13) == Some(&[code[0], code[1], code[2], b' '])
-            && line.ends_with(b"\r\n"))
-        .then_some(line)
-    }
-
-    /// The raw head of a whole response head in `bytes`.
-    #[cfg(test)]
-    pub(crate) fn parsed(bytes: &[u8]) -> RawHead {
-        let bytes = Bytes::copy_from_slice(bytes);
-        let head = head::parse_response(&bytes)
-            .expect("a valid head")
-            .expect("a whole head");
-        RawHead {
-            lines: head.headers,
-            reason: head.reason,
-            content_length: head.facts.content_length,
-            bytes,
-        }
-    }
-}
-
-/// The response head as an `http` response with an empty header map, and
-/// the head kept raw ([`RawHead`]) for its body to carry.
-fn raw_response(
-    head: Head,
-    bytes: Bytes,
-) -> Result<(Response<ProxyBody>, Option<RawHead>), head::HeadError> {
-    let mut resp = Response::new(ProxyBody::Empty);
-    *resp.status_mut() = status_of(&head)?;
-    *resp.version_mut() = version_of(&head);
-    let raw = RawHead {
-        bytes,
-        lines: head.headers,
-        reason: head.reason,
-        content_length: head.facts.content_length,
-    };
-    Ok((resp, Some(raw)))
-}
-
-/// Turns a response's raw head ([`RawHead`]), if its body carries one,
-/// into header-map entries, placed before the ones the gateway added (whose
-/// names never repeat one of the backend's but `Set-Cookie`: the answer
-/// step materializes first otherwise). A line that does not convert —
-/// none can: `httparse` takes the same name and value bytes as `http` —
-/// is dropped.
-pub(crate) fn materialize(resp: &mut Response<ProxyBody>) {
-    let Some(raw) = resp.body_mut().take_raw_head() else {
-        return;
-    };
-    let added = std::mem::take(resp.headers_mut());
-    let headers = resp.headers_mut();
-    headers.reserve(raw.lines.len() + added.len());
-    for h in &raw.lines {
-        if let Ok((name, value)) = header_of(&raw.bytes, h) {
-            headers.append(name, value);
-        }
-    }
-    let mut last = None;
-    for (name, value) in added {
-        if let Some(n) = name {
-            last = Some(n);
-        }
-        if let Some(n) = &last {
-            headers.append(n.clone(), value);
-        }
-    }
-    reason_into(resp, &raw.bytes, raw.reason);
-}
-
-/// Trailer lines as a header map.
-pub(crate) fn trailer_map(section: &Bytes) -> Result<HeaderMap, head::HeadError> {
-    let mut map = HeaderMap::new();
-    for h in head::parse_trailers(section)? {
-        let name = HeaderName::from_bytes(&section[h.name.clone()])
-            .map_err(|_| head::HeadError::Malformed("invalid trailer name"))?;
-        let value = HeaderValue::from_maybe_shared(section.slice(h.value.clone()))
-            .map_err(|_| head::HeadError::Malformed("invalid trailer value"))?;
-        map.append(name, value);
-    }
-    Ok(map)
 }
 
 /// A connection whose exchange ended: back to its pool when the exchange

@@ -4,7 +4,8 @@
 //! Owns: heads parsed into byte ranges of the read buffer with their
 //! framing facts ([`head`]), the chunked decoder ([`chunked`]), head and
 //! body writing ([`write`]), one request/response exchange over a raw
-//! pooled socket ([`client`]), and the client-facing server: the
+//! pooled socket ([`client`]), the backend's response head made into a
+//! response or kept raw ([`response_head`]), and the client-facing server: the
 //! connection loop ([`server`]), the request body it streams
 //! ([`server_body`]), the responses it writes ([`server_write`]) and
 //! their `Date` line ([`date`]); the lazily re-armed timer both sides
@@ -17,6 +18,7 @@ pub(crate) mod client;
 pub(crate) mod date;
 pub(crate) mod deadline;
 pub(crate) mod head;
+pub(crate) mod response_head;
 pub(crate) mod server;
 pub(crate) mod server_body;
 pub(crate) mod server_write;

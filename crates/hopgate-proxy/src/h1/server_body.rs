@@ -186,7 +186,7 @@ impl ServerBody {
                         let section = conn.buf.split_to(len).freeze();
                         self.reading = Reading::Done;
                         shared.done = true;
-                        return match super::client::trailer_map(&section) {
+                        return match super::response_head::trailer_map(&section) {
                             Ok(t) if t.is_empty() => Poll::Ready(None),
                             Ok(t) => Poll::Ready(Some(Ok(Frame::trailers(t)))),
                             Err(e) => self.fail(io::Error::new(io::ErrorKind::InvalidData, e)),

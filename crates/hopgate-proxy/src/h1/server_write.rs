@@ -32,7 +32,7 @@ use http_body::Body;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use super::client::RawHead;
+use super::response_head::RawHead;
 use super::server_body::Slot;
 use super::write::{self, HeadWriter, Out};
 use crate::body::ProxyBody;
@@ -581,7 +581,7 @@ mod tests {
         // Materialized, the same head becomes map entries before the
         // added ones, with its reason phrase kept.
         let mut r = raw();
-        crate::h1::client::materialize(&mut r);
+        crate::h1::response_head::materialize(&mut r);
         assert!(r.body().raw_head().is_none());
         let names: Vec<_> = r.headers().keys().map(|n| n.as_str()).collect();
         assert_eq!(
