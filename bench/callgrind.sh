@@ -6,6 +6,8 @@
 #   CG_THREADS=1 (default) sets HOPGATE_WORKER_THREADS/TOKIO_WORKER_THREADS;
 #     CG_THREADS=default sets neither and pins hopgate to one CPU (taskset
 #     -c ${PROXY_CPU:-1}), as the load benchmark does: the default settings.
+#   CG_CONNS=N runs wrk with N connections instead of 4 (CG_CONNS=1: every
+#     request pays a whole turn of the event loop).
 #   CG_ACCESS_LOG=on turns the access log on (written to a file), default off.
 #   CG_OTLP=on exports every request's spans (tracing.otlp, sample_ratio 1)
 #     to a local OTLP/HTTP sink that answers 200; CG_OTLP=unsampled turns
@@ -151,14 +153,14 @@ HA
 esac
 VG=$!; PIDS+=($VG)
 for i in $(seq 1 120); do curl -s -o /dev/null "http://127.0.0.1:$PG/0" && break; sleep 0.5; done
-wrk -t1 -c4 -d2s "http://127.0.0.1:$PG/0" > "$D/warm.txt" 2>&1
+wrk -t1 -c"${CG_CONNS:-4}" -d2s "http://127.0.0.1:$PG/0" > "$D/warm.txt" 2>&1
 callgrind_control -z $VG >/dev/null
-wrk -t1 -c4 -d6s "http://127.0.0.1:$PG/0" > "$D/wrk.txt" 2>&1
+wrk -t1 -c"${CG_CONNS:-4}" -d6s "http://127.0.0.1:$PG/0" > "$D/wrk.txt" 2>&1
 callgrind_control -d $VG >/dev/null
 sleep 1
 REQS=$(grep -oE '^ *[0-9]+ requests' "$D/wrk.txt" | awk '{print $1}')
 F=$(ls -t "$D"/cg.out* | grep -v '^$' | head -1)
 IR=$(grep -E '^(summary|totals):' "$F" | head -1 | awk '{print $2}')
-echo "$LABEL proxy=${CG_PROXY:-hopgate} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} http1=${CG_HTTP1:-default} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
+echo "$LABEL proxy=${CG_PROXY:-hopgate} conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} http1=${CG_HTTP1:-default} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
 grep -m1 -o 'runtime: .*' "$D/hopgate.log" || true
 grep -E 'Non-2xx|Socket errors' "$D/wrk.txt"

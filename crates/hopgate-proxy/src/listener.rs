@@ -247,7 +247,7 @@ pub async fn serve_listener(
                         serve_conn(&builder, io, svc, watcher, close, peer).await;
                     }
                     Some(Sniffed::Http1(io, read)) => {
-                        serve_native(Box::new(io), read, svc, native, close).await;
+                        serve_native(Box::new(io), read, svc, native).await;
                     }
                     None => {}
                 };
@@ -259,8 +259,7 @@ pub async fn serve_listener(
                 match native {
                     // ALPN `h2` stays on hyper.
                     Some(native) if !h2 => {
-                        serve_native(Box::new(io), bytes::BytesMut::new(), svc, native, close)
-                            .await;
+                        serve_native(Box::new(io), bytes::BytesMut::new(), svc, native).await;
                     }
                     _ => serve_conn(&builder, io, svc, watcher, close, peer).await,
                 }
@@ -356,22 +355,17 @@ where
 }
 
 /// Serves one client connection with hopgate's own HTTP/1.1 server until
-/// it ends, or the connection's close is asked for.
+/// it ends. The connection's `close` signal is not watched: only an HTTP/2
+/// stream's send stall ([`crate::send_watch`]) asks for it, and this server
+/// speaks HTTP/1.x only (watching it cost a lock on every wake-up).
 async fn serve_native(
     io: Box<dyn crate::h1::server_body::ClientStream>,
     read: bytes::BytesMut,
     svc: ConnService,
     native: Native,
-    close: Arc<tokio::sync::Notify>,
 ) {
-    let peer = svc.0.peer;
     svc.0.native_h1.store(true, Ordering::Relaxed);
-    tokio::select! {
-        () = crate::h1::server::serve(io, read, svc.0, native.settings, native.drain) => {}
-        () = close.notified() => {
-            tracing::info!(%peer, "client connection closed by the gateway");
-        }
-    }
+    crate::h1::server::serve(io, read, svc.0, native.settings, native.drain).await;
 }
 
 /// Resolves once shutdown has been requested.

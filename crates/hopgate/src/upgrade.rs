@@ -552,7 +552,7 @@ pub(crate) fn spawn_new(config: Option<&Path>, log_format: &str) {
             return;
         }
     };
-    let mut cmd = tokio::process::Command::new(&exe);
+    let mut cmd = std::process::Command::new(&exe);
     cmd.arg("--log-format")
         .arg(log_format)
         .arg("run")
@@ -564,13 +564,21 @@ pub(crate) fn spawn_new(config: Option<&Path>, log_format: &str) {
         Ok(mut child) => {
             let pid = child.id();
             tracing::info!(exe = %exe.display(), pid, "SIGUSR2: started the new process");
-            tokio::spawn(async move {
-                if let Ok(status) = child.wait().await {
-                    if !status.success() {
-                        tracing::error!(pid, %status, "SIGUSR2: the new process exited; this one keeps serving");
+            // Reaped by a thread of its own: tokio's child reaper would
+            // cost every turn of the event loop (see the workspace's
+            // tokio features).
+            let waiter = std::thread::Builder::new()
+                .name("hopgate-upgrade-wait".into())
+                .spawn(move || {
+                    if let Ok(status) = child.wait() {
+                        if !status.success() {
+                            tracing::error!(pid, %status, "SIGUSR2: the new process exited; this one keeps serving");
+                        }
                     }
-                }
-            });
+                });
+            if let Err(e) = waiter {
+                tracing::warn!(pid, error = %e, "SIGUSR2: no thread to wait for the new process; its exit status will not be logged");
+            }
         }
         Err(e) => {
             tracing::error!(exe = %exe.display(), error = %e, "SIGUSR2: cannot start the new process; no upgrade")
