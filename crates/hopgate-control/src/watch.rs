@@ -13,7 +13,7 @@
 //! Must not touch: the snapshot (only through `Control`).
 
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -45,11 +45,13 @@ pub(crate) fn stamp(path: &PathBuf) -> Option<Stamp> {
     })
 }
 
-/// The watch of a config file, armed: the stamp of the file as it was
-/// loaded and the kernel watch on its directory, both taken by
-/// [`FileWatch::arm`] before the gateway binds anything. (Taken in the
-/// watching task instead, an edit made between the start and that task's
-/// first run was taken for the loaded file and never applied.)
+/// The watch of a config file, armed: the stamp of the file and the kernel
+/// watch on its directory, both taken by [`FileWatch::arm`] before the file
+/// is read for the running config. An edit that lands after the stamp —
+/// while the file is read, checked and the gateway binds — is seen as a
+/// change and applied (at worst the text just read is applied once more).
+/// (Taken in the watching task instead, an edit made between the start and
+/// that task's first run was taken for the loaded file and never applied.)
 pub struct FileWatch {
     path: PathBuf,
     applied: Option<Stamp>,
@@ -57,13 +59,18 @@ pub struct FileWatch {
 }
 
 impl FileWatch {
-    /// Call right after the file was read for the running config.
+    /// Call right before the file is read for the running config.
     pub fn arm(path: PathBuf) -> FileWatch {
         FileWatch {
-            applied: stamp(&path),
             wake: wake::DirWake::new(std::slice::from_ref(&path)),
+            applied: stamp(&path),
             path,
         }
+    }
+
+    /// The watched file.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 }
 

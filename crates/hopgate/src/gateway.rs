@@ -376,9 +376,10 @@ impl Gateway {
     pub(crate) async fn start(
         cfg: Config,
         source: Source,
-        config_path: Option<PathBuf>,
+        config_file: Option<FileWatch>,
         inherited: Inherited,
     ) -> anyhow::Result<Gateway> {
+        let config_path = config_file.as_ref().map(|w| w.path().to_path_buf());
         let token = match &cfg.admin.token_env {
             Some(var) => Some(
                 std::env::var(var)
@@ -390,9 +391,9 @@ impl Gateway {
             let p = cfg.access_log.path.as_deref().unwrap_or(Path::new("-"));
             format!("access_log.path: cannot open {}", p.display())
         })?;
-        // The file's watch is armed before anything is bound: an edit made
-        // once the gateway serves is always seen as one.
-        let file_watch = config_path.clone().map(FileWatch::arm);
+        // The file's watch was armed before the file was read (`main`): an
+        // edit made since is always seen as one.
+        let file_watch = config_file;
         let nofile = crate::fdlimit::raise_nofile();
         crate::fdlimit::check_fits(cfg.listeners.len(), cfg.limits.max_connections, nofile)
             .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -32,6 +32,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use hopgate_control::FileWatch;
 use hopgate_core::config::{self, Format};
 
 /// The version line: the crate version and the commit it was built from.
@@ -359,8 +360,11 @@ async fn run(
     log_format: LogFormat,
     systemd: listenfd::Inherited,
 ) -> anyhow::Result<()> {
-    let (text, format, source, path) = match args.config {
+    // A config file's watch is armed before the file is read, so that an
+    // edit made from then on is seen as one (`FileWatch`).
+    let (text, format, source, watch) = match args.config {
         Some(p) => {
+            let watch = FileWatch::arm(p.clone());
             let text = std::fs::read_to_string(&p)
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?;
             let f = format_of(&p);
@@ -368,17 +372,17 @@ async fn run(
                 text,
                 f,
                 hopgate_control::Source::File(p.display().to_string()),
-                Some(p),
+                Some(watch),
             )
         }
         None if Path::new("hopgate.yaml").exists() => {
-            let p = PathBuf::from("hopgate.yaml");
-            let text = std::fs::read_to_string(&p)?;
+            let watch = FileWatch::arm(PathBuf::from("hopgate.yaml"));
+            let text = std::fs::read_to_string(watch.path())?;
             (
                 text,
                 Format::Yaml,
                 hopgate_control::Source::File("hopgate.yaml".into()),
-                Some(p),
+                Some(watch),
             )
         }
         None => {
@@ -391,6 +395,7 @@ async fn run(
             )
         }
     };
+    let path = watch.as_ref().map(|w| w.path().to_path_buf());
     let cfg = match config::load(&text, format) {
         Ok(c) => c,
         Err(errors) => {
@@ -412,7 +417,7 @@ async fn run(
     } else {
         (None, systemd)
     };
-    let mut gw = match gateway::Gateway::start(cfg, source, path.clone(), inherited).await {
+    let mut gw = match gateway::Gateway::start(cfg, source, watch, inherited).await {
         Ok(gw) => gw,
         Err(e) => {
             if let Some(t) = taking {
