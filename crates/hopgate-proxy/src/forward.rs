@@ -48,7 +48,9 @@ use hopgate_core::session::HopReason;
 use crate::body::{ClientBody, ProxyBody};
 use crate::canary::CanarySlot;
 use crate::h1::RequestBody;
-use crate::headers::{new_request_id, scan_request, valid_request_id, RequestFacts, X_REQUEST_ID};
+use crate::headers::{
+    new_request_id, scan_request, valid_request_id, RequestFacts, RequestId, X_REQUEST_ID,
+};
 use crate::metrics::METRICS;
 use crate::session::Sessions;
 
@@ -481,7 +483,7 @@ impl ClientConn {
     #[allow(clippy::result_large_err)]
     pub(crate) fn begin(
         self: &Arc<Self>,
-        req: Request<RequestBody>,
+        mut req: Request<RequestBody>,
     ) -> Result<Begun, Response<ProxyBody>> {
         let started = Instant::now();
         let fwd = &self.forwarder;
@@ -490,7 +492,6 @@ impl ClientConn {
         if req.version() == http::Version::HTTP_2 {
             self.http2.store(true, Ordering::Relaxed);
         }
-        let mut req = req;
         // Counted before the gateway adds anything.
         let facts = scan_request(req.headers());
         // Room for the header the gateway adds to the map (the session
@@ -499,18 +500,18 @@ impl ClientConn {
         // A client's id is kept only when it is safe to echo into logs and
         // error bodies; any other is replaced. A new id goes upstream as a
         // set line (`SetLines::request_id`), not into the map.
-        let (request_id, new_id) = match facts
+        let request_id = match facts
             .request_id
             .then(|| req.headers().get(&X_REQUEST_ID))
             .flatten()
             .filter(|v| valid_request_id(v))
         {
-            Some(v) => (v.clone(), false),
+            Some(v) => RequestId::Client(v.clone()),
             None => {
                 if facts.request_id {
                     req.headers_mut().remove(&X_REQUEST_ID);
                 }
-                (new_request_id(), true)
+                RequestId::Made(new_request_id())
             }
         };
         METRICS.requests.fetch_add(1, Ordering::Relaxed);
@@ -532,8 +533,8 @@ impl ClientConn {
         let arrival = plan::Arrival { started, known };
         match fwd.plan(&snap, req, self, &facts, arrival, &mut done.out) {
             Ok(mut plan) => {
-                if new_id {
-                    plan.set.request_id = Some(done.request_id.clone());
+                if let RequestId::Made(id) = done.request_id {
+                    plan.set.request_id = Some(id);
                 }
                 Ok(Begun(snap, plan, facts, done))
             }

@@ -23,7 +23,7 @@ use hopgate_core::error::ErrorKind;
 use super::logged::LoggedBody;
 use super::{ClientConn, RequestCtx};
 use crate::body::ProxyBody;
-use crate::headers::RequestFacts;
+use crate::headers::{RequestFacts, RequestId};
 use crate::metrics::METRICS;
 use crate::respond::{error_response, grpc_error_response};
 use crate::trace::TraceId;
@@ -123,7 +123,7 @@ impl AccessFacts {
 /// access log line, the counters.
 pub(super) struct Done {
     pub(super) method: Method,
-    pub(super) request_id: HeaderValue,
+    pub(super) request_id: RequestId,
     pub(super) started: Instant,
     pub(super) grpc: bool,
     pub(super) out: Outcome,
@@ -148,10 +148,11 @@ impl Done {
                 out.status = kind.status();
                 out.error = Some(kind);
                 METRICS.error(kind);
+                let id = self.request_id.to_value();
                 if self.grpc {
-                    grpc_error_response(kind, Some(&self.request_id))
+                    grpc_error_response(kind, Some(&id))
                 } else {
-                    error_response(kind, Some(&self.request_id))
+                    error_response(kind, Some(&id))
                 }
             }
         };
@@ -166,7 +167,7 @@ impl Done {
         if let Some(span) = out.span.take() {
             if let Some(ex) = &conn.forwarder.otlp {
                 let end = (out.route, out.service, status, out.error, out.hopped);
-                let (m, id) = (&self.method, &self.request_id);
+                let (m, id) = (&self.method, &self.request_id.to_value());
                 crate::otlp::finish(ex, span, snap, m, id, conn.peer, self.started, end);
             }
         }
@@ -220,7 +221,7 @@ pub(super) struct PendingLine {
     snap: Arc<Snapshot>,
     conn: Arc<ClientConn>,
     method: Method,
-    request_id: HeaderValue,
+    request_id: RequestId,
     out: Outcome,
     took: std::time::Duration,
     facts: Box<AccessFacts>,
@@ -252,7 +253,7 @@ impl PendingLine {
 /// One access line's inputs.
 struct Inputs<'a> {
     method: &'a Method,
-    request_id: &'a HeaderValue,
+    request_id: &'a RequestId,
     out: &'a Outcome,
     took: std::time::Duration,
     peer: &'a str,
@@ -311,7 +312,7 @@ fn log_access(snap: &Snapshot, l: &Inputs<'_>) {
         host: f.host(),
         path: f.path(),
         protocol: protocol(f.version),
-        request_id: ascii(l.request_id),
+        request_id: l.request_id.as_str(),
         rule: route,
         service,
         node,

@@ -126,7 +126,7 @@ impl Forwarder {
     pub(super) fn plan(
         &self,
         snap: &Snapshot,
-        req: Request<RequestBody>,
+        mut req: Request<RequestBody>,
         conn: &ClientConn,
         facts: &RequestFacts,
         arrival: Arrival,
@@ -280,7 +280,6 @@ impl Forwarder {
         let (sticky, prior, hop) = stuck(stick);
         // An HTTP/1.1 Upgrade (WebSocket): forwarded with its upgrade
         // headers, then tunnelled as bytes once the backend says 101.
-        let mut req = req;
         let upgrade = facts
             .may_upgrade()
             .then(|| tunnel::upgrade_request(&req))
