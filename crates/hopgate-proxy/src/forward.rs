@@ -526,10 +526,10 @@ impl ClientConn {
         };
         // A baking config canary: this client's side (its session, checked
         // here once and handed to the plan, or its address).
-        let mut known = None;
-        if let Some(arm) = fwd.canary.load().as_deref() {
-            known = canary_side(fwd, arm, &mut snap, &req, self);
-        }
+        let known = fwd
+            .canary
+            .with_arm(|arm| canary_side(fwd, arm, &mut snap, &req, self))
+            .flatten();
         let arrival = plan::Arrival { started, known };
         match fwd.plan(&snap, req, self, &facts, arrival, &mut done.out) {
             Ok(mut plan) => {

@@ -177,11 +177,11 @@ impl Done {
             snap.routes[r].stats.record(status, took);
         }
         // A baking config canary counts each side's answers.
-        if let Some(arm) = conn.forwarder.canary.load().as_deref() {
+        conn.forwarder.canary.with_arm(|arm| {
             if let Some(side) = arm.side_of(snap.version) {
                 side.record(status, took);
             }
-        }
+        });
         let Some(facts) = self.access else {
             return resp;
         };

@@ -205,7 +205,7 @@ fn parse_request_into<'b>(
         facts: Facts::default(),
     };
     let at_start = head.method.start == 0;
-    finish(buf, req.headers, &mut head, at_start)?;
+    finish(buf, req.headers, &mut head, at_start, true)?;
     Ok(Some(head))
 }
 
@@ -234,7 +234,13 @@ pub fn parse_response(buf: &[u8]) -> Result<Option<Head>, HeadError> {
         headers: Lines::with_capacity(resp.headers.len()),
         facts: Facts::default(),
     };
-    finish(buf, resp.headers, &mut head, buf.starts_with(b"HTTP/"))?;
+    finish(
+        buf,
+        resp.headers,
+        &mut head,
+        buf.starts_with(b"HTTP/"),
+        false,
+    )?;
     Ok(Some(head))
 }
 
@@ -247,12 +253,15 @@ fn partial(buf: &[u8]) -> Result<Option<Head>, HeadError> {
 
 /// The checks and facts common to requests and responses. `at_start`:
 /// the start line begins at the buffer's first byte (no empty lines
-/// before it).
+/// before it). `request`: the head is a request's (`TE` and `Expect`
+/// are looked at only there).
+#[inline(always)]
 fn finish(
     buf: &[u8],
     headers: &[httparse::Header<'_>],
     head: &mut Head,
     at_start: bool,
+    request: bool,
 ) -> Result<(), HeadError> {
     if head.len > MAX_HEAD_BYTES {
         return Err(HeadError::TooLarge);
@@ -289,12 +298,14 @@ fn finish(
                     }
                 }
             }
-            2 if name.eq_ignore_ascii_case(b"te")
+            2 if request
+                && name_is(name, b"te")
                 && list(h.value).any(|t| t.eq_ignore_ascii_case(b"trailers")) =>
             {
                 head.facts.te_trailers = true;
             }
-            6 if name.eq_ignore_ascii_case(b"expect")
+            6 if request
+                && name_is(name, b"expect")
                 && h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue") =>
             {
                 head.facts.expect_continue = true;
@@ -371,8 +382,19 @@ pub(crate) fn name_is(name: &[u8], lower: &[u8]) -> bool {
     if n != lower.len() {
         return false;
     }
-    if n < 8 {
+    if n < 4 {
         return name.eq_ignore_ascii_case(lower);
+    }
+    if n < 8 {
+        // Two 4-byte words, overlapping when the length is not 4.
+        const FOLD4: u32 = 0x2020_2020;
+        let word = |b: &[u8], at: usize| {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(&b[at..at + 4]);
+            u32::from_le_bytes(w)
+        };
+        return word(name, 0) | FOLD4 == word(lower, 0)
+            && word(name, n - 4) | FOLD4 == word(lower, n - 4);
     }
     let word = |b: &[u8], at: usize| {
         let mut w = [0u8; 8];
@@ -581,6 +603,22 @@ mod tests {
         assert!(h.keeps_alive());
     }
 
+    /// `TE` and `Expect` are a request's lines: a response's are not
+    /// taken as facts (nothing reads them there).
+    #[test]
+    fn te_and_expect_are_facts_of_requests_only() {
+        let r = req(
+            b"POST / HTTP/1.1\r\nTE: trailers\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(r.facts.te_trailers && r.facts.expect_continue);
+        let a = resp(b"HTTP/1.1 200 OK\r\nTE: trailers\r\nExpect: 100-continue\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!a.facts.te_trailers && !a.facts.expect_continue);
+    }
+
     #[test]
     fn partial_heads_ask_for_more() {
         assert_eq!(req(b"GET / HTTP/1.1\r\nHost: x\r\n"), Ok(None));
@@ -598,8 +636,12 @@ mod tests {
             .collect();
         for lower in [
             &b"te"[..],
+            b"host",
             b"date",
+            b"range",
+            b"accept",
             b"expect",
+            b"upgrade",
             b"connection",
             b"keep-alive",
             b"content-type",

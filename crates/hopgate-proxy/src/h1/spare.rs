@@ -1,7 +1,8 @@
 //! Per-thread spares of the buffers every request fills and drops: the
-//! header-line list of a parsed head ([`super::head::Lines`]) and the
+//! header-line list of a parsed head ([`super::head::Lines`]), the
 //! slice list a response head is written from
-//! ([`super::write::HeadWriter`]). Each is handed back here, cleared, when its
+//! ([`super::write::HeadWriter`]) and the box an answer's raw head rides
+//! in with its body ([`crate::body::Headed`]). Each is handed back here, cleared, when its
 //! user is done with it and taken by the next one on the thread. A
 //! request's buffers are made and dropped one after the other, so one
 //! spare of each spares an allocation and a free per request — and the
@@ -16,6 +17,7 @@ use std::cell::Cell;
 use std::io::IoSlice;
 
 use super::head::HeaderRange;
+use crate::body::{Headed, ProxyBody};
 
 /// Lists with room for more than this are not kept.
 const MOST_LINES: usize = 64;
@@ -24,6 +26,7 @@ const MOST_SLICES: usize = 4 * MOST_LINES + 16;
 thread_local! {
     static LINES: Cell<Vec<HeaderRange>> = const { Cell::new(Vec::new()) };
     static SLICES: Cell<Vec<IoSlice<'static>>> = const { Cell::new(Vec::new()) };
+    static HEADED: Cell<Option<Box<Headed>>> = const { Cell::new(None) };
 }
 
 /// Keeps whichever of the spare and `v` has more room. A thread being torn
@@ -65,6 +68,31 @@ pub(crate) fn give_slices(v: Vec<IoSlice<'_>>) {
     keep(&SLICES, relabel(v), MOST_SLICES);
 }
 
+/// A box for an answer's raw head and its body, empty (no head, an empty
+/// body).
+pub(crate) fn headed() -> Box<Headed> {
+    HEADED
+        .try_with(Cell::take)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| {
+            Box::new(Headed {
+                raw: None,
+                body: ProxyBody::Empty,
+            })
+        })
+}
+
+/// Keeps `h` for the thread's next answer once its head was taken off.
+/// One whose body is still there (a head taken off an answer whose body
+/// was not moved out first) is let go.
+pub(crate) fn give_headed(h: Box<Headed>) {
+    if h.raw.is_some() || !matches!(h.body, ProxyBody::Empty) {
+        return;
+    }
+    let _ = HEADED.try_with(|s| s.set(Some(h)));
+}
+
 /// An empty list of slices of another lifetime, in the same allocation:
 /// collecting a vector's `IntoIter` into a vector of an element of the
 /// same size and alignment reuses its buffer (the closure never runs: the
@@ -98,6 +126,23 @@ mod tests {
             "the slice list is relabelled in place"
         );
         assert!(again.is_empty());
+
+        let h = headed();
+        let at = &*h as *const Headed as usize;
+        give_headed(h);
+        let h = headed();
+        assert_eq!(&*h as *const Headed as usize, at, "an empty box comes back");
+        assert!(h.raw.is_none() && matches!(h.body, ProxyBody::Empty));
+        let mut full = h;
+        full.body = ProxyBody::full("rest");
+        give_headed(full);
+        let kept = HEADED.with(|s| {
+            let v = s.take();
+            let kept = v.is_some();
+            s.set(v);
+            kept
+        });
+        assert!(!kept, "a box with a body in it is not kept");
     }
 
     /// What grew for a rare large head is let go.
