@@ -25,6 +25,7 @@ fn free_port() -> u16 {
 impl Etcd {
     pub async fn start() -> Etcd {
         let data = temp_path("etcd");
+        let mut log = String::new();
         for _ in 0..5 {
             let mut e = Etcd {
                 endpoint: format!("http://127.0.0.1:{}", free_port()),
@@ -35,8 +36,9 @@ impl Etcd {
             if e.spawn().await {
                 return e;
             }
+            log = log_tail(&data);
         }
-        panic!("etcd did not start");
+        panic!("etcd did not start; its log ends:\n{log}");
     }
 
     /// Starts the process on this handle's ports and data dir; true once it
@@ -52,7 +54,7 @@ impl Etcd {
             .args(["--initial-advertise-peer-urls", &self.peer])
             .args(["--initial-cluster", &format!("it={}", self.peer)])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(self.log_file())
             .spawn()
             .expect("spawn etcd (Debian package etcd-server)");
         self.child = Some(child);
@@ -89,7 +91,20 @@ impl Etcd {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
-        panic!("etcd did not restart");
+        panic!(
+            "etcd did not restart; its log ends:\n{}",
+            log_tail(&self.data)
+        );
+    }
+
+    /// Where the process's own log goes (appended to across restarts), so
+    /// that a start that fails says why.
+    fn log_file(&self) -> Stdio {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.data.with_extension("log"))
+            .map_or_else(|_| Stdio::null(), Stdio::from)
     }
 
     fn ctl_output(&self, args: &[&str]) -> std::process::Output {
@@ -151,9 +166,17 @@ impl Etcd {
     }
 }
 
+/// The last lines of the log of the etcd whose data dir is `data`.
+fn log_tail(data: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(data.with_extension("log")).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
 impl Drop for Etcd {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.data);
+        let _ = std::fs::remove_file(self.data.with_extension("log"));
     }
 }
