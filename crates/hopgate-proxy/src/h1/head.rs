@@ -152,6 +152,15 @@ fn range_of(buf: &[u8], part: &[u8]) -> Range<usize> {
     if part.is_empty() {
         return 0..0;
     }
+    in_buf(buf, part)
+}
+
+/// [`range_of`] for a part that is never empty: a header name (a token,
+/// one character or more, or `httparse` refuses the line), a method, a
+/// request target.
+#[inline(always)]
+fn in_buf(buf: &[u8], part: &[u8]) -> Range<usize> {
+    debug_assert!(!part.is_empty());
     let start = (part.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
     debug_assert!(start + part.len() <= buf.len());
     start..start + part.len()
@@ -197,8 +206,8 @@ fn parse_request_into<'b>(
     let mut head = Head {
         len,
         minor,
-        method: range_of(buf, method.as_bytes()),
-        target: range_of(buf, path.as_bytes()),
+        method: in_buf(buf, method.as_bytes()),
+        target: in_buf(buf, path.as_bytes()),
         status: 0,
         reason: 0..0,
         headers: Lines::with_capacity(req.headers.len()),
@@ -270,7 +279,7 @@ fn finish(
     let mut te = false;
     for h in headers {
         head.headers.push(HeaderRange {
-            name: range_of(buf, h.name.as_bytes()),
+            name: in_buf(buf, h.name.as_bytes()),
             value: range_of(buf, h.value),
         });
         // httparse refuses every control character but HTAB in a value (a
@@ -342,7 +351,7 @@ fn line_ends(
         return no_bare_lf(head);
     }
     let crlf_before = |h: &httparse::Header<'_>| {
-        let start = range_of(head, h.name.as_bytes()).start;
+        let start = in_buf(head, h.name.as_bytes()).start;
         start >= 2 && head[start - 2..start] == *b"\r\n"
     };
     if head.ends_with(b"\r\n\r\n") && headers.iter().all(crlf_before) {
@@ -763,6 +772,21 @@ mod tests {
             resp(b"HTTP/1.1 200 OK\nContent-Length: 1\r\n\r\n"),
             Err(HeadError::BareLf)
         );
+    }
+
+    /// Names, methods and targets are never empty (the ranges of them are
+    /// taken without the empty slice's check): `httparse` refuses such a
+    /// head.
+    #[test]
+    fn empty_names_methods_and_targets_are_errors() {
+        for bad in [
+            &b"GET / HTTP/1.1\r\n: x\r\n\r\n"[..],
+            b"GET  HTTP/1.1\r\nHost: x\r\n\r\n",
+            b" / HTTP/1.1\r\nHost: x\r\n\r\n",
+        ] {
+            assert!(req(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert!(resp(b"HTTP/1.1 200 OK\r\n: x\r\n\r\n").is_err());
     }
 
     #[test]

@@ -44,6 +44,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue, CONNECTION};
+use http::uri::PathAndQuery;
 use http::{Method, Request, Uri, Version};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
@@ -386,7 +387,7 @@ fn request(head: &Head, bytes: &Bytes) -> Result<Request<()>, ErrorKind> {
     if target.len() >= usize::from(u16::MAX) {
         return Err(ErrorKind::UriTooLong);
     }
-    let uri = Uri::from_maybe_shared(target).map_err(|_| ErrorKind::BadRequest)?;
+    let uri = target_uri(target).map_err(|_| ErrorKind::BadRequest)?;
     let mut req = Request::new(());
     *req.method_mut() = method;
     *req.uri_mut() = uri;
@@ -417,6 +418,18 @@ fn request(head: &Head, bytes: &Bytes) -> Result<Request<()>, ErrorKind> {
         headers.append(name, value);
     }
     Ok(req)
+}
+
+/// A request target as a `Uri`. An origin-form target (`/path?query`,
+/// nearly every request) is a path and query only: made as one directly,
+/// without `Uri`'s dispatch on the target's form (~60 instructions; the
+/// same `Uri` either way).
+fn target_uri(target: Bytes) -> Result<Uri, http::uri::InvalidUri> {
+    if target.first() == Some(&b'/') {
+        PathAndQuery::from_maybe_shared(target).map(Uri::from)
+    } else {
+        Uri::from_maybe_shared(target)
+    }
 }
 
 /// The header name `raw` (token characters, as the parse took them): the
@@ -521,6 +534,39 @@ mod tests {
                     "{}",
                     String::from_utf8_lossy(raw)
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn origin_form_targets_make_the_uri_the_general_parse_makes() {
+        for t in [
+            &b"/"[..],
+            b"/p?q=1",
+            b"/a%20b/c",
+            b"/?",
+            b"//x/y",
+            b"/p?a=1&b=%2F",
+            b"/bad\x7f",
+            b"/sp ace",
+            b"*",
+            b"http://h:8/p?q",
+            b"h:80",
+        ] {
+            let ours = target_uri(Bytes::copy_from_slice(t));
+            let theirs = Uri::from_maybe_shared(Bytes::copy_from_slice(t));
+            assert_eq!(
+                ours.is_ok(),
+                theirs.is_ok(),
+                "{:?}",
+                String::from_utf8_lossy(t)
+            );
+            if let (Ok(a), Ok(b)) = (ours, theirs) {
+                assert_eq!(a, b);
+                assert_eq!(a.path(), b.path());
+                assert_eq!(a.query(), b.query());
+                assert_eq!(a.authority(), b.authority());
+                assert_eq!(a.scheme(), b.scheme());
             }
         }
     }
