@@ -4,9 +4,10 @@
 //! Owns [`CanaryArm`] (the canary's compiled snapshot, its share, its
 //! hash key and the two sides' counters), the slot the control plane
 //! installs it in ([`CanarySlot`]: an `ArcSwapOption` the request path
-//! loads only while a flag says a canary bakes), the side choice (one keyed hash of the session id or client
-//! address and one comparison) and [`SideStats`]: requests, 5xx answers
-//! and gateway errors, and a lock-free latency histogram, all atomics.
+//! loads only while a flag says a canary bakes), the side choice (one
+//! keyed hash of the session id or client address and one comparison)
+//! and [`SideStats`]: requests, 5xx answers and gateway errors, and a
+//! lock-free latency histogram, all atomics.
 //! Must not touch: the judge (the control plane reads the counters and
 //! decides), locks, allocation on the request path.
 
