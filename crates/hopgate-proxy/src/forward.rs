@@ -173,6 +173,9 @@ impl Forwarder {
         let mut done = done;
         async move {
             let out = &mut done.out;
+            // Whether the request waited for anything (the shared store,
+            // its body) before its first send.
+            let mut waited = fetch.is_some();
             if let Some(fetch) = fetch {
                 // A known session bound on another replica: follow the
                 // shared store's binding (bounded by the store's timeout).
@@ -202,6 +205,7 @@ impl Forwarder {
                 let (body, kept) = match capture {
                     Capture::Empty => (ProxyBody::Empty, replay_safe.then(|| (Bytes::new(), true))),
                     Capture::Buffer => {
+                        waited = true;
                         let read = ProxyBody::limited(body, policy.buffer_body).collect();
                         let bound = snap.config.timeouts.request;
                         match Box::pin(tokio::time::timeout(bound, read)).await {
@@ -214,6 +218,7 @@ impl Forwarder {
                         }
                     }
                     Capture::Arrived { wait } => {
+                        waited = true;
                         let watch = client_body.insert(Arc::default());
                         let (body, whole) = Box::pin(replay::take_arrived(
                             body,
@@ -245,7 +250,8 @@ impl Forwarder {
                 // hopgate's own HTTP/1.1 server, which writes it as it is.
                 let raw_head =
                     conn.native_h1.load(Ordering::Relaxed) && !facts.grpc && upgrade.is_none();
-                let mut upstream = Some(Request::from_parts(parts, body));
+                // Boxed: it moves through the send as a pointer.
+                let mut upstream = Some(Box::new(Request::from_parts(parts, body)));
 
                 // Phase 13: the attempts.
                 let attempts = (policy.attempts as usize).min(attempt::MAX_TRACKED);
@@ -290,7 +296,7 @@ impl Forwarder {
                     // and the send.
                     let moved = node.state.moved_to();
                     attempt::for_node(
-                        (request, &mut set),
+                        (&mut **request, &mut set),
                         node,
                         svc,
                         &flight,
@@ -312,7 +318,13 @@ impl Forwarder {
                     );
                     let pool = attempt::pool_of(node, settings.max_idle);
                     let inflight = node.state.begin_request();
-                    let sent_at = Instant::now();
+                    // The first attempt of a request that waited for
+                    // nothing since it arrived is sent at its arrival.
+                    let sent_at = if sent == 1 && !waited {
+                        done.started
+                    } else {
+                        Instant::now()
+                    };
                     let addr = moved.unwrap_or(node.address);
                     let Some(request) = upstream.take() else {
                         break;
@@ -322,22 +334,20 @@ impl Forwarder {
                         .await;
                     drop(inflight);
                     let answered = Instant::now();
+                    out.answered = Some(answered);
+                    let took = answered.saturating_duration_since(sent_at);
                     if let Some(s) = out.span.as_deref_mut() {
                         let o = crate::otlp::outcome_of(&result);
                         s.after_attempt(node_idx, sent, sent_at, answered, o);
                     }
-                    snap.routes[flight.route]
-                        .stats
-                        .upstream
-                        .observe(answered - sent_at);
+                    snap.routes[flight.route].stats.upstream.observe(took);
                     let at = Attempted {
                         svc,
                         node,
                         number: sent,
                         attempts_left: sent < attempts,
                         last_resort,
-                        sent_at,
-                        answered,
+                        took,
                         answered_ms: ms_at(answered),
                     };
                     let req = Req {

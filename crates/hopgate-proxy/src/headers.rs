@@ -514,20 +514,6 @@ pub fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
     }
 }
 
-/// A header value as text when it is all ASCII: what `HeaderValue::to_str`
-/// answers, a word at a time instead of a byte at a time. The same
-/// answer because a value never holds a control character but HTAB, nor
-/// DEL (`HeaderValue` refuses them, and so does the HTTP/1.1 parse), so
-/// "visible ASCII, space or tab" is "ASCII".
-pub(crate) fn ascii_str(v: &HeaderValue) -> Option<&str> {
-    let b = v.as_bytes();
-    if b.is_ascii() {
-        std::str::from_utf8(b).ok()
-    } else {
-        None
-    }
-}
-
 /// Whether a client's `X-Request-Id` may be kept: 1 to 128 characters of
 /// `[A-Za-z0-9._:-]`, so it is safe in logs, headers and error bodies.
 pub(crate) fn valid_request_id(v: &HeaderValue) -> bool {

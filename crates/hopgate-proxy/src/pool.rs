@@ -499,7 +499,7 @@ impl Pool {
     async fn dial_and_send_h1(
         self: &Arc<Self>,
         addr: SocketAddr,
-        req: Request<ProxyBody>,
+        req: Box<Request<ProxyBody>>,
         set: &SetLines,
         s: &PoolSettings,
         raw_head: bool,
@@ -510,7 +510,7 @@ impl Pool {
                 Ok(c) => c,
                 Err(error) => {
                     return Err(SendFailure::NotSent {
-                        request: Box::new(req),
+                        request: req,
                         error,
                     })
                 }
@@ -519,7 +519,7 @@ impl Pool {
             // was written hands the request back: try the next one.
             let deadline = tokio::time::Instant::now() + s.request_timeout;
             match h1::send(self, conn, req, set, deadline, raw_head).await {
-                Err(SendFailure::NotSent { request, .. }) if reused => req = *request,
+                Err(SendFailure::NotSent { request, .. }) if reused => req = request,
                 other => return other,
             }
         }

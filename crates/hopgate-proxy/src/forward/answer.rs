@@ -58,11 +58,7 @@ pub(super) fn answer(
     let seen = if status >= 500 {
         Observation::ServerError
     } else {
-        node.state.observe_latency_us(
-            at.answered
-                .saturating_duration_since(at.sent_at)
-                .as_micros() as u64,
-        );
+        node.state.observe_latency_us(at.took.as_micros() as u64);
         if at.last_resort {
             node.state.recover();
         }

@@ -13,7 +13,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::header::{HeaderName, HeaderValue, HOST};
 use http::uri::{PathAndQuery, Scheme};
@@ -260,8 +260,8 @@ pub(super) struct Attempted<'a> {
     /// Another attempt may follow this one (`retries.attempts`).
     pub(super) attempts_left: bool,
     pub(super) last_resort: bool,
-    pub(super) sent_at: Instant,
-    pub(super) answered: Instant,
+    /// From the send to the answer (or the failure).
+    pub(super) took: Duration,
     /// `answered`, in [`hopgate_core::node::now_ms`] milliseconds.
     pub(super) answered_ms: u64,
 }

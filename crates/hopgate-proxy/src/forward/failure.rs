@@ -188,7 +188,7 @@ impl From<Result<Response<ProxyBody>, SendFailure>> for Failed {
 /// What the driver does after a failed attempt.
 pub(super) enum AfterFailure {
     /// Another attempt, with this request.
-    Next(http::Request<ProxyBody>),
+    Next(Box<http::Request<ProxyBody>>),
     /// The request ends with this result.
     End(Result<Response<ProxyBody>, ErrorKind>),
     /// Handle this answer like any other.
@@ -278,7 +278,7 @@ pub(super) fn on_failure(
     *last = kind;
     match decision.next {
         Next::Resend => match request {
-            Some(request) => AfterFailure::Next(*request),
+            Some(request) => AfterFailure::Next(request),
             None => AfterFailure::End(Err(kind)),
         },
         Next::Replay => match replay.and_then(|copy| copy.request(sent_head)) {

@@ -466,7 +466,7 @@ fn with_path(uri: &http::Uri, path: &str) -> Option<http::Uri> {
 
 fn host_of<B>(req: &Request<B>) -> Option<&str> {
     match req.headers().get(HOST) {
-        Some(h) => crate::headers::ascii_str(h),
+        Some(h) => h.to_str().ok(),
         None => req.uri().authority().map(|a| a.as_str()),
     }
 }

@@ -151,7 +151,7 @@ impl Replay {
     pub(super) fn request(
         &self,
         sent: Option<Box<http::request::Parts>>,
-    ) -> Option<Request<ProxyBody>> {
+    ) -> Option<Box<Request<ProxyBody>>> {
         let head = match &self.head {
             Some(h) => copy_head(h),
             None => {
@@ -166,7 +166,7 @@ impl Replay {
         } else {
             ProxyBody::full(self.body.clone())
         };
-        Some(Request::from_parts(head, body))
+        Some(Box::new(Request::from_parts(head, body)))
     }
 }
 

@@ -218,7 +218,7 @@ impl HeadFail {
 pub(crate) fn send<'a>(
     pool: &'a Arc<Pool>,
     mut conn: Box<H1Conn>,
-    req: Request<ProxyBody>,
+    req: Box<Request<ProxyBody>>,
     set: &SetLines,
     deadline: tokio::time::Instant,
     raw_head: bool,
@@ -256,7 +256,7 @@ pub(crate) struct Exchange<'a> {
     /// The request; once its head is out (`written`), its head alone (the
     /// body went to the pump), kept until the answer's head: a failure
     /// hands it back, so that a replay needs no copy made in advance.
-    req: Option<Request<ProxyBody>>,
+    req: Option<Box<Request<ProxyBody>>>,
     written: bool,
     /// Bytes of the head written so far.
     at: usize,
@@ -332,7 +332,7 @@ impl Exchange<'_> {
                     let error = ProxyError::with_detail(ErrorKind::ConnectionLost, e);
                     if self.at == 0 {
                         if let Some(request) = self.req.take() {
-                            return Poll::Ready(Err(Ended::NotSent(Box::new(request), error)));
+                            return Poll::Ready(Err(Ended::NotSent(request, error)));
                         }
                     }
                     return Poll::Ready(Err(Ended::Sent(error)));

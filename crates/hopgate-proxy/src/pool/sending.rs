@@ -42,7 +42,7 @@ impl Pool {
     pub fn send<'a>(
         self: &'a Arc<Self>,
         addr: SocketAddr,
-        req: Request<ProxyBody>,
+        req: Box<Request<ProxyBody>>,
         set: &'a SetLines,
         s: &'a PoolSettings,
         now: Instant,
@@ -58,7 +58,7 @@ impl Pool {
             raw_head,
         };
         let stage = if s.protocol == UpstreamProtocol::Http2 {
-            let mut req = req;
+            let mut req = *req;
             set.apply(req.headers_mut());
             Stage::Boxed(Box::pin(self.send_h2(addr, req, s)))
         } else {
@@ -100,7 +100,7 @@ enum Stage<'a> {
 impl<'a> SendAt<'a> {
     /// The exchange on the next reusable pooled connection, or a dial.
     #[inline(always)]
-    fn next_h1(&self, req: Request<ProxyBody>) -> Stage<'a> {
+    fn next_h1(&self, req: Box<Request<ProxyBody>>) -> Stage<'a> {
         let pool = self.pool;
         match pool.checkout_h1(self.addr, self.s, self.now) {
             Some(conn) => {
@@ -143,7 +143,7 @@ impl Future for Sending<'_> {
                     // byte of the request was written handed the request
                     // back: moving on to the next one is always safe.
                     Err(SendFailure::NotSent { request, .. }) => {
-                        this.stage = this.at.next_h1(*request);
+                        this.stage = this.at.next_h1(request);
                     }
                     other => return Poll::Ready(other),
                 },

@@ -33,7 +33,7 @@ fn send_future_stays_small() {
     let set = SetLines::default();
     let fut = pool.send(
         "127.0.0.1:9".parse().unwrap(),
-        req,
+        Box::new(req),
         &set,
         &settings,
         Instant::now(),
@@ -77,7 +77,7 @@ async fn drain_aborts_busy_connections_at_the_deadline() {
                 .unwrap();
             pool.send(
                 addr,
-                req,
+                Box::new(req),
                 &SetLines::default(),
                 &settings,
                 Instant::now(),
@@ -177,8 +177,15 @@ async fn send(
     req: Request<ProxyBody>,
     s: &PoolSettings,
 ) -> Result<Response<ProxyBody>, SendFailure> {
-    pool.send(addr, req, &SetLines::default(), s, Instant::now(), false)
-        .await
+    pool.send(
+        addr,
+        Box::new(req),
+        &SetLines::default(),
+        s,
+        Instant::now(),
+        false,
+    )
+    .await
 }
 
 async fn read_all(resp: Response<ProxyBody>) -> (Vec<u8>, Option<http::HeaderMap>) {
