@@ -307,6 +307,16 @@ impl ProxyBody {
         }
     }
 
+    /// Replaces the body of `resp` with `f` of it, in place (an answer
+    /// is boxed; `Response::map` would move it out and back).
+    pub(crate) fn wrap_in(
+        resp: &mut http::Response<ProxyBody>,
+        f: impl FnOnce(ProxyBody) -> ProxyBody,
+    ) {
+        let body = std::mem::replace(resp.body_mut(), ProxyBody::Empty);
+        *resp.body_mut() = f(body);
+    }
+
     /// Takes the raw head off this answer's body, leaving the body.
     pub(crate) fn take_raw_head(&mut self) -> Option<RawHead> {
         match self {

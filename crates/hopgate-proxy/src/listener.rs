@@ -403,7 +403,7 @@ impl Drop for OpenGuard {
 /// process hands over to a new one ([`crate::handover`]).
 pub(crate) struct Infallibly<F>(F, bool);
 
-impl<F: Future<Output = Response<ProxyBody>> + Unpin> Future for Infallibly<F> {
+impl<F: Future<Output = Box<Response<ProxyBody>>> + Unpin> Future for Infallibly<F> {
     type Output = Result<Response<ProxyBody>, Infallible>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let h1 = self.1;
@@ -419,7 +419,7 @@ impl<F: Future<Output = Response<ProxyBody>> + Unpin> Future for Infallibly<F> {
                     http::HeaderValue::from_static("close"),
                 );
             }
-            Ok(resp)
+            Ok(*resp)
         })
     }
 }

@@ -293,7 +293,7 @@ pub(crate) fn before_attempt(
 
 /// An attempt's result as its CLIENT span records it.
 pub(crate) fn outcome_of(
-    result: &Result<http::Response<crate::body::ProxyBody>, crate::pool::SendFailure>,
+    result: &Result<Box<http::Response<crate::body::ProxyBody>>, crate::pool::SendFailure>,
 ) -> Result<u16, ErrorKind> {
     use crate::pool::SendFailure;
     match result {

@@ -503,7 +503,7 @@ impl Pool {
         set: &SetLines,
         s: &PoolSettings,
         raw_head: bool,
-    ) -> Result<Response<ProxyBody>, SendFailure> {
+    ) -> Result<Box<Response<ProxyBody>>, SendFailure> {
         let mut req = req;
         loop {
             let (conn, reused) = match self.obtain_h1(addr, s).await {
@@ -647,7 +647,7 @@ impl Pool {
         addr: SocketAddr,
         req: Request<ProxyBody>,
         s: &PoolSettings,
-    ) -> Result<Response<ProxyBody>, SendFailure> {
+    ) -> Result<Box<Response<ProxyBody>>, SendFailure> {
         let generation = self.generation.load(Ordering::Relaxed);
         let current = self.h2.load_full().filter(|c| {
             !c.sender.is_closed() && c.meta.addr == addr && c.meta.generation >= generation
@@ -672,7 +672,10 @@ impl Pool {
             ))),
             Ok(Ok(resp)) => {
                 let (parts, body) = resp.into_parts();
-                Ok(Response::from_parts(parts, ProxyBody::Upstream(body)))
+                Ok(Box::new(Response::from_parts(
+                    parts,
+                    ProxyBody::Upstream(body),
+                )))
             }
             Ok(Err(mut e)) => {
                 let refused = is_refused_stream(e.error());

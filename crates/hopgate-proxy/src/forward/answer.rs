@@ -42,13 +42,13 @@ use crate::tunnel;
 /// are passed on, not retried). The common case: inline in the driver.
 #[inline]
 pub(super) fn answer(
-    mut resp: Response<ProxyBody>,
+    mut resp: Box<Response<ProxyBody>>,
     req: Req<'_>,
     at: &Attempted<'_>,
     hop: Option<&PendingHop>,
     upgrade: Option<Upgrade>,
     out: &mut Outcome,
-) -> Response<ProxyBody> {
+) -> Box<Response<ProxyBody>> {
     let Req {
         conn, snap, flight, ..
     } = req;
@@ -140,7 +140,9 @@ pub(super) fn answer(
         // upstream: cut it at the send stall limit.
         let stall = snap.config.timeouts.idle;
         let close = Arc::clone(&conn.close);
-        resp = resp.map(|b| ProxyBody::SendWatched(Box::new(SendWatch::new(b, stall, close))));
+        ProxyBody::wrap_in(&mut resp, |b| {
+            ProxyBody::SendWatched(Box::new(SendWatch::new(b, stall, close)))
+        });
     }
     if ctx.debug_headers {
         let h = resp.headers_mut();

@@ -143,8 +143,8 @@ impl Done {
         self,
         snap: &Arc<Snapshot>,
         conn: &Arc<ClientConn>,
-        result: Result<Response<ProxyBody>, ErrorKind>,
-    ) -> Response<ProxyBody> {
+        result: Result<Box<Response<ProxyBody>>, ErrorKind>,
+    ) -> Box<Response<ProxyBody>> {
         let mut out = self.out;
         let resp = match result {
             Ok(r) => r,
@@ -153,11 +153,11 @@ impl Done {
                 out.error = Some(kind);
                 METRICS.error(kind);
                 let id = self.request_id.to_value();
-                if self.grpc {
+                Box::new(if self.grpc {
                     grpc_error_response(kind, Some(&id))
                 } else {
                     error_response(kind, Some(&id))
-                }
+                })
             }
         };
         // A gRPC error travels as HTTP 200 with a `grpc-status`; it is
@@ -219,7 +219,9 @@ impl Done {
             took,
             facts,
         };
-        resp.map(|body| LoggedBody::wrap(body, line))
+        let mut resp = resp;
+        ProxyBody::wrap_in(&mut resp, |body| LoggedBody::wrap(body, line));
+        resp
     }
 }
 

@@ -174,12 +174,12 @@ pub(super) enum Failed {
     GrpcUnavailable(Box<Response<ProxyBody>>),
 }
 
-impl From<Result<Response<ProxyBody>, SendFailure>> for Failed {
+impl From<Result<Box<Response<ProxyBody>>, SendFailure>> for Failed {
     /// A send's result the driver did not take as an answer: an `Ok` is
     /// a gRPC UNAVAILABLE answer before any response byte.
-    fn from(result: Result<Response<ProxyBody>, SendFailure>) -> Failed {
+    fn from(result: Result<Box<Response<ProxyBody>>, SendFailure>) -> Failed {
         match result {
-            Ok(resp) => Failed::GrpcUnavailable(Box::new(resp)),
+            Ok(resp) => Failed::GrpcUnavailable(resp),
             Err(f) => Failed::Send(f),
         }
     }
@@ -190,9 +190,9 @@ pub(super) enum AfterFailure {
     /// Another attempt, with this request.
     Next(Box<http::Request<ProxyBody>>),
     /// The request ends with this result.
-    End(Result<Response<ProxyBody>, ErrorKind>),
+    End(Result<Box<Response<ProxyBody>>, ErrorKind>),
     /// Handle this answer like any other.
-    Deliver(Response<ProxyBody>),
+    Deliver(Box<Response<ProxyBody>>),
 }
 
 /// Carries out [`decide`] for a failed attempt, in the same order for
@@ -251,7 +251,7 @@ pub(super) fn on_failure(
     });
     if decision.next == Next::Deliver {
         if let Some(resp) = answer {
-            return AfterFailure::Deliver(*resp);
+            return AfterFailure::Deliver(resp);
         }
     }
     match &error {
@@ -291,7 +291,7 @@ pub(super) fn on_failure(
                 out.status = resp.status().as_u16();
                 // Passed on without the answer step: as a header map.
                 crate::h1::response_head::materialize(&mut resp);
-                AfterFailure::End(Ok(*resp))
+                AfterFailure::End(Ok(resp))
             }
             None => AfterFailure::End(Err(kind)),
         },

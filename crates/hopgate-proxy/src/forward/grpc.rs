@@ -67,19 +67,19 @@ fn is_grpc(headers: &HeaderMap) -> bool {
 /// A gRPC answer's stream ends with `grpc-status: 14` at its node's drain
 /// deadline, and with DEADLINE_EXCEEDED at the client's deadline.
 pub(super) fn guard(
-    resp: Response<ProxyBody>,
+    mut resp: Box<Response<ProxyBody>>,
     svc: &CompiledService,
     node: &CompiledNode,
     deadline: Option<Instant>,
-) -> Response<ProxyBody> {
-    let (parts, body) = resp.into_parts();
-    let body = ProxyBody::guarded(
+) -> Box<Response<ProxyBody>> {
+    let body = std::mem::replace(resp.body_mut(), ProxyBody::Empty);
+    *resp.body_mut() = ProxyBody::guarded(
         body,
         Arc::clone(&node.state),
         svc.drain.deadline,
         deadline.map(tokio::time::Instant::from_std),
     );
-    Response::from_parts(parts, body)
+    resp
 }
 
 #[cfg(test)]

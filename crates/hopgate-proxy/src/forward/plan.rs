@@ -29,6 +29,7 @@ use hopgate_store::{Binding, FetchFuture};
 
 use super::done::Outcome;
 use super::{grpc, ClientConn, Forwarder};
+use crate::body::ProxyBody;
 use crate::h1::RequestBody;
 use crate::headers::{
     append_forwarded_for, strip_request, RequestFacts, SetLines, GRPC_TIMEOUT, X_FORWARDED_PROTO,
@@ -92,11 +93,13 @@ pub(super) struct Flight {
     pub(super) carried_maintenance: bool,
 }
 
-/// When a request arrived, and its session if the canary's side choice
-/// identified it already (a token is verified once per request).
+/// When a request arrived, its session if the canary's side choice
+/// identified it already (a token is verified once per request), and its
+/// body (beside its boxed head until the first attempt).
 pub(super) struct Arrival {
     pub(super) started: Instant,
     pub(super) known: Option<ClientSession>,
+    pub(super) body: RequestBody,
 }
 
 /// What [`Forwarder::plan`] decided.
@@ -112,8 +115,11 @@ pub(super) struct Plan {
     pub(super) sticky: Option<usize>,
     pub(super) hop: Option<PendingHop>,
     pub(super) upgrade: Option<Upgrade>,
-    pub(super) parts: http::request::Parts,
-    /// The lines the gateway sets, beside `parts`' header map.
+    /// The request as it goes upstream, its body apart (`body`) until
+    /// the first attempt decides how to send it. Boxed from its parse on:
+    /// it moves as a pointer.
+    pub(super) request: Box<Request<ProxyBody>>,
+    /// The lines the gateway sets, beside `request`'s header map.
     pub(super) set: SetLines,
     pub(super) body: RequestBody,
 }
@@ -126,13 +132,17 @@ impl Forwarder {
     pub(super) fn plan(
         &self,
         snap: &Snapshot,
-        mut req: Request<RequestBody>,
+        mut req: Box<Request<ProxyBody>>,
         conn: &ClientConn,
         facts: &RequestFacts,
         arrival: Arrival,
         out: &mut Outcome,
     ) -> Result<Plan, ErrorKind> {
-        let Arrival { started, known } = arrival;
+        let Arrival {
+            started,
+            known,
+            body,
+        } = arrival;
         let peer = conn.peer;
         let ctx = &*conn.ctx;
         let limits = &snap.config.limits;
@@ -286,22 +296,23 @@ impl Forwarder {
             .flatten()
             .map(|proto| (proto, tunnel::client_upgrade(&mut req)));
         // Build the upstream request once; retries re-target it.
-        let (mut parts, body) = req.into_parts();
         if let Some(path) = &normal {
-            parts.uri = with_path(&parts.uri, path).ok_or(ErrorKind::BadRequest)?;
+            let uri = with_path(req.uri(), path).ok_or(ErrorKind::BadRequest)?;
+            *req.uri_mut() = uri;
         }
-        strip_request(&mut parts.headers, facts);
+        strip_request(req.headers_mut(), facts);
         if let Some((proto, _)) = &upgrade {
-            tunnel::restore_upgrade_headers(&mut parts.headers, proto);
+            tunnel::restore_upgrade_headers(req.headers_mut(), proto);
         }
         if let Some(cs) = &client_session {
-            parts.headers.insert(scfg.header.clone(), cs.token.clone());
+            req.headers_mut()
+                .insert(scfg.header.clone(), cs.token.clone());
         }
         // The lines the gateway sets go beside the map; a client's own
         // line of such a name is taken out (looked up only when sent).
         let mut set = SetLines::default();
         if facts.forwarded_for {
-            append_forwarded_for(&mut parts.headers, peer.ip());
+            append_forwarded_for(req.headers_mut(), peer.ip());
         } else {
             set.forwarded_for = Some(conn.forwarded_for.clone());
         }
@@ -309,7 +320,7 @@ impl Forwarder {
         // kept; anyone else's is replaced by what this hop saw.
         let https = match facts
             .forwarded_proto()
-            .then(|| parts.headers.get(&X_FORWARDED_PROTO))
+            .then(|| req.headers().get(&X_FORWARDED_PROTO))
             .flatten()
             .filter(|_| snap.access.trusts(peer.ip()))
             .map(|v| v.as_bytes())
@@ -318,25 +329,25 @@ impl Forwarder {
             Some(b"http") => false,
             _ => {
                 if facts.forwarded_proto() {
-                    parts.headers.remove(&X_FORWARDED_PROTO);
+                    req.headers_mut().remove(&X_FORWARDED_PROTO);
                 }
                 set.forwarded_proto = Some(if ctx.tls { "https" } else { "http" });
                 ctx.tls
             }
         };
         if facts.route_rule_id() {
-            parts.headers.remove(&X_ROUTE_RULE_ID);
+            req.headers_mut().remove(&X_ROUTE_RULE_ID);
         }
         set.route_rule_id = Some(route.id_header.clone());
         if facts.upstream_addr() {
-            parts.headers.remove(&X_UPSTREAM_ADDR);
+            req.headers_mut().remove(&X_UPSTREAM_ADDR);
         }
         // Span export: one branch while it is off.
         let otlp = &snap.config.tracing.otlp;
         let sampler = (otlp.enabled && self.otlp.is_some())
             .then(|| crate::trace::Sampler::new(otlp.sample_ratio));
         let (trace, traceparent) = crate::trace::propagate_beside(
-            &mut parts.headers,
+            req.headers_mut(),
             facts.traceparent(),
             facts.tracestate(),
             sampler,
@@ -344,15 +355,14 @@ impl Forwarder {
         set.traceparent = Some(traceparent);
         out.trace_id = trace.trace_id;
         if sampler.is_some() && trace.sampled() {
-            let host = parts.headers.get(HOST).cloned();
-            let span = crate::otlp::Span::new(&trace, parts.uri.clone(), host, https);
+            let host = req.headers().get(HOST).cloned();
+            let span = crate::otlp::Span::new(&trace, req.uri().clone(), host, https);
             out.span = Some(Box::new(span));
         }
         if facts.hosts == 0 {
-            if let Some(a) = parts.uri.authority() {
-                if let Ok(v) = HeaderValue::from_str(a.as_str()) {
-                    parts.headers.insert(HOST, v);
-                }
+            let authority = req.uri().authority();
+            if let Some(v) = authority.and_then(|a| HeaderValue::from_str(a.as_str()).ok()) {
+                req.headers_mut().insert(HOST, v);
             }
         }
         Ok(Plan {
@@ -375,7 +385,7 @@ impl Forwarder {
             sticky,
             hop,
             upgrade,
-            parts,
+            request: req,
             set,
             body,
         })

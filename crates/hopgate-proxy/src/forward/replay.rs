@@ -118,9 +118,10 @@ pub(super) struct Replay {
 }
 
 impl Replay {
-    pub(super) fn new(head: &http::request::Parts, body: Bytes, after_sent: bool) -> Replay {
+    pub(super) fn new<B>(req: &Request<B>, body: Bytes, after_sent: bool) -> Replay {
+        let head = head_of(req.method(), req.uri(), req.version(), req.headers());
         Replay {
-            head: Some(Box::new(copy_head(head))),
+            head: Some(Box::new(head)),
             body,
             after_sent,
         }
@@ -174,11 +175,21 @@ impl Replay {
 /// (not the extensions, which hold per-connection state and cost a clone
 /// each).
 fn copy_head(p: &http::request::Parts) -> http::request::Parts {
+    head_of(&p.method, &p.uri, p.version, &p.headers)
+}
+
+/// A request head of copies of these.
+fn head_of(
+    method: &http::Method,
+    uri: &http::Uri,
+    version: http::Version,
+    headers: &http::HeaderMap,
+) -> http::request::Parts {
     let mut r = Request::new(());
-    *r.method_mut() = p.method.clone();
-    *r.uri_mut() = p.uri.clone();
-    *r.version_mut() = p.version;
-    *r.headers_mut() = p.headers.clone();
+    *r.method_mut() = method.clone();
+    *r.uri_mut() = uri.clone();
+    *r.version_mut() = version;
+    *r.headers_mut() = headers.clone();
     r.into_parts().0
 }
 
@@ -283,7 +294,7 @@ mod tests {
 
     #[test]
     fn a_copy_says_what_it_may_follow() {
-        let head = Request::new(()).into_parts().0;
+        let head = Request::new(());
         let safe = Replay::new(&head, Bytes::from_static(b"x"), true);
         let arrived = Replay::new(&head, Bytes::new(), false);
         assert_eq!(Replay::kind(None), CopyKind::Absent);

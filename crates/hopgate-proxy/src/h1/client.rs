@@ -284,7 +284,7 @@ impl std::fmt::Debug for Exchange<'_> {
 }
 
 impl std::future::Future for Exchange<'_> {
-    type Output = Result<Response<ProxyBody>, SendFailure>;
+    type Output = Result<Box<Response<ProxyBody>>, SendFailure>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
@@ -370,7 +370,7 @@ impl Exchange<'_> {
     fn end(
         &mut self,
         waited: Result<(Head, ResponseKind), Ended>,
-    ) -> Option<Result<Response<ProxyBody>, SendFailure>> {
+    ) -> Option<Result<Box<Response<ProxyBody>>, SendFailure>> {
         let (head, kind) = match waited {
             Ok(found) => found,
             Err(Ended::NotSent(request, error)) => {

@@ -23,9 +23,13 @@ fn status_of(head: &Head) -> Result<StatusCode, head::HeadError> {
     StatusCode::from_u16(head.status).map_err(|_| head::HeadError::Malformed("invalid status"))
 }
 
-/// The response head as an `http` response with an empty body.
-pub(super) fn response(head: &Head, bytes: &Bytes) -> Result<Response<ProxyBody>, head::HeadError> {
-    let mut resp = Response::new(ProxyBody::Empty);
+/// The response head as an `http` response with an empty body (boxed:
+/// the answer moves through the request's steps as a pointer).
+pub(super) fn response(
+    head: &Head,
+    bytes: &Bytes,
+) -> Result<Box<Response<ProxyBody>>, head::HeadError> {
+    let mut resp = Box::new(Response::new(ProxyBody::Empty));
     *resp.status_mut() = status_of(head)?;
     *resp.version_mut() = version_of(head);
     let headers = resp.headers_mut();
@@ -34,7 +38,7 @@ pub(super) fn response(head: &Head, bytes: &Bytes) -> Result<Response<ProxyBody>
         let (name, value) = header_of(bytes, h)?;
         headers.append(name, value);
     }
-    reason_into(&mut resp, bytes, head.reason.clone());
+    reason_into(&mut *resp, bytes, head.reason.clone());
     Ok(resp)
 }
 
@@ -171,8 +175,8 @@ impl RawHead {
 pub(super) fn raw_response(
     head: Head,
     bytes: Bytes,
-) -> Result<(Response<ProxyBody>, Option<RawHead>), head::HeadError> {
-    let mut resp = Response::new(ProxyBody::Empty);
+) -> Result<(Box<Response<ProxyBody>>, Option<RawHead>), head::HeadError> {
+    let mut resp = Box::new(Response::new(ProxyBody::Empty));
     *resp.status_mut() = status_of(&head)?;
     *resp.version_mut() = version_of(&head);
     let raw = RawHead {

@@ -54,6 +54,7 @@ use super::deadline::LazyTimer;
 use super::head::{self, BodyKind, Head, HeadError};
 use super::server_body::{ClientStream, Conn, RequestBody, ServerBody, Shared, Slot};
 use super::server_write::{write_response, write_upgrade, Ask, SlotIo};
+use crate::body::ProxyBody;
 use crate::forward::ClientConn;
 use hopgate_core::error::ErrorKind;
 
@@ -168,7 +169,6 @@ pub(crate) async fn serve(
                 (RequestBody::Native(Box::new(body)), Some(slot), None)
             }
         };
-        let req = req.map(|()| body);
         let version = if head.minor == 0 {
             Version::HTTP_10
         } else {
@@ -178,7 +178,7 @@ pub(crate) async fn serve(
         // head is parsed into it (`head::Lines`).
         drop(head);
         let mut unread = false;
-        let resp = match conn.begin(req) {
+        let resp = match conn.begin(req, body) {
             Ok(begun) => {
                 pending.set(Some(begun.forward(&conn)));
                 let resp = pending.as_mut().as_pin_mut().expect("just set").await;
@@ -380,7 +380,7 @@ fn refusal(e: HeadError) -> ErrorKind {
 }
 
 /// The request a head describes, its header values sharing `bytes`.
-fn request(head: &Head, bytes: &Bytes) -> Result<Request<()>, ErrorKind> {
+fn request(head: &Head, bytes: &Bytes) -> Result<Box<Request<ProxyBody>>, ErrorKind> {
     let method =
         Method::from_bytes(&bytes[head.method.clone()]).map_err(|_| ErrorKind::BadRequest)?;
     let target = bytes.slice(head.target.clone());
@@ -388,7 +388,10 @@ fn request(head: &Head, bytes: &Bytes) -> Result<Request<()>, ErrorKind> {
         return Err(ErrorKind::UriTooLong);
     }
     let uri = target_uri(target).map_err(|_| ErrorKind::BadRequest)?;
-    let mut req = Request::new(());
+    // Boxed from the start: the request moves through the forwarder as a
+    // pointer. Its body goes beside it until the forwarder decides how to
+    // send it.
+    let mut req = Box::new(Request::new(ProxyBody::Empty));
     *req.method_mut() = method;
     *req.uri_mut() = uri;
     *req.version_mut() = if head.minor == 0 {
@@ -458,12 +461,12 @@ fn header_name(raw: &[u8]) -> Result<HeaderName, http::header::InvalidHeaderName
 /// [`request`] for a head parsed from `head_bytes` (a copy is taken): the
 /// fuzz target's way in.
 pub fn request_from_head(head: &Head, head_bytes: &[u8]) -> Result<Request<()>, ErrorKind> {
-    request(head, &Bytes::copy_from_slice(head_bytes))
+    request(head, &Bytes::copy_from_slice(head_bytes)).map(|r| r.map(|_| ()))
 }
 
 /// Answers `kind` (no request was made of the bytes), then closes.
 async fn refuse(mut c: Conn, kind: ErrorKind) {
-    let mut resp = crate::respond::error_response(kind, None);
+    let mut resp = Box::new(crate::respond::error_response(kind, None));
     resp.headers_mut()
         .insert(CONNECTION, HeaderValue::from_static("close"));
     let ask = Ask {

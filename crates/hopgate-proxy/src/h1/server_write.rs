@@ -50,7 +50,7 @@ pub(super) struct Ask {
 /// open after it; cleared when the response or its framing needs a close.
 pub(super) async fn write_response<W: AsyncWrite + Unpin>(
     io: &mut W,
-    resp: Response<ProxyBody>,
+    resp: Box<Response<ProxyBody>>,
     ask: Ask,
     keep: &mut bool,
 ) -> io::Result<()> {
@@ -58,7 +58,7 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
     if matches!(framing, Framing::Close) {
         *keep = false;
     }
-    let (parts, mut body) = resp.into_parts();
+    let (parts, mut body) = (*resp).into_parts();
     let raw = body.take_raw_head();
     // The first body bytes, when they are there already: written with the
     // head in one vectored write.
@@ -199,14 +199,14 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
 /// Writes a 101 answer's head (the tunnel takes the connection after it).
 pub(super) async fn write_upgrade<W: AsyncWrite + Unpin>(
     io: &mut W,
-    resp: Response<ProxyBody>,
+    resp: Box<Response<ProxyBody>>,
 ) -> io::Result<()> {
     let ask = Ask {
         version: Version::HTTP_11,
         is_head: false,
         trailers_ok: false,
     };
-    let (parts, _) = resp.into_parts();
+    let (parts, _) = (*resp).into_parts();
     let mut date = [0u8; 29];
     let mut close = false;
     {
@@ -513,7 +513,7 @@ mod tests {
     async fn written(resp: Response<ProxyBody>, ask: Ask) -> (String, bool) {
         let mut out: Vec<u8> = Vec::new();
         let mut keep = true;
-        write_response(&mut out, resp, ask, &mut keep)
+        write_response(&mut out, Box::new(resp), ask, &mut keep)
             .await
             .unwrap();
         // The date varies: blank it.
@@ -707,7 +707,7 @@ mod tests {
         let mut keep = false;
         write_response(
             &mut out,
-            Response::new(ProxyBody::Empty),
+            Box::new(Response::new(ProxyBody::Empty)),
             ask(Version::HTTP_11, false, false),
             &mut keep,
         )
@@ -718,7 +718,7 @@ mod tests {
         let mut keep = true;
         write_response(
             &mut out,
-            Response::new(ProxyBody::Empty),
+            Box::new(Response::new(ProxyBody::Empty)),
             ask(Version::HTTP_10, false, false),
             &mut keep,
         )
@@ -734,7 +734,13 @@ mod tests {
             .insert(CONTENT_LENGTH, HeaderValue::from_static("3"));
         let mut out: Vec<u8> = Vec::new();
         let mut keep = true;
-        let res = write_response(&mut out, r, ask(Version::HTTP_11, false, false), &mut keep).await;
+        let res = write_response(
+            &mut out,
+            Box::new(r),
+            ask(Version::HTTP_11, false, false),
+            &mut keep,
+        )
+        .await;
         assert!(res.is_err());
         assert!(!keep);
         assert!(

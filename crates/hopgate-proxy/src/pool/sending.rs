@@ -87,7 +87,7 @@ struct SendAt<'a> {
     raw_head: bool,
 }
 
-type SendResult = Result<Response<ProxyBody>, SendFailure>;
+type SendResult = Result<Box<Response<ProxyBody>>, SendFailure>;
 
 // The exchange is inline on purpose: it is the common case, and boxing
 // it cost an allocation and a copy of the whole future per request.

@@ -176,7 +176,7 @@ async fn send(
     addr: SocketAddr,
     req: Request<ProxyBody>,
     s: &PoolSettings,
-) -> Result<Response<ProxyBody>, SendFailure> {
+) -> Result<Box<Response<ProxyBody>>, SendFailure> {
     pool.send(
         addr,
         Box::new(req),
@@ -188,7 +188,7 @@ async fn send(
     .await
 }
 
-async fn read_all(resp: Response<ProxyBody>) -> (Vec<u8>, Option<http::HeaderMap>) {
+async fn read_all(resp: Box<Response<ProxyBody>>) -> (Vec<u8>, Option<http::HeaderMap>) {
     use http_body_util::BodyExt;
     let collected = resp.into_body().collect().await.unwrap();
     let trailers = collected.trailers().cloned();
