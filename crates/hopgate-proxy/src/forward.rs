@@ -334,8 +334,17 @@ impl Forwarder {
                         .await;
                     drop(inflight);
                     let answered = Instant::now();
-                    out.answered = Some(answered);
                     let took = answered.saturating_duration_since(sent_at);
+                    // Since arrival: the same span when the attempt was
+                    // sent at arrival (the common case), and the clock in
+                    // milliseconds follows from it.
+                    let (since_arrival, answered_ms) = if sent_at == done.started {
+                        (took, arrived_ms + took.as_millis() as u64)
+                    } else {
+                        let d = answered.saturating_duration_since(done.started);
+                        (d, ms_at(answered))
+                    };
+                    out.took = Some(since_arrival);
                     if let Some(s) = out.span.as_deref_mut() {
                         let o = crate::otlp::outcome_of(&result);
                         s.after_attempt(node_idx, sent, sent_at, answered, o);
@@ -348,7 +357,7 @@ impl Forwarder {
                         attempts_left: sent < attempts,
                         last_resort,
                         took,
-                        answered_ms: ms_at(answered),
+                        answered_ms,
                     };
                     let req = Req {
                         conn: &conn,

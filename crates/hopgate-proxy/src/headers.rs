@@ -318,27 +318,28 @@ pub struct SetLines {
 
 impl SetLines {
     /// The lines that are set, in the order they are written, each as the
-    /// start of its line (the name and `: `) and its value. Inlined into
-    /// the writer: six tests of an option and a copy or three each.
+    /// end of the line before it and the start of its own (`\r\n`, the
+    /// name and `: `), then its value: two copies per line. Inlined into
+    /// the writer: six tests of an option and two copies each.
     #[inline(always)]
     pub(crate) fn each(&self, mut line: impl FnMut(&'static [u8], &[u8])) {
         if let Some(v) = &self.request_id {
-            line(b"x-request-id: ", v.as_bytes());
+            line(b"\r\nx-request-id: ", v.as_bytes());
         }
         if let Some(v) = &self.forwarded_for {
-            line(b"x-forwarded-for: ", v.as_bytes());
+            line(b"\r\nx-forwarded-for: ", v.as_bytes());
         }
         if let Some(p) = self.forwarded_proto {
-            line(b"x-forwarded-proto: ", p.as_bytes());
+            line(b"\r\nx-forwarded-proto: ", p.as_bytes());
         }
         if let Some(v) = &self.route_rule_id {
-            line(b"x-route-rule-id: ", v.as_bytes());
+            line(b"\r\nx-route-rule-id: ", v.as_bytes());
         }
         if let Some(t) = &self.traceparent {
-            line(b"traceparent: ", t.as_bytes());
+            line(b"\r\ntraceparent: ", t.as_bytes());
         }
         if let Some(v) = &self.upstream_addr {
-            line(b"x-upstream-addr: ", v.as_bytes());
+            line(b"\r\nx-upstream-addr: ", v.as_bytes());
         }
     }
 

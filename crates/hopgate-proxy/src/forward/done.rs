@@ -11,7 +11,7 @@
 //! node state, sessions.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::header::{HeaderValue, CONTENT_LENGTH, HOST, USER_AGENT};
 use http::{Method, Request, Response, Version};
@@ -44,10 +44,10 @@ pub(super) struct Outcome {
     pub(super) trace_id: TraceId,
     /// The request's spans, while it is sampled for export.
     pub(super) span: Option<Box<crate::otlp::Span>>,
-    /// When the last attempt's answer (or failure) came back: the end of
-    /// a request that ends there, so [`Done::finish`] need not read the
+    /// From arrival to the last attempt's answer (or failure): the length
+    /// of a request that ends there, so [`Done::finish`] need not read the
     /// clock again. `None` before any attempt.
-    pub(super) answered: Option<Instant>,
+    pub(super) took: Option<Duration>,
 }
 
 /// What the access log needs from the request's head, taken when the
@@ -175,10 +175,10 @@ impl Done {
                 crate::otlp::finish(ex, span, snap, m, id, conn.peer, self.started, end);
             }
         }
-        let took = out
-            .answered
-            .unwrap_or_else(Instant::now)
-            .saturating_duration_since(self.started);
+        let took = match out.took {
+            Some(took) => took,
+            None => self.started.elapsed(),
+        };
         crate::latency::REQUEST_LATENCY.record(took);
         if let Some(r) = out.route {
             snap.routes[r].stats.record(status, took);

@@ -79,7 +79,9 @@ impl<'a> HeadWriter<'a> {
 }
 
 /// The version text of a request line.
-const HTTP_11: &[u8] = b" HTTP/1.1\r\n";
+/// The end of a request line but its line end, which the next line's
+/// start carries (see [`request_head`]).
+const HTTP_11: &[u8] = b" HTTP/1.1";
 
 /// How an upstream request's head is written: which of its own framing
 /// headers are left out and which line is added. The same rules as
@@ -223,31 +225,32 @@ pub(crate) fn request_head(out: &mut Vec<u8>, head: &RequestHead<'_>, framing: &
     out.push(b' ');
     out.extend_from_slice(head.target.as_bytes());
     out.extend_from_slice(HTTP_11);
+    // Each line starts with the end of the one before it, so that a
+    // fixed start (the line end, a set line's name and `: `) is one copy.
     for (name, value) in head.headers {
         if (framing.skip_te && name == TRANSFER_ENCODING)
             || (framing.skip_cl && name == CONTENT_LENGTH)
         {
             continue;
         }
-        line(out, name.as_str().as_bytes(), b": ", value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
     }
-    head.set.each(|start, value| line(out, start, b"", value));
+    head.set.each(|start, value| {
+        out.extend_from_slice(start);
+        out.extend_from_slice(value);
+    });
     match framing.add {
         Added::Nothing => {}
-        Added::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-        Added::Length(n) => line(out, b"content-length", b": ", Digits::default().of(n)),
+        Added::Chunked => out.extend_from_slice(b"\r\ntransfer-encoding: chunked"),
+        Added::Length(n) => {
+            out.extend_from_slice(b"\r\ncontent-length: ");
+            out.extend_from_slice(Digits::default().of(n));
+        }
     }
-    out.extend_from_slice(b"\r\n");
-}
-
-/// `name`, `colon` (`: ` unless the name has it), `value` and the line
-/// end.
-#[inline(always)]
-fn line(out: &mut Vec<u8>, name: &[u8], colon: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(colon);
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(b"\r\n\r\n");
 }
 
 /// Writes `buf[*at..]` until all of it is out; `*at` counts what went
