@@ -145,10 +145,11 @@ impl Replay {
         }
     }
 
-    /// A new request from the copy, by value: from the copied head, or
-    /// from the head the failed send handed back (`sent`), cleared of the
-    /// headers an attempt adds only for its own node (the next attempt
-    /// sets its own; the rest it replaces). `None` when there is no head.
+    /// A new request from the copy (boxed, like every upstream request):
+    /// from the copied head, or from the head the failed send handed back
+    /// (`sent`), cleared of the headers an attempt adds only for its own
+    /// node (the next attempt sets its own; the rest it replaces). `None`
+    /// when there is no head.
     pub(super) fn request(
         &self,
         sent: Option<Box<http::request::Parts>>,
