@@ -17,11 +17,18 @@
 #     configured as bench/run.sh configures it (one worker/thread, upstream
 #     keep-alive, no access log), so its instructions per request stand
 #     beside hopgate's.
+#   CG_CACHE=on adds callgrind's cache simulation (--cache-sim=yes, the
+#     host's L1 sizes) and prints instruction-cache (I1mr) and data-cache
+#     (D1mr, D1mw) misses per request beside the instructions: a request
+#     path that executes as many instructions but touches more distinct
+#     code costs more cycles (each I1 miss is an L2 access).
 #   CG_HTTP1=hyper puts the listener on hyper's HTTP/1.1 server
 #     (`listeners[].http1`); unset, the binary's default is used (a binary
 #     from before the setting existed refuses the field, so leave it unset).
 set -uo pipefail
 BIN=$1; LABEL=$2
+VG_OPTS=(--tool=callgrind)
+[[ ${CG_CACHE:-off} == on ]] && VG_OPTS+=(--cache-sim=yes)
 D=${TMPDIR:-/tmp}/hopgate-cg/$LABEL; rm -rf "$D"; mkdir -p "$D/www"; chmod 755 "$D" "$D/www"
 read P1 P2 PG PA PO < <(python3 -c '
 import socket
@@ -90,7 +97,7 @@ fi
 case ${CG_PROXY:-hopgate} in
   hopgate)
     RUST_LOG="$FILTER" "${RUN[@]}" \
-      valgrind --tool=callgrind --callgrind-out-file="$D/cg.out" "$BIN" run --config "$D/hopgate.yaml" >"$D/hopgate.log" 2>&1 &
+      valgrind "${VG_OPTS[@]}" --callgrind-out-file="$D/cg.out" "$BIN" run --config "$D/hopgate.yaml" >"$D/hopgate.log" 2>&1 &
     ;;
   nginx)
     mkdir -p "$D/px"; chmod 755 "$D/px"
@@ -122,7 +129,7 @@ http {
     }
 }
 NG
-    taskset -c "${PROXY_CPU:-1}" valgrind --tool=callgrind --callgrind-out-file="$D/cg.out" \
+    taskset -c "${PROXY_CPU:-1}" valgrind "${VG_OPTS[@]}" --callgrind-out-file="$D/cg.out" \
       nginx -p "$D/px" -c "$D/px/nginx.conf" -e "$D/px/error.log" >"$D/hopgate.log" 2>&1 &
     ;;
   haproxy)
@@ -146,7 +153,7 @@ backend be
     server o1 127.0.0.1:$P1
     server o2 127.0.0.1:$P2
 HA
-    taskset -c "${PROXY_CPU:-1}" valgrind --tool=callgrind --callgrind-out-file="$D/cg.out" \
+    taskset -c "${PROXY_CPU:-1}" valgrind "${VG_OPTS[@]}" --callgrind-out-file="$D/cg.out" \
       "$(command -v haproxy || echo /usr/sbin/haproxy)" -db -f "$D/haproxy.cfg" >"$D/hopgate.log" 2>&1 &
     ;;
   *) echo "callgrind.sh: CG_PROXY must be hopgate, nginx or haproxy" >&2; exit 2 ;;
@@ -162,5 +169,19 @@ REQS=$(grep -oE '^ *[0-9]+ requests' "$D/wrk.txt" | awk '{print $1}')
 F=$(ls -t "$D"/cg.out* | grep -v '^$' | head -1)
 IR=$(grep -E '^(summary|totals):' "$F" | head -1 | awk '{print $2}')
 echo "$LABEL proxy=${CG_PROXY:-hopgate} conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} http1=${CG_HTTP1:-default} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
+if [[ ${CG_CACHE:-off} == on ]]; then
+  python3 - "$F" "$REQS" <<'PY'
+import sys
+f, n = sys.argv[1], int(sys.argv[2])
+names = vals = None
+for line in open(f):
+    if line.startswith("events:"):
+        names = line.split()[1:]
+    elif line.startswith(("summary:", "totals:")) and vals is None:
+        vals = [int(v) for v in line.split()[1:]]
+per = {k: v / n for k, v in zip(names, vals)}
+print("per request: " + " ".join(f"{k}={per[k]:.0f}" for k in ("Ir", "I1mr", "D1mr", "D1mw", "ILmr") if k in per))
+PY
+fi
 grep -m1 -o 'runtime: .*' "$D/hopgate.log" || true
 grep -E 'Non-2xx|Socket errors' "$D/wrk.txt"

@@ -687,6 +687,9 @@ mod tests {
         assert_eq!(worker_count(100, 0), 33);
         assert_eq!(queue_size(33, 100, 0), 500);
         assert_eq!(worker_count(64, 0), 21);
+        // The default pool (docs/maintenance.md quotes these).
+        assert_eq!(worker_count(256, 0), 85);
+        assert_eq!(queue_size(85, 256, 0), 1280);
         assert_eq!(worker_count(1, 0), 1);
         assert!(queue_size(1, 1, 0) >= 2);
         assert_eq!(worker_count(10, 20), 20);
