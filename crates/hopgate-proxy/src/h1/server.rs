@@ -178,15 +178,9 @@ pub(crate) async fn serve(
         // head is parsed into it (`head::Lines`).
         drop(head);
         let mut unread = false;
-        let resp = match conn.begin(req, body) {
-            Ok(begun) => {
-                pending.set(Some(begun.forward(&conn)));
-                let resp = pending.as_mut().as_pin_mut().expect("just set").await;
-                pending.set(None);
-                resp
-            }
-            Err(resp) => resp,
-        };
+        pending.set(Some(conn.request(req, body)));
+        let resp = pending.as_mut().as_pin_mut().expect("just set").await;
+        pending.set(None);
         if draining(&drain) || crate::handover::handing_over() {
             keep = false;
         }
