@@ -413,7 +413,11 @@ impl Exchange<'_> {
             Ok(r) => r,
             Err(e) => return Some(Err(self.sent(HeadFail::Invalid(e).into_error()))),
         };
-        self.req = None;
+        // The head went upstream: the request's box and header map serve
+        // the thread's next request.
+        if let Some(req) = self.req.take() {
+            super::spare::give_request(req);
+        }
         let body = match kind {
             ResponseKind::Upgrade => {
                 let (io, rest) = (*conn).into_upgraded();

@@ -385,7 +385,7 @@ fn request(head: &Head, bytes: &Bytes) -> Result<Box<Request<ProxyBody>>, ErrorK
     // Boxed from the start: the request moves through the forwarder as a
     // pointer. Its body goes beside it until the forwarder decides how to
     // send it.
-    let mut req = Box::new(Request::new(ProxyBody::Empty));
+    let mut req = super::spare::request();
     *req.method_mut() = method;
     *req.uri_mut() = uri;
     *req.version_mut() = if head.minor == 0 {

@@ -1,8 +1,10 @@
 //! Per-thread spares of the buffers every request fills and drops: the
 //! header-line list of a parsed head ([`super::head::Lines`]), the
 //! slice list a response head is written from
-//! ([`super::write::HeadWriter`]) and the box an answer's raw head rides
-//! in with its body ([`crate::body::Headed`]). Each is handed back here, cleared, when its
+//! ([`super::write::HeadWriter`]), the box an answer's raw head rides
+//! in with its body ([`crate::body::Headed`]) and the request's box with
+//! its header map's two blocks (taken by the parse, given back once the
+//! request's head went upstream). Each is handed back here, cleared, when its
 //! user is done with it and taken by the next one on the thread. A
 //! request's buffers are made and dropped one after the other, so one
 //! spare of each spares an allocation and a free per request — and the
@@ -11,10 +13,13 @@
 //!
 //! Owns: the spares and the caps on what is kept (a list or map that grew
 //! for a rare large head is let go). Must not touch: what the buffers hold
-//! (every list comes back empty).
+//! (every list comes back empty; a request comes back as
+//! `Request::new(ProxyBody::Empty)` would make it, only with room).
 
 use std::cell::Cell;
 use std::io::IoSlice;
+
+use http::{Method, Request, Uri, Version};
 
 use super::head::HeaderRange;
 use crate::body::{Headed, ProxyBody};
@@ -27,6 +32,7 @@ thread_local! {
     static LINES: Cell<Vec<HeaderRange>> = const { Cell::new(Vec::new()) };
     static SLICES: Cell<Vec<IoSlice<'static>>> = const { Cell::new(Vec::new()) };
     static HEADED: Cell<Option<Box<Headed>>> = const { Cell::new(None) };
+    static REQUEST: Cell<Option<Box<Request<ProxyBody>>>> = const { Cell::new(None) };
 }
 
 /// Keeps whichever of the spare and `v` has more room. A thread being torn
@@ -93,6 +99,35 @@ pub(crate) fn give_headed(h: Box<Headed>) {
     let _ = HEADED.try_with(|s| s.set(Some(h)));
 }
 
+/// A request box as `Request::new(ProxyBody::Empty)` makes it (`GET /`,
+/// HTTP/1.1, no headers, no extensions, an empty body), its header map
+/// keeping the room an earlier request on this thread gave it.
+pub(crate) fn request() -> Box<Request<ProxyBody>> {
+    REQUEST
+        .try_with(Cell::take)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| Box::new(Request::new(ProxyBody::Empty)))
+}
+
+/// Keeps `req` for the thread's next request, emptied: every part is
+/// reset, so nothing of this request (a header, an extension, its body)
+/// reaches the next one. The parts are dropped here, where dropping the
+/// request would have dropped them. A map that grew past [`MOST_LINES`]
+/// is let go.
+pub(crate) fn give_request(mut req: Box<Request<ProxyBody>>) {
+    if req.headers().capacity() > MOST_LINES {
+        return;
+    }
+    *req.method_mut() = Method::GET;
+    *req.uri_mut() = Uri::default();
+    *req.version_mut() = Version::HTTP_11;
+    req.headers_mut().clear();
+    req.extensions_mut().clear();
+    *req.body_mut() = ProxyBody::Empty;
+    let _ = REQUEST.try_with(|s| s.set(Some(req)));
+}
+
 /// An empty list of slices of another lifetime, in the same allocation:
 /// collecting a vector's `IntoIter` into a vector of an element of the
 /// same size and alignment reuses its buffer (the closure never runs: the
@@ -143,6 +178,50 @@ mod tests {
             kept
         });
         assert!(!kept, "a box with a body in it is not kept");
+    }
+
+    /// A request given back comes back in the same box, with its header
+    /// map's room, and with nothing of what it carried.
+    #[test]
+    fn a_request_comes_back_empty() {
+        let mut req = request();
+        let at = &*req as *const Request<ProxyBody> as usize;
+        *req.method_mut() = Method::POST;
+        *req.uri_mut() = "http://a.example/x?y=1".parse().unwrap();
+        *req.version_mut() = Version::HTTP_10;
+        let h = req.headers_mut();
+        h.reserve(8);
+        h.insert(http::header::HOST, "a.example".parse().unwrap());
+        h.append("x-a", "1".parse().unwrap());
+        h.append("x-a", "2".parse().unwrap());
+        req.extensions_mut().insert(7u32);
+        *req.body_mut() = ProxyBody::full("body");
+        let room = req.headers().capacity();
+        give_request(req);
+
+        let again = request();
+        assert_eq!(
+            &*again as *const Request<ProxyBody> as usize, at,
+            "the same box"
+        );
+        let fresh = Request::new(ProxyBody::Empty);
+        assert_eq!(again.method(), fresh.method());
+        assert_eq!(again.uri(), fresh.uri());
+        assert_eq!(again.version(), fresh.version());
+        assert!(again.headers().is_empty());
+        assert!(again.headers().get("x-a").is_none());
+        assert!(again.extensions().is_empty());
+        assert!(again.extensions().get::<u32>().is_none());
+        assert!(matches!(again.body(), ProxyBody::Empty));
+        assert_eq!(again.headers().capacity(), room, "the map keeps its room");
+
+        let mut big = again;
+        big.headers_mut().reserve(4 * MOST_LINES);
+        give_request(big);
+        assert!(
+            request().headers().capacity() <= MOST_LINES,
+            "a map grown for a large head is let go"
+        );
     }
 
     /// What grew for a rare large head is let go.
