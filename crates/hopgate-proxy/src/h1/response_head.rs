@@ -29,7 +29,7 @@ pub(super) fn response(
     head: &Head,
     bytes: &Bytes,
 ) -> Result<Box<Response<ProxyBody>>, head::HeadError> {
-    let mut resp = Box::new(Response::new(ProxyBody::Empty));
+    let mut resp = super::spare::response();
     *resp.status_mut() = status_of(head)?;
     *resp.version_mut() = version_of(head);
     let headers = resp.headers_mut();
@@ -176,7 +176,7 @@ pub(super) fn raw_response(
     head: Head,
     bytes: Bytes,
 ) -> Result<(Box<Response<ProxyBody>>, Option<RawHead>), head::HeadError> {
-    let mut resp = Box::new(Response::new(ProxyBody::Empty));
+    let mut resp = super::spare::response();
     *resp.status_mut() = status_of(&head)?;
     *resp.version_mut() = version_of(&head);
     let raw = RawHead {

@@ -1,6 +1,6 @@
 //! hopgate's own HTTP/1.1 server: one task per client connection reads
 //! each request head with [`super::head::parse_request`], hands the request
-//! to [`ClientConn::serve`], awaits its future in the same task and writes
+//! to [`ClientConn::request`], awaits its future in the same task and writes
 //! the response itself with [`super::server_write`] (head, framing and
 //! body in as few vectored writes as it can). This module keeps the
 //! connection loop.

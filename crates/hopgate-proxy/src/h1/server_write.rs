@@ -58,7 +58,8 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
     if matches!(framing, Framing::Close) {
         *keep = false;
     }
-    let (parts, mut body) = (*resp).into_parts();
+    let mut resp = resp;
+    let mut body = std::mem::replace(resp.body_mut(), ProxyBody::Empty);
     let raw = body.take_raw_head();
     // The first body bytes, when they are there already: written with the
     // head in one vectored write.
@@ -74,7 +75,7 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
             return Err(io::Error::other(e));
         }
     };
-    let mut date = [0u8; 29];
+    let mut scratch = Scratch::default();
     let mut close = false;
     let mut digits = write::Digits::default();
     let mut chunk_pre = [0u8; 18];
@@ -83,9 +84,9 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
         // A raw head's lines go in runs, one slice each: usually one or
         // two (its `Connection` line left out).
         let raw_runs = raw.as_ref().map_or(0, |_| 3);
-        let mut w = HeadWriter::with_lines(parts.headers.len() + 4, raw_runs);
+        let mut w = HeadWriter::with_lines(resp.headers().len() + 4, raw_runs);
         let raw = raw.as_ref();
-        status_and_headers(&mut w, &parts, raw, ask, &framing, &mut date, &mut close);
+        status_and_headers(&mut w, &resp, raw, ask, &framing, &mut scratch, &mut close);
         if close {
             *keep = false;
         }
@@ -124,7 +125,8 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
         }
         w.write_to(io).await.map_err(|(e, _)| e)?;
     }
-    drop(parts);
+    // The head is written: the answer's box serves the thread's next one.
+    super::spare::give_response(resp);
     if overlong {
         *keep = false;
         io.flush().await?;
@@ -206,18 +208,17 @@ pub(super) async fn write_upgrade<W: AsyncWrite + Unpin>(
         is_head: false,
         trailers_ok: false,
     };
-    let (parts, _) = (*resp).into_parts();
-    let mut date = [0u8; 29];
+    let mut scratch = Scratch::default();
     let mut close = false;
     {
-        let mut w = HeadWriter::with_lines(parts.headers.len() + 2, 0);
+        let mut w = HeadWriter::with_lines(resp.headers().len() + 2, 0);
         status_and_headers(
             &mut w,
-            &parts,
+            &resp,
             None,
             ask,
             &Framing::None,
-            &mut date,
+            &mut scratch,
             &mut close,
         );
         w.push(b"\r\n");
@@ -363,19 +364,29 @@ fn framing(resp: &Response<ProxyBody>, ask: Ask) -> Framing {
     }
 }
 
+/// Bytes a response head is written from that are made while writing it
+/// (the status code's digits, a `Date` value), kept by the caller until
+/// the head is out.
+#[derive(Default)]
+struct Scratch {
+    date: [u8; 29],
+    code: [u8; 3],
+}
+
 /// The status line and header lines of a response, with the framing,
 /// connection and date lines it needs. `close`: says whether the response
 /// itself asks to close.
 fn status_and_headers<'a>(
     w: &mut HeadWriter<'a>,
-    parts: &'a http::response::Parts,
+    resp: &'a Response<ProxyBody>,
     raw: Option<&'a RawHead>,
     ask: Ask,
     framing: &Framing,
-    date: &'a mut [u8; 29],
+    scratch: &'a mut Scratch,
     close: &mut bool,
 ) {
-    let status = &parts.status;
+    let Scratch { date, code } = scratch;
+    let status = resp.status();
     let minor = u8::from(ask.version != Version::HTTP_10);
     // The backend's own status line when it is the line the code below
     // would make: one slice instead of five.
@@ -387,14 +398,15 @@ fn status_and_headers<'a>(
             } else {
                 b"HTTP/1.1 "
             });
-            w.push(status.as_str().as_bytes());
+            code.copy_from_slice(status.as_str().as_bytes());
+            let code: &'a [u8] = code;
+            w.push(code);
             w.push(b" ");
             let reason = raw
                 .map(RawHead::reason)
                 .filter(|r| !r.is_empty())
                 .or_else(|| {
-                    parts
-                        .extensions
+                    resp.extensions()
                         .get::<hyper::ext::ReasonPhrase>()
                         .map(|r| r.as_bytes())
                 })
@@ -427,7 +439,7 @@ fn status_and_headers<'a>(
             |run| w.push(run),
         );
     }
-    for (name, value) in &parts.headers {
+    for (name, value) in resp.headers() {
         let name = name.as_str().as_bytes();
         lines.write(w, line_kind(name), name, value.as_bytes(), close);
     }

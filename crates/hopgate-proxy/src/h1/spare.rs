@@ -2,9 +2,10 @@
 //! header-line list of a parsed head ([`super::head::Lines`]), the
 //! slice list a response head is written from
 //! ([`super::write::HeadWriter`]), the box an answer's raw head rides
-//! in with its body ([`crate::body::Headed`]) and the request's box with
+//! in with its body ([`crate::body::Headed`]), the request's box with
 //! its header map's two blocks (taken by the parse, given back once the
-//! request's head went upstream). Each is handed back here, cleared, when its
+//! request's head went upstream) and the answer's box (taken when a
+//! backend's head is read, given back once the head went to the client). Each is handed back here, cleared, when its
 //! user is done with it and taken by the next one on the thread. A
 //! request's buffers are made and dropped one after the other, so one
 //! spare of each spares an allocation and a free per request — and the
@@ -13,13 +14,14 @@
 //!
 //! Owns: the spares and the caps on what is kept (a list or map that grew
 //! for a rare large head is let go). Must not touch: what the buffers hold
-//! (every list comes back empty; a request comes back as
-//! `Request::new(ProxyBody::Empty)` would make it, only with room).
+//! (every list comes back empty; a request or an answer comes back as
+//! `Request::new(ProxyBody::Empty)` / `Response::new(ProxyBody::Empty)`
+//! would make it, only with room).
 
 use std::cell::Cell;
 use std::io::IoSlice;
 
-use http::{Method, Request, Uri, Version};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
 
 use super::head::HeaderRange;
 use crate::body::{Headed, ProxyBody};
@@ -33,6 +35,7 @@ thread_local! {
     static SLICES: Cell<Vec<IoSlice<'static>>> = const { Cell::new(Vec::new()) };
     static HEADED: Cell<Option<Box<Headed>>> = const { Cell::new(None) };
     static REQUEST: Cell<Option<Box<Request<ProxyBody>>>> = const { Cell::new(None) };
+    static RESPONSE: Cell<Option<Box<Response<ProxyBody>>>> = const { Cell::new(None) };
 }
 
 /// Keeps whichever of the spare and `v` has more room. A thread being torn
@@ -126,6 +129,31 @@ pub(crate) fn give_request(mut req: Box<Request<ProxyBody>>) {
     req.extensions_mut().clear();
     *req.body_mut() = ProxyBody::Empty;
     let _ = REQUEST.try_with(|s| s.set(Some(req)));
+}
+
+/// An answer box as `Response::new(ProxyBody::Empty)` makes it (200,
+/// HTTP/1.1, no headers, no extensions, an empty body), its header map
+/// keeping the room an earlier answer on this thread gave it.
+pub(crate) fn response() -> Box<Response<ProxyBody>> {
+    RESPONSE
+        .try_with(Cell::take)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| Box::new(Response::new(ProxyBody::Empty)))
+}
+
+/// Keeps `resp` for the thread's next answer, emptied as
+/// [`give_request`] empties a request.
+pub(crate) fn give_response(mut resp: Box<Response<ProxyBody>>) {
+    if resp.headers().capacity() > MOST_LINES {
+        return;
+    }
+    *resp.status_mut() = StatusCode::OK;
+    *resp.version_mut() = Version::HTTP_11;
+    resp.headers_mut().clear();
+    resp.extensions_mut().clear();
+    *resp.body_mut() = ProxyBody::Empty;
+    let _ = RESPONSE.try_with(|s| s.set(Some(resp)));
 }
 
 /// An empty list of slices of another lifetime, in the same allocation:
@@ -222,6 +250,29 @@ mod tests {
             request().headers().capacity() <= MOST_LINES,
             "a map grown for a large head is let go"
         );
+    }
+
+    /// An answer given back comes back in the same box, empty.
+    #[test]
+    fn an_answer_comes_back_empty() {
+        let mut resp = response();
+        let at = &*resp as *const Response<ProxyBody> as usize;
+        *resp.status_mut() = StatusCode::NOT_FOUND;
+        *resp.version_mut() = Version::HTTP_10;
+        resp.headers_mut()
+            .append("set-cookie", "a=1".parse().unwrap());
+        resp.extensions_mut().insert(7u32);
+        *resp.body_mut() = ProxyBody::full("body");
+        give_response(resp);
+
+        let again = response();
+        assert_eq!(&*again as *const Response<ProxyBody> as usize, at);
+        let fresh = Response::new(ProxyBody::Empty);
+        assert_eq!(again.status(), fresh.status());
+        assert_eq!(again.version(), fresh.version());
+        assert!(again.headers().is_empty());
+        assert!(again.extensions().is_empty());
+        assert!(matches!(again.body(), ProxyBody::Empty));
     }
 
     /// What grew for a rare large head is let go.
