@@ -19,15 +19,17 @@ fn main() {
         .ok()
         .filter(|s| !s.is_empty())
         .or_else(|| {
-            // Rebuild when HEAD moves: HEAD itself and the branch it names.
-            for p in ["HEAD", "packed-refs"] {
+            // Rebuild when HEAD moves: HEAD itself and the branch it names
+            // (its loose file, or the packed list). A path that does not
+            // exist is not watched: cargo would take it as changed on
+            // every build and relink the binary each time.
+            let mut watched = vec!["HEAD".to_owned(), "packed-refs".to_owned()];
+            watched.extend(git(&["symbolic-ref", "-q", "HEAD"]));
+            for p in &watched {
                 if let Some(path) = git(&["rev-parse", "--git-path", p]) {
-                    println!("cargo:rerun-if-changed={path}");
-                }
-            }
-            if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
-                if let Some(path) = git(&["rev-parse", "--git-path", &r]) {
-                    println!("cargo:rerun-if-changed={path}");
+                    if std::path::Path::new(&path).exists() {
+                        println!("cargo:rerun-if-changed={path}");
+                    }
                 }
             }
             git(&["rev-parse", "--short=12", "HEAD"])
