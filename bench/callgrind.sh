@@ -22,6 +22,8 @@
 #     (D1mr, D1mw) misses per request beside the instructions: a request
 #     path that executes as many instructions but touches more distinct
 #     code costs more cycles (each I1 miss is an L2 access).
+#   CG_INSTR=on keeps counts per instruction (--dump-instr=yes), for
+#     bench/cg_breadth.py: how much distinct code a request runs.
 #   CG_HTTP1=hyper puts the listener on hyper's HTTP/1.1 server
 #     (`listeners[].http1`); unset, the binary's default is used (a binary
 #     from before the setting existed refuses the field, so leave it unset).
@@ -29,6 +31,7 @@ set -uo pipefail
 BIN=$1; LABEL=$2
 VG_OPTS=(--tool=callgrind)
 [[ ${CG_CACHE:-off} == on ]] && VG_OPTS+=(--cache-sim=yes)
+[[ ${CG_INSTR:-off} == on ]] && VG_OPTS+=(--dump-instr=yes)
 D=${TMPDIR:-/tmp}/hopgate-cg/$LABEL; rm -rf "$D"; mkdir -p "$D/www"; chmod 755 "$D" "$D/www"
 read P1 P2 PG PA PO < <(python3 -c '
 import socket

@@ -26,12 +26,13 @@ COLUMNS = [
     "cpu_us_req", "origin_cpu_us_req", "user_us_req", "sys_us_req", "errors", "detail",
     "other_cpu_pct",
 ]
-TARGET_ORDER = ["direct", "floor", "nginx", "haproxy", "hopgate", "hopgate-log"]
-PROXIES = ["floor", "nginx", "haproxy", "hopgate", "hopgate-log"]
+TARGET_ORDER = ["direct", "floor", "nginx", "haproxy", "hopgate", "hopgate-log", "hopgate-pgo"]
+PROXIES = ["floor", "nginx", "haproxy", "hopgate", "hopgate-log", "hopgate-pgo"]
 # What each target is, under the tables.
 TARGET_NOTES = {
     "floor": "HAProxy in `mode tcp` (a pure L4 forward, no HTTP parsing): the kernel floor",
     "hopgate-log": "hopgate with its access log on (the default), written to a file",
+    "hopgate-pgo": "hopgate's profile-guided build (`scripts/build-pgo.sh`), same settings",
 }
 
 
@@ -261,13 +262,15 @@ def cmd_table(a) -> int:
         ptargets = [t for t in PROXIES if t in targets]
         if ptargets:
             hdr = ["scenario"] + [f"{t}" for t in ptargets]
-            extra = []
-            if "hopgate" in ptargets:
-                extra = [t for t in ("nginx", "haproxy") if t in ptargets]
-                hdr += [f"hopgate user ÷ {t}" for t in extra]
-                hdr += [f"hopgate total ÷ {t}" for t in extra]
+            # Ratios for each hopgate build in the run (the default build,
+            # and the profile-guided one when it ran).
+            mine = [t for t in ("hopgate", "hopgate-pgo") if t in ptargets]
+            extra = [t for t in ("nginx", "haproxy") if t in ptargets] if mine else []
+            for m in mine:
+                hdr += [f"{m} user ÷ {t}" for t in extra]
+                hdr += [f"{m} total ÷ {t}" for t in extra]
                 if "floor" in ptargets:
-                    hdr += ["hopgate − floor, total"]
+                    hdr += [f"{m} − floor, total"]
             crs = []
             for sc in scenarios:
                 row = [sc]
@@ -275,14 +278,15 @@ def cmd_table(a) -> int:
                     g = agg.get((sc, t))
                     row.append(f"{fnum(g['user'], 1)} + {fnum(g['sys'], 1)} = {fnum(g['cpu'], 1)}"
                                if g else "–")
-                h = agg.get((sc, "hopgate"))
-                for key in ("user", "cpu"):
-                    for t in extra:
-                        o = agg.get((sc, t))
-                        row.append(ratio(h[key], o[key]) if h and o else "–")
-                if "hopgate" in ptargets and "floor" in ptargets:
-                    f = agg.get((sc, "floor"))
-                    row.append(fnum(h["cpu"] - f["cpu"], 1) if h and f else "–")
+                for m in mine:
+                    h = agg.get((sc, m))
+                    for key in ("user", "cpu"):
+                        for t in extra:
+                            o = agg.get((sc, t))
+                            row.append(ratio(h[key], o[key]) if h and o else "–")
+                    if "floor" in ptargets:
+                        f = agg.get((sc, "floor"))
+                        row.append(fnum(h["cpu"] - f["cpu"], 1) if h and f else "–")
                 crs.append(row)
             out.append("\n### Proxy CPU time per request, µs: user + system = total (all the "
                        "proxy's processes; medians)\n")

@@ -17,10 +17,12 @@
 #                       hopgate is built)
 #   --repeat N          repeats per matrix point (default 3)
 #   --duration S        seconds per run (default 5)
-#   --only a,b          targets: direct,floor,nginx,haproxy,hopgate,hopgate-log
-#                       (default: all but hopgate-log; floor = HAProxy in mode
-#                       tcp, a pure L4 forward; hopgate-log = hopgate with its
-#                       access log on, written to a file)
+#   --only a,b          targets: direct,floor,nginx,haproxy,hopgate,hopgate-log,
+#                       hopgate-pgo (default: all but hopgate-log and
+#                       hopgate-pgo; floor = HAProxy in mode tcp, a pure L4
+#                       forward; hopgate-log = hopgate with its access log on,
+#                       written to a file; hopgate-pgo = the profile-guided
+#                       build of scripts/build-pgo.sh, HOPGATE_PGO_BIN)
 #   --scenario S        matrix | restart | all | https (default all; --quick:
 #                       matrix). https: TLS termination beside nginx and
 #                       haproxy (bench/https.sh; takes --duration, --no-build,
@@ -42,6 +44,7 @@
 #   --out DIR           where latest.md / results go (default bench/out)
 #   -h, --help
 # Environment: HOPGATE_BIN (default target/release/hopgate),
+#   HOPGATE_PGO_BIN (default target/pgo/hopgate),
 #   LOADGEN_CPU (default 0), PROXY_CPU (default 1).
 set -euo pipefail
 
@@ -115,12 +118,12 @@ case "$SCENARIO" in matrix|restart|all) ;; *) echo "run.sh: --scenario must be m
 
 TARGETS=()
 IFS=',' read -r -a _req <<<"$ONLY"
-ALL_TARGETS=(direct floor nginx haproxy hopgate hopgate-log)
+ALL_TARGETS=(direct floor nginx haproxy hopgate hopgate-log hopgate-pgo)
 for t in "${ALL_TARGETS[@]}"; do                 # canonical order
   for r in "${_req[@]}"; do [[ $r == "$t" ]] && TARGETS+=("$t"); done
 done
 for r in "${_req[@]}"; do
-  case "$r" in direct|floor|nginx|haproxy|hopgate|hopgate-log) ;; *) echo "run.sh: unknown target '$r' (${ALL_TARGETS[*]})" >&2; exit 2 ;; esac
+  case "$r" in direct|floor|nginx|haproxy|hopgate|hopgate-log|hopgate-pgo) ;; *) echo "run.sh: unknown target '$r' (${ALL_TARGETS[*]})" >&2; exit 2 ;; esac
 done
 [[ ${#TARGETS[@]} -gt 0 ]] || { echo "run.sh: --only selected no target" >&2; exit 2; }
 
@@ -464,6 +467,7 @@ start_haproxy() {            # start_haproxy DIR PORT
 
 HOPGATE_BIN_SET=""
 if [[ -n ${HOPGATE_BIN:-} ]]; then HOPGATE_BIN_SET=1; else HOPGATE_BIN="$REPO_DIR/target/release/hopgate"; fi
+HOPGATE_PGO_BIN="${HOPGATE_PGO_BIN:-$REPO_DIR/target/pgo/hopgate}"
 # write_hopgate DIR PORT ADMINPORT ORIGIN_NAMES...
 write_hopgate() {
   local dir=$1 port=$2 admin=$3 o i=0; shift 3
@@ -481,16 +485,17 @@ write_hopgate() {
     echo "  - { id: all, match: { path_prefix: / }, service: origin }"
   } >"$dir/hopgate.yaml"
 }
-start_hopgate() {            # start_hopgate DIR PORT [log] -> 0 ok / 1 failed (no die)
-  local dir=$1 pid filter="info,hopgate::access=off"
+start_hopgate() {            # start_hopgate DIR PORT [log|pgo] -> 0 ok / 1 failed (no die)
+  local dir=$1 pid filter="info,hopgate::access=off" bin=$HOPGATE_BIN
   # Default settings: pinned to one CPU, hopgate picks a current-thread
   # runtime by itself (no worker-thread variable). Access log off (like
   # `access_log off` / no `log` in HAProxy): the per-request line is the
   # `hopgate::access` tracing target; with `log` it is on (the default),
   # written to the log file.
   [[ ${3:-} == log ]] && filter="info"
+  [[ ${3:-} == pgo ]] && bin=$HOPGATE_PGO_BIN
   env -u TOKIO_WORKER_THREADS -u HOPGATE_WORKER_THREADS RUST_LOG="$filter" \
-    "${ON_PROXY[@]}" "$HOPGATE_BIN" run --config "$dir/hopgate.yaml" >"$dir/hopgate.log" 2>&1 &
+    "${ON_PROXY[@]}" "$bin" run --config "$dir/hopgate.yaml" >"$dir/hopgate.log" 2>&1 &
   pid=$!
   track "$pid"
   if ! wait_port "$2" "$pid" 20; then
@@ -515,6 +520,9 @@ prepare_hopgate() {
   if [[ ! -x $HOPGATE_BIN ]]; then
     has hopgate && skip_target hopgate "no binary at $HOPGATE_BIN"
     has hopgate-log && skip_target hopgate-log "no binary at $HOPGATE_BIN"
+  fi
+  if [[ ! -x $HOPGATE_PGO_BIN ]]; then
+    has hopgate-pgo && skip_target hopgate-pgo "no binary at $HOPGATE_PGO_BIN (bash scripts/build-pgo.sh builds it)"
   fi
   return 0
 }
@@ -636,14 +644,14 @@ META="$TMP/meta.txt"
   echo "retry_noisy=$RETRY_NOISY"
 } >"$META"
 
-if has hopgate || has hopgate-log; then prepare_hopgate; fi
+if has hopgate || has hopgate-log || has hopgate-pgo; then prepare_hopgate; fi
 if [[ -z $HAPROXY_BIN ]] && has haproxy; then skip_target haproxy "haproxy not installed"; fi
 if [[ -z $HAPROXY_BIN ]] && has floor; then skip_target floor "haproxy not installed"; fi
 
 # ----------------------------------------------------------------- matrix ----
 run_matrix() {
   local ports
-  read -r -a ports <<<"$(free_ports 14)"
+  read -r -a ports <<<"$(free_ports 16)"
   ORIGIN_PORT[o1]=${ports[0]}; ORIGIN_H2PORT[o1]=${ports[1]}; ORIGIN_PORT[o2]=${ports[2]}
   H1PORT[direct]=${ports[0]}; H2PORT[direct]=${ports[1]}
   H1PORT[nginx]=${ports[3]}; H2PORT[nginx]=${ports[4]}
@@ -653,6 +661,8 @@ run_matrix() {
   H1PORT[floor]=${ports[9]}; H2PORT[floor]=${ports[10]}
   H1PORT[hopgate-log]=${ports[11]}; H2PORT[hopgate-log]=${ports[11]}
   local hoplog_admin=${ports[12]}
+  H1PORT[hopgate-pgo]=${ports[14]}; H2PORT[hopgate-pgo]=${ports[14]}
+  local hoppgo_admin=${ports[15]}
 
   write_origin_conf o1 "${ORIGIN_PORT[o1]}" "${ORIGIN_H2PORT[o1]}"
   write_origin_conf o2 "${ORIGIN_PORT[o2]}"
@@ -690,6 +700,15 @@ run_matrix() {
       log "hopgate with its access log on: h1+h2c ${H1PORT[hopgate-log]}"
     else
       skip_target hopgate-log "${HOPGATE_FAIL:-did not start}"
+    fi
+  fi
+  if has hopgate-pgo; then
+    write_hopgate "$TMP/hopgate-pgo" "${H1PORT[hopgate-pgo]}" "$hoppgo_admin" o1 o2
+    if start_hopgate "$TMP/hopgate-pgo" "${H1PORT[hopgate-pgo]}" pgo; then
+      PROXY_PID[hopgate-pgo]=$STARTED_PID
+      log "hopgate, profile-guided build: h1+h2c ${H1PORT[hopgate-pgo]}"
+    else
+      skip_target hopgate-pgo "${HOPGATE_FAIL:-did not start}"
     fi
   fi
 
@@ -751,7 +770,7 @@ EOF
   done
 
   # stop the matrix proxies and origins
-  for t in floor nginx haproxy hopgate hopgate-log; do [[ -n ${PROXY_PID[$t]:-} ]] && stop_pid "${PROXY_PID[$t]}"; done
+  for t in floor nginx haproxy hopgate hopgate-log hopgate-pgo; do [[ -n ${PROXY_PID[$t]:-} ]] && stop_pid "${PROXY_PID[$t]}"; done
   stop_pid "${ORIGIN_PID[o1]}"; stop_pid "${ORIGIN_PID[o2]}"
   PROXY_PID=()
   return 0
