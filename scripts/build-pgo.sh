@@ -30,19 +30,24 @@
 # Options: --gateway-only (the final binary without the demo and test
 # backend, as `cargo build --no-default-features`; the training still
 # uses them), --out PATH (default target/pgo/hopgate), --keep (keep the
-# raw profiles and the training logs in target/pgo-work).
+# raw profiles and the training logs in target/pgo-work), --train-with
+# BIN (no build: only run the training mix through BIN, any hopgate
+# build with the demo backend, and fail when any of its answers is not
+# the expected one — CI's check that the mix still works).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=target/pgo/hopgate
 KEEP=0
 FEATURES=()
+TRAIN_BIN=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) OUT=$2; shift ;;
     --out=*) OUT=${1#*=} ;;
     --keep) KEEP=1 ;;
     --gateway-only) FEATURES=(--no-default-features) ;;
+    --train-with) TRAIN_BIN=$(realpath "$2"); shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "build-pgo.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -55,7 +60,7 @@ die() { printf '[pgo] ERROR: %s\n' "$*" >&2; exit 1; }
 for t in cargo rustc curl python3; do command -v "$t" >/dev/null || die "$t is needed"; done
 HOST=$(rustc -vV | sed -n 's/^host: //p')
 PROFDATA="$(rustc --print sysroot)/lib/rustlib/$HOST/bin/llvm-profdata"
-if [[ ! -x $PROFDATA ]]; then
+if [[ -z $TRAIN_BIN && ! -x $PROFDATA ]]; then
   command -v rustup >/dev/null || die "no llvm-profdata at $PROFDATA: install the llvm-tools component of this toolchain"
   log "rustup component add llvm-tools (llvm-profdata, matching this rustc's LLVM)"
   rustup component add llvm-tools >&2
@@ -74,9 +79,14 @@ build() {   # build TARGET_DIR RUSTFLAGS [CARGO_ARGS...]
     --target "$HOST" --target-dir "$dir" "$@" >&2
 }
 
-log "1/3 instrumented build (target/pgo-gen)"
-build "$ROOT/target/pgo-gen" "-Cprofile-generate=$WORK/profiles"
-GEN=$ROOT/target/pgo-gen/$HOST/release/hopgate
+if [[ -n $TRAIN_BIN ]]; then
+  [[ -x $TRAIN_BIN ]] || die "no binary at $TRAIN_BIN"
+  GEN=$TRAIN_BIN
+else
+  log "1/3 instrumented build (target/pgo-gen)"
+  build "$ROOT/target/pgo-gen" "-Cprofile-generate=$WORK/profiles"
+  GEN=$ROOT/target/pgo-gen/$HOST/release/hopgate
+fi
 
 # ---------------------------------------------------------------- training --
 PIDS=()
@@ -158,38 +168,66 @@ start_gateway() {
 }
 # A graceful stop writes the gateway's profile.
 stop_gateway() { kill -TERM "$GW"; wait "$GW" 2>/dev/null || true; }
-many() { curl -s "$@" >/dev/null || true; }   # globbed URLs: bodies to stdout, thrown away
+# many STATUS CURL_ARGS...: globbed URLs, bodies thrown away; every answer
+# must have STATUS (a training mix that silently failed would train the
+# error paths instead).
+many() {
+  local want=$1 codes=$WORK/codes
+  shift
+  curl -s -w '%{stderr}%{http_code}\n' "$@" >/dev/null 2>"$codes" || true
+  local bad
+  bad=$(grep -cv "^$want\$" "$codes" || true)
+  [[ $bad == 0 && -s $codes ]] || die "training: $bad of $(wc -l <"$codes") answers were not $want: curl $*"
+}
+# checked_h2load H2LOAD_ARGS...: h2load whose every request succeeds.
+checked_h2load() {
+  h2load "$@" >"$WORK/h2load.out" 2>&1 || true
+  grep -q ' 0 failed, 0 errored' "$WORK/h2load.out" \
+    || die "training: h2load $* saw failures: $(grep -E '^requests:' "$WORK/h2load.out")"
+}
+# checked_wrk WRK_ARGS...: wrk that must see no error and no non-2xx answer.
+checked_wrk() {
+  local out
+  out=$(wrk "$@")
+  if grep -qE 'Non-2xx|Socket errors' <<<"$out"; then
+    die "training: wrk $* saw errors: $(grep -E 'Non-2xx|Socket errors' <<<"$out" | tr '\n' ' ')"
+  fi
+}
 
 drive() {   # the traffic mix, against the gateway at HP / TP
   local U=http://127.0.0.1:$HP
   if command -v wrk >/dev/null; then
-    wrk -t1 -c1 -d3s "$U/0" >/dev/null
-    wrk -t1 -c16 -d4s "$U/0" >/dev/null
-    wrk -t1 -c128 -d3s "$U/0" >/dev/null
-    wrk -t1 -c16 -d2s "$U/k?bytes=4096" >/dev/null
+    checked_wrk -t1 -c1 -d3s "$U/0"
+    checked_wrk -t1 -c16 -d4s "$U/0"
+    checked_wrk -t1 -c128 -d3s "$U/0"
+    checked_wrk -t1 -c16 -d2s "$U/k?bytes=4096"
   else
-    many "$U/0?i=[1-20000]"
-    many -Z --parallel-max 16 "$U/0?i=[1-20000]"
+    many 200 "$U/0?i=[1-20000]"
+    many 200 -Z --parallel-max 16 "$U/0?i=[1-20000]"
   fi
-  many "$U/big?bytes=65536&i=[1-300]"
-  many "$U/chunked?chunked=1&bytes=8192&i=[1-300]"
-  many -H 'TE: trailers' "$U/trailers?trailers=1&bytes=100&i=[1-300]"
-  many -X POST --data-binary "@$WORK/upload" "$U/up?echo=1&i=[1-300]"
-  many -X POST -H 'Transfer-Encoding: chunked' --data-binary "@$WORK/upload" "$U/upc?i=[1-200]"
-  many -I "$U/head?i=[1-200]"
-  many "$U/missing?status=404&i=[1-200]"
-  many --http2-prior-knowledge "$U/h2?i=[1-3000]"
-  many --http2-prior-knowledge -Z --parallel-max 16 "$U/h2p?i=[1-3000]"
+  many 200 "$U/big?bytes=65536&i=[1-300]"
+  many 200 "$U/chunked?chunked=1&bytes=8192&i=[1-300]"
+  many 200 -H 'TE: trailers' "$U/trailers?trailers=1&bytes=100&i=[1-300]"
+  many 200 -X POST --data-binary "@$WORK/upload" "$U/up?echo=1&i=[1-300]"
+  many 200 -X POST -H 'Transfer-Encoding: chunked' --data-binary "@$WORK/upload" "$U/upc?i=[1-200]"
+  many 200 -I "$U/head?i=[1-200]"
+  many 404 "$U/missing?status=404&i=[1-200]"
+  # h2c (curl 7.88 loses the requests it multiplexes on a reused
+  # prior-knowledge connection, so curl sends one request per connection).
   if command -v h2load >/dev/null; then
-    h2load -c4 -m10 -D 3 "$U/h2load" >/dev/null 2>&1 || true
+    checked_h2load -n 20000 -c 4 -m 10 "$U/h2"
+    checked_h2load -n 3000 -c 1 -m 1 "$U/h2one"
+    [[ $TLS == 1 ]] && checked_h2load -n 3000 -c 2 -m 4 "https://127.0.0.1:$TP/h2tls"
+  else
+    for _ in $(seq 1 200); do many 200 --http2-prior-knowledge "$U/h2"; done
   fi
   if [[ $TLS == 1 ]]; then
-    many -k --http1.1 "https://127.0.0.1:$TP/tls1?i=[1-2000]"
-    many -k --http2 "https://127.0.0.1:$TP/tls2?i=[1-2000]"
-    for _ in $(seq 1 50); do curl -s -k -o /dev/null "https://127.0.0.1:$TP/hs" || true; done
+    many 200 -k --http1.1 "https://127.0.0.1:$TP/tls1?i=[1-2000]"
+    # A handshake each, HTTP/2 by ALPN.
+    for _ in $(seq 1 50); do many 200 -k "https://127.0.0.1:$TP/hs"; done
   fi
   # WebSocket: an upgrade, ten masked text frames echoed, a close; 100 times.
-  python3 - "$HP" <<'PY' || log "WebSocket training failed (continuing)"
+  python3 - "$HP" <<'PY' || die "training: the WebSocket echoes failed"
 import base64, os, socket, struct, sys
 port = int(sys.argv[1])
 def frame(op, payload):
@@ -235,13 +273,22 @@ stop_gateway
 LLVM_PROFILE_FILE="$WORK/profiles/demo-%p.profraw" \
   "$GEN" demo --drive --listen 127.0.0.1:0 --admin 127.0.0.1:0 >"$WORK/demo.log" 2>&1 \
   || die "hopgate demo --drive failed (see $WORK/demo.log)"
+if [[ -n $TRAIN_BIN ]]; then
+  log "the training mix ran through $TRAIN_BIN: every answer as expected"
+  exit 0
+fi
 ls "$WORK"/profiles/*.profraw >/dev/null 2>&1 || die "no profile was written"
 
 log "merging $(ls "$WORK"/profiles/*.profraw | wc -l) profiles"
-"$PROFDATA" merge -o "$WORK/hopgate.profdata" "$WORK"/profiles/*.profraw
+"$PROFDATA" merge -o "$WORK/merged.profdata" "$WORK"/profiles/*.profraw
+# Named by its content: cargo does not look into the file RUSTFLAGS
+# names, so a new profile under the same name would leave every crate
+# built with the last one in place.
+PROFILE=$WORK/hopgate-$(sha256sum "$WORK/merged.profdata" | cut -c1-16).profdata
+mv "$WORK/merged.profdata" "$PROFILE"
 
 log "3/3 optimised build (target/pgo-use)"
-build "$ROOT/target/pgo-use" "-Cprofile-use=$WORK/hopgate.profdata" "${FEATURES[@]}"
+build "$ROOT/target/pgo-use" "-Cprofile-use=$PROFILE" "${FEATURES[@]}"
 cp "$ROOT/target/pgo-use/$HOST/release/hopgate" "$OUT"
 [[ $KEEP == 1 ]] || rm -rf "$WORK/profiles"
 log "built $OUT ($("$OUT" --version 2>/dev/null || echo hopgate))"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: formatting, lints, every test
 # (unit, integration with real processes on loopback), every example config
-# through `hopgate validate`, and short smokes of the benchmarks.
+# through `hopgate validate`, short smokes of the benchmarks and the
+# profile-guided build's training mix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,5 +44,10 @@ step "load benchmark (smoke)"
 cargo build --profile quick --locked -p hopgate
 HOPGATE_BIN="$PWD/target/quick/hopgate" \
   bash bench/run.sh --quick --strict --no-build --only direct,floor,nginx,haproxy,hopgate
+
+step "the profile-guided build's training mix (through the quick build)"
+# The two release builds of scripts/build-pgo.sh stay out of CI (~12
+# minutes); the training mix it feeds them runs here, every answer checked.
+bash scripts/build-pgo.sh --train-with target/quick/hopgate
 
 step "all green"
