@@ -35,16 +35,14 @@
 # build with the demo backend, and fail when any of its answers is not
 # the expected one — CI's check that the mix still works).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-OUT=target/pgo/hopgate
+OUT=""
 KEEP=0
 FEATURES=()
 TRAIN_BIN=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --out) OUT=$2; shift ;;
-    --out=*) OUT=${1#*=} ;;
+    --out) OUT=$(realpath -m "$2"); shift ;;
+    --out=*) OUT=$(realpath -m "${1#*=}") ;;
     --keep) KEEP=1 ;;
     --gateway-only) FEATURES=(--no-default-features) ;;
     --train-with) TRAIN_BIN=$(realpath "$2"); shift ;;
@@ -53,6 +51,10 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
+# Paths given are the caller's; from here on, the repository's root.
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/target/pgo/hopgate}
 
 log() { printf '[pgo %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[pgo] ERROR: %s\n' "$*" >&2; exit 1; }
