@@ -510,6 +510,18 @@ start_hopgate() {            # start_hopgate DIR PORT [log|pgo] -> 0 ok / 1 fail
   STARTED_PID=$pid
 }
 
+run_hopgate() {              # run_hopgate TARGET ADMIN_PORT [log|pgo|""] MESSAGE
+  local t=$1
+  has "$t" || return 0
+  write_hopgate "$TMP/$t" "${H1PORT[$t]}" "$2" o1 o2
+  if start_hopgate "$TMP/$t" "${H1PORT[$t]}" "$3"; then
+    PROXY_PID[$t]=$STARTED_PID
+    log "$4"
+  else
+    skip_target "$t" "${HOPGATE_FAIL:-did not start}"
+  fi
+}
+
 prepare_hopgate() {
   if [[ $NO_BUILD == 0 && -z $HOPGATE_BIN_SET ]] && command -v cargo >/dev/null; then
     log "cargo build --release -p hopgate (no-op when up to date)"
@@ -684,33 +696,11 @@ run_matrix() {
     start_haproxy "$TMP/haproxy" "${H1PORT[haproxy]}"; PROXY_PID[haproxy]=$STARTED_PID
     log "haproxy: h1 ${H1PORT[haproxy]}, h2c ${H2PORT[haproxy]}"
   fi
-  if has hopgate; then
-    write_hopgate "$TMP/hopgate" "${H1PORT[hopgate]}" "$hop_admin" o1 o2
-    if start_hopgate "$TMP/hopgate" "${H1PORT[hopgate]}"; then
-      PROXY_PID[hopgate]=$STARTED_PID
-      log "hopgate: h1+h2c ${H1PORT[hopgate]}"
-    else
-      skip_target hopgate "${HOPGATE_FAIL:-did not start}"
-    fi
-  fi
-  if has hopgate-log; then
-    write_hopgate "$TMP/hopgate-log" "${H1PORT[hopgate-log]}" "$hoplog_admin" o1 o2
-    if start_hopgate "$TMP/hopgate-log" "${H1PORT[hopgate-log]}" log; then
-      PROXY_PID[hopgate-log]=$STARTED_PID
-      log "hopgate with its access log on: h1+h2c ${H1PORT[hopgate-log]}"
-    else
-      skip_target hopgate-log "${HOPGATE_FAIL:-did not start}"
-    fi
-  fi
-  if has hopgate-pgo; then
-    write_hopgate "$TMP/hopgate-pgo" "${H1PORT[hopgate-pgo]}" "$hoppgo_admin" o1 o2
-    if start_hopgate "$TMP/hopgate-pgo" "${H1PORT[hopgate-pgo]}" pgo; then
-      PROXY_PID[hopgate-pgo]=$STARTED_PID
-      log "hopgate, profile-guided build: h1+h2c ${H1PORT[hopgate-pgo]}"
-    else
-      skip_target hopgate-pgo "${HOPGATE_FAIL:-did not start}"
-    fi
-  fi
+  run_hopgate hopgate "$hop_admin" "" "hopgate: h1+h2c ${H1PORT[hopgate]}"
+  run_hopgate hopgate-log "$hoplog_admin" log \
+    "hopgate with its access log on: h1+h2c ${H1PORT[hopgate-log]}"
+  run_hopgate hopgate-pgo "$hoppgo_admin" pgo \
+    "hopgate, profile-guided build: h1+h2c ${H1PORT[hopgate-pgo]}"
 
   # every target must answer 200 before measuring
   local t code
