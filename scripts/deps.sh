@@ -1,9 +1,27 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test suite and the benchmark smoke need,
 # when they are missing. Safe to run again; does nothing when all are there.
+#   bash scripts/deps.sh           everything the tests and benchmarks use
+#   bash scripts/deps.sh --build   only what building hopgate needs: protoc
+#                                  and the well-known .proto files (the etcd
+#                                  client's build script compiles etcd's API)
 set -euo pipefail
 
+apt_install() {   # apt_install PACKAGE... (apt-get, through sudo when not root)
+  echo "deps: installing $*"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
 need=()
+command -v protoc  >/dev/null 2>&1 || need+=(protobuf-compiler)
+[ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
+if [ "${1:-}" = --build ]; then
+  if ((${#need[@]})); then apt_install "${need[@]}"; fi
+  exit 0
+fi
 command -v curl    >/dev/null 2>&1 || need+=(curl)
 # TLS tests: certificates made with the openssl command; the system roots
 # (services[].tls without ca) read from /etc/ssl/certs.
@@ -14,12 +32,9 @@ command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 command -v wrk     >/dev/null 2>&1 || need+=(wrk)
 command -v h2load  >/dev/null 2>&1 || need+=(nghttp2-client)
 command -v ss      >/dev/null 2>&1 || need+=(iproute2)
-# Fleet mode: a real etcd in the tests, and protoc with the
-# well-known .proto files for the etcd-client crate's build script.
+# Fleet mode: a real etcd in the tests.
 command -v etcd    >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
-command -v protoc  >/dev/null 2>&1 || need+=(protobuf-compiler)
-[ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 # The Redis session store: a real redis-server in the tests.
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 # promtool checks the /metrics exposition in the observability tests and
@@ -31,13 +46,7 @@ fi
 # The dashboard in a real browser (tests/it/dashboard_browser.rs).
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 
-if ((${#need[@]})); then
-  echo "deps: installing ${need[*]}"
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+if ((${#need[@]})); then apt_install "${need[@]}"; fi
 # Third-party protocol peers for the interop tests: gRPC C-core (grpcio),
 # and the python h2 stack for the HTTP/2 abuse cases.
 if ! python3 -c "import grpc, h2, hpack, hyperframe" >/dev/null 2>&1; then
