@@ -24,6 +24,9 @@
 #     code costs more cycles (each I1 miss is an L2 access).
 #   CG_INSTR=on keeps counts per instruction (--dump-instr=yes), for
 #     bench/cg_breadth.py: how much distinct code a request runs.
+#   CG_PATH=4k (or 64k) requests a 4 KiB (64 KiB) static file from the
+#     origins (sendfile, as bench/run.sh's origins serve it) instead of
+#     the empty answer at /0.
 #   CG_HTTP1=hyper puts the listener on hyper's HTTP/1.1 server
 #     (`listeners[].http1`); unset, the binary's default is used (a binary
 #     from before the setting existed refuses the field, so leave it unset).
@@ -33,6 +36,10 @@ VG_OPTS=(--tool=callgrind)
 [[ ${CG_CACHE:-off} == on ]] && VG_OPTS+=(--cache-sim=yes)
 [[ ${CG_INSTR:-off} == on ]] && VG_OPTS+=(--dump-instr=yes)
 D=${TMPDIR:-/tmp}/hopgate-cg/$LABEL; rm -rf "$D"; mkdir -p "$D/www"; chmod 755 "$D" "$D/www"
+head -c 4096 /dev/zero | tr '\0' 'a' >"$D/www/4k"
+head -c 65536 /dev/zero | tr '\0' 'a' >"$D/www/64k"
+chmod 644 "$D/www/4k" "$D/www/64k"
+URL_PATH=${CG_PATH:-0}
 read P1 P2 PG PA PO < <(python3 -c '
 import socket
 ss=[socket.socket() for _ in range(5)]
@@ -55,6 +62,7 @@ http {
     access_log off;
     client_body_temp_path $D/o$o/cb; proxy_temp_path $D/o$o/px; fastcgi_temp_path $D/o$o/fc; uwsgi_temp_path $D/o$o/uw; scgi_temp_path $D/o$o/sc;
     keepalive_requests 10000000; keepalive_timeout 75s;
+    sendfile on; tcp_nopush on; default_type application/octet-stream;
     server { listen 127.0.0.1:$port backlog=4096; root $D/www; location = /0 { return 200 ""; } }
 }
 NG
@@ -163,15 +171,15 @@ HA
 esac
 VG=$!; PIDS+=($VG)
 for i in $(seq 1 120); do curl -s -o /dev/null "http://127.0.0.1:$PG/0" && break; sleep 0.5; done
-wrk -t1 -c"${CG_CONNS:-4}" -d2s "http://127.0.0.1:$PG/0" > "$D/warm.txt" 2>&1
+wrk -t1 -c"${CG_CONNS:-4}" -d2s "http://127.0.0.1:$PG/$URL_PATH" > "$D/warm.txt" 2>&1
 callgrind_control -z $VG >/dev/null
-wrk -t1 -c"${CG_CONNS:-4}" -d6s "http://127.0.0.1:$PG/0" > "$D/wrk.txt" 2>&1
+wrk -t1 -c"${CG_CONNS:-4}" -d6s "http://127.0.0.1:$PG/$URL_PATH" > "$D/wrk.txt" 2>&1
 callgrind_control -d $VG >/dev/null
 sleep 1
 REQS=$(grep -oE '^ *[0-9]+ requests' "$D/wrk.txt" | awk '{print $1}')
 F=$(ls -t "$D"/cg.out* | grep -v '^$' | head -1)
 IR=$(grep -E '^(summary|totals):' "$F" | head -1 | awk '{print $2}')
-echo "$LABEL proxy=${CG_PROXY:-hopgate} conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} http1=${CG_HTTP1:-default} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
+echo "$LABEL proxy=${CG_PROXY:-hopgate} path=/$URL_PATH conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} http1=${CG_HTTP1:-default} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
 if [[ ${CG_CACHE:-off} == on ]]; then
   python3 - "$F" "$REQS" <<'PY'
 import sys

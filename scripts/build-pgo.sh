@@ -10,9 +10,9 @@
 #      loopback for about a minute — HTTP/1.1 at 1, 16 and 128 connections,
 #      bodies (Content-Length, chunked, trailers, uploads, 64 KiB answers),
 #      HEAD and 404s, h2c, TLS (HTTP/1.1 and h2) when openssl is there,
-#      WebSocket echoes, and `hopgate demo --drive` (sessions, hops,
-#      drains) — to two `hopgate backend` processes (whose own counts are
-#      thrown away);
+#      WebSocket echoes, and gateway sessions with a node drained and
+#      put back (sessions minted, known, hopping, with context) — to two
+#      `hopgate backend` processes (whose own counts are thrown away);
 #   3. the optimised build (`-Cprofile-use`), into target/pgo-use, copied
 #      to target/pgo/hopgate.
 # The compiler then knows which branches and functions the request path
@@ -27,9 +27,9 @@
 # h2load and openssl are used when present. Takes two release builds
 # (~12 minutes on two cores) and the training. Talks only to 127.0.0.1.
 #
-# Options: --gateway-only (the final binary without the demo and test
-# backend, as `cargo build --no-default-features`; the training still
-# uses them), --out PATH (default target/pgo/hopgate), --keep (keep the
+# Options: --gateway-only (the gateway without the demo and test backend,
+# as `cargo build --no-default-features`, in both builds; the training's
+# backends then come from a third, uninstrumented build), --out PATH (default target/pgo/hopgate), --keep (keep the
 # raw profiles and the training logs in target/pgo-work), --train-with
 # BIN (no build: only run the training mix through BIN, any hopgate
 # build with the demo backend, and fail when any of its answers is not
@@ -81,13 +81,26 @@ build() {   # build TARGET_DIR RUSTFLAGS [CARGO_ARGS...]
     --target "$HOST" --target-dir "$dir" "$@" >&2
 }
 
+# GEN is the gateway the training runs; BACKEND serves it (`hopgate
+# backend`, the demo feature). The instrumented gateway is built with the
+# final build's features: a feature changes the features of dependencies
+# (and so every crate's symbol hashes), and a profile only applies to
+# functions whose names match. With --gateway-only the backends therefore
+# come from a separate, uninstrumented build (the `quick` profile).
 if [[ -n $TRAIN_BIN ]]; then
   [[ -x $TRAIN_BIN ]] || die "no binary at $TRAIN_BIN"
   GEN=$TRAIN_BIN
+  BACKEND=$TRAIN_BIN
 else
   log "1/3 instrumented build (target/pgo-gen)"
-  build "$ROOT/target/pgo-gen" "-Cprofile-generate=$WORK/profiles"
+  build "$ROOT/target/pgo-gen" "-Cprofile-generate=$WORK/profiles" "${FEATURES[@]}"
   GEN=$ROOT/target/pgo-gen/$HOST/release/hopgate
+  BACKEND=$GEN
+  if ((${#FEATURES[@]})); then
+    log "the training backends (cargo build --profile quick, not instrumented)"
+    cargo build --locked --profile quick -p hopgate >&2
+    BACKEND=$ROOT/target/quick/hopgate
+  fi
 fi
 
 # ---------------------------------------------------------------- training --
@@ -104,7 +117,7 @@ trap cleanup EXIT
 start_backend() {   # start_backend ID -> its port in PORT
   local out=$WORK/backend-$1.out
   LLVM_PROFILE_FILE="$WORK/discard/%p.profraw" RUST_LOG=warn \
-    "$GEN" backend --id "$1" >"$out" 2>"$WORK/backend-$1.err" &
+    "$BACKEND" backend --id "$1" >"$out" 2>"$WORK/backend-$1.err" &
   PIDS+=($!)
   for _ in $(seq 1 100); do
     grep -q 'listening on' "$out" 2>/dev/null && break
@@ -130,14 +143,15 @@ if command -v openssl >/dev/null; then
     -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
     -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null && TLS=1
 fi
-# start_gateway NAME [CPU]: a gateway on the instrumented binary, pinned to
-# CPU when given (one CPU: hopgate's current-thread runtime; unpinned on
-# a bigger machine: the multi-thread one — both are trained). Sets HP
-# (cleartext port), TP (TLS port) and GW (its pid).
+# start_gateway NAME [CPU] [sessions]: a gateway on the instrumented
+# binary, pinned to CPU when given (one CPU: hopgate's current-thread
+# runtime; unpinned on a bigger machine: the multi-thread one — both are
+# trained); `sessions` turns gateway sessions on (with a migrating drain).
+# Sets HP (cleartext port), TP (TLS port), AP (admin port) and GW (its pid).
 start_gateway() {
-  local dir=$WORK/$1 ap
+  local dir=$WORK/$1
   mkdir -p "$dir"
-  read -r HP TP ap < <(free_ports 3)
+  read -r HP TP AP < <(free_ports 3)
   {
     echo "listeners:"
     echo "  - { name: public, address: 127.0.0.1:$HP }"
@@ -146,16 +160,18 @@ start_gateway() {
       echo "    address: 127.0.0.1:$TP"
       echo "    tls: { certificates: [ { cert: $WORK/cert.pem, key: $WORK/key.pem } ] }"
     fi
-    echo "admin: { address: 127.0.0.1:$ap }"
+    echo "admin: { address: 127.0.0.1:$AP }"
     echo "limits: { max_connections: 2048 }"   # within a low descriptor limit
     echo "services:"
     echo "  - name: origin"
     echo "    lb: wrr_ring"
+    [[ ${3:-} == sessions ]] && echo "    drain: { mode: migrate, deadline: 30s }"
     echo "    nodes:"
     echo "      - { id: o1, address: 127.0.0.1:$B1 }"
     echo "      - { id: o2, address: 127.0.0.1:$B2 }"
     echo "routes:"
     echo "  - { id: all, match: { path_prefix: / }, service: origin }"
+    [[ ${3:-} == sessions ]] && echo "sessions: { enabled: true, context_max: 4KiB }"
   } >"$dir/hopgate.yaml"
   local pin=()
   [[ -n ${2:-} ]] && command -v taskset >/dev/null && pin=(taskset -c "$2")
@@ -202,7 +218,8 @@ drive() {   # the traffic mix, against the gateway at HP / TP
     checked_wrk -t1 -c1 -d3s "$U/0"
     checked_wrk -t1 -c16 -d4s "$U/0"
     checked_wrk -t1 -c128 -d3s "$U/0"
-    checked_wrk -t1 -c16 -d2s "$U/k?bytes=4096"
+    checked_wrk -t1 -c16 -d3s "$U/k?bytes=4096"
+    checked_wrk -t1 -c128 -d2s "$U/k?bytes=4096"
   else
     many 200 "$U/0?i=[1-20000]"
     many 200 -Z --parallel-max 16 "$U/0?i=[1-20000]"
@@ -270,11 +287,25 @@ stop_gateway
 start_gateway all-cpus
 drive
 stop_gateway
-# Sessions, hops and drains: the demo's story, in its own process of the
-# instrumented binary (its backends are in that process too).
-LLVM_PROFILE_FILE="$WORK/profiles/demo-%p.profraw" \
-  "$GEN" demo --drive --listen 127.0.0.1:0 --admin 127.0.0.1:0 >"$WORK/demo.log" 2>&1 \
-  || die "hopgate demo --drive failed (see $WORK/demo.log)"
+# Sessions, hops and drains: clients that keep their cookie (some with a
+# context their backend asks the gateway to keep), new clients minted a
+# session each, then a node drained (its sessions hop on their next
+# request) and put back.
+start_gateway sessions "" sessions
+drive_sessions() {   # drive_sessions ROUND
+  local c
+  for c in $(seq 1 8); do
+    many 200 -b "$WORK/jar$c" -c "$WORK/jar$c" "http://127.0.0.1:$HP/s$1?c=$c&i=[1-150]"
+    many 200 -b "$WORK/jar$c" -c "$WORK/jar$c" "http://127.0.0.1:$HP/s$1?context=ctx$c&i=[1-10]"
+  done
+  many 200 "http://127.0.0.1:$HP/new$1?i=[1-1000]"
+}
+drive_sessions 1
+many 200 -X POST "http://127.0.0.1:$AP/admin/v1/nodes/origin/o1/drain"
+drive_sessions 2
+many 200 -X POST "http://127.0.0.1:$AP/admin/v1/nodes/origin/o1/undrain"
+drive_sessions 3
+stop_gateway
 if [[ -n $TRAIN_BIN ]]; then
   log "the training mix ran through $TRAIN_BIN: every answer as expected"
   exit 0
