@@ -29,9 +29,10 @@ INSN = re.compile(r"^\s*([0-9a-f]+):\s")
 
 
 def load_base(bin_path, rows):
-    """The address valgrind mapped the binary at (a PIE binary: 0x108000 on
-    amd64): the candidate that puts most executed addresses on a function's
-    first byte."""
+    """The offset between the profile's addresses and the binary's (0 for
+    the PIE builds measured so far; 0x108000 and 0x400000 are the other
+    candidates): the one that puts most executed addresses on a
+    function's first byte."""
     syms = subprocess.run(
         ["nm", "--defined-only", bin_path], capture_output=True, text=True, check=True
     ).stdout.split("\n")
