@@ -26,13 +26,15 @@ COLUMNS = [
     "cpu_us_req", "origin_cpu_us_req", "user_us_req", "sys_us_req", "errors", "detail",
     "other_cpu_pct",
 ]
-TARGET_ORDER = ["direct", "floor", "nginx", "haproxy", "hopgate", "hopgate-log", "hopgate-pgo"]
-PROXIES = ["floor", "nginx", "haproxy", "hopgate", "hopgate-log", "hopgate-pgo"]
+TARGET_ORDER = ["direct", "floor", "nginx", "haproxy", "hopgate", "hopgate-log", "hopgate-pgo",
+                "hopgate-base"]
+PROXIES = ["floor", "nginx", "haproxy", "hopgate", "hopgate-log", "hopgate-pgo", "hopgate-base"]
 # What each target is, under the tables.
 TARGET_NOTES = {
     "floor": "HAProxy in `mode tcp` (a pure L4 forward, no HTTP parsing): the kernel floor",
     "hopgate-log": "hopgate with its access log on (the default), written to a file",
     "hopgate-pgo": "hopgate's profile-guided build (`scripts/build-pgo.sh`), same settings",
+    "hopgate-base": "another hopgate build (`HOPGATE_BASE_BIN`), same settings",
 }
 
 
@@ -298,6 +300,29 @@ def cmd_table(a) -> int:
             notes = [f"`{t}`: {TARGET_NOTES[t]}" for t in ptargets if t in TARGET_NOTES]
             if notes:
                 out.append("; ".join(notes) + ".")
+
+        base_builds = [t for t in ("hopgate", "hopgate-pgo") if t in targets]
+        if "hopgate-base" in targets and base_builds:
+            brs = []
+            for sc in scenarios:
+                b = agg.get((sc, "hopgate-base"))
+                if not b:
+                    continue
+                row = [sc, fnum(b["rps"]), fnum(b["cpu"], 1)]
+                for t in base_builds:
+                    g = agg.get((sc, t))
+                    row += [fnum(g["rps"]) if g else "–",
+                            ratio(g["rps"], b["rps"]) if g else "–",
+                            ratio(g["cpu"], b["cpu"]) if g else "–"]
+                brs.append(row)
+            hdr = ["scenario", "base req/s", "base CPU µs/req"]
+            for t in base_builds:
+                hdr += [f"{t} req/s", f"{t} ÷ base", f"{t} CPU ÷ base"]
+            out.append("\n### Against the base build (same interleaved run)\n")
+            out.append(md_table(hdr, brs, left=1))
+            out.append(f"\nBase build: {meta.get('hopgate_base', '?')}. `÷ base` is the median "
+                       "req/s over the base build's; `CPU ÷ base` the proxy CPU per request "
+                       "over the base build's (below 1 is cheaper).")
 
         if "hopgate" in targets and "hopgate-log" in targets:
             lrs = []

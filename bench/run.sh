@@ -18,11 +18,14 @@
 #   --repeat N          repeats per matrix point (default 3)
 #   --duration S        seconds per run (default 5)
 #   --only a,b          targets: direct,floor,nginx,haproxy,hopgate,hopgate-log,
-#                       hopgate-pgo (default: all but hopgate-log and
-#                       hopgate-pgo; floor = HAProxy in mode tcp, a pure L4
-#                       forward; hopgate-log = hopgate with its access log on,
-#                       written to a file; hopgate-pgo = the profile-guided
-#                       build of scripts/build-pgo.sh, HOPGATE_PGO_BIN)
+#                       hopgate-pgo,hopgate-base (default: all but
+#                       hopgate-log, hopgate-pgo and hopgate-base; floor =
+#                       HAProxy in mode tcp, a pure L4 forward; hopgate-log =
+#                       hopgate with its access log on, written to a file;
+#                       hopgate-pgo = the profile-guided build of
+#                       scripts/build-pgo.sh, HOPGATE_PGO_BIN; hopgate-base =
+#                       any other hopgate build, HOPGATE_BASE_BIN, e.g. an
+#                       older commit's, for a before/after in the same run)
 #   --scenario S        matrix | restart | all | https (default all; --quick:
 #                       matrix). https: TLS termination beside nginx and
 #                       haproxy (bench/https.sh; takes --duration, --no-build,
@@ -39,12 +42,19 @@
 #                       the machine during it; the least noisy try is kept
 #   --points LIST       matrix points instead of the default set, comma-separated
 #                       PROTO-SIZE-CONNS, e.g. h1-0-1,h1-0-16,h2c-4k-16
-#                       (PROTO h1|h2c, SIZE 0|4k|64k)
+#                       (PROTO h1|h2c|grpc, SIZE 0|4k|64k). grpc: unary
+#                       calls (h2load POSTs a 16-byte message with
+#                       content-type application/grpc and TE: trailers) to
+#                       two nghttpd origins that answer a SIZE message and
+#                       the trailer grpc-status: 0, each proxy speaking
+#                       HTTP/2 upstream (nginx grpc_pass, HAProxy proto h2,
+#                       hopgate protocol: http2)
 #   --keep              keep the temporary directory (configs, raw logs)
 #   --out DIR           where latest.md / results go (default bench/out)
 #   -h, --help
 # Environment: HOPGATE_BIN (default target/release/hopgate),
-#   HOPGATE_PGO_BIN (default target/pgo/hopgate),
+#   HOPGATE_PGO_BIN (default target/pgo/hopgate), HOPGATE_BASE_BIN (no
+#   default; a build that takes the same configuration file),
 #   LOADGEN_CPU (default 0), PROXY_CPU (default 1).
 set -euo pipefail
 
@@ -116,14 +126,32 @@ case "$SCENARIO" in matrix|restart|all) ;; *) echo "run.sh: --scenario must be m
 [[ $WAIT_QUIET =~ ^[0-9]+$ ]] || { echo "run.sh: --wait-quiet must be whole seconds" >&2; exit 2; }
 [[ $DURATION =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --duration must be whole seconds >= 1" >&2; exit 2; }
 
+# The matrix points, as "PROTO SIZE CONNS".
+POINT_LIST=()
+if [[ -n $POINTS ]]; then
+  IFS=',' read -r -a _pts <<<"$POINTS"
+  for x in "${_pts[@]}"; do
+    [[ $x =~ ^(h1|h2c|grpc)-(0|4k|64k)-[1-9][0-9]*$ ]] || { echo "run.sh: --points: '$x' is not PROTO-SIZE-CONNS (h1|h2c|grpc, 0|4k|64k, connections)" >&2; exit 2; }
+    POINT_LIST+=("${x//-/ }")
+  done
+elif [[ $QUICK == 1 ]]; then
+  POINT_LIST=("h1 0 16" "h2c 4k 16" "grpc 0 16")
+else
+  # h1 0 B with 1 connection: the added-latency point (no queueing)
+  POINT_LIST=("h1 0 1" "h1 0 16" "h1 0 128" "h1 4k 16" "h1 4k 128" "h1 64k 16" "h1 64k 128" "h2c 0 16" "h2c 4k 16" "grpc 0 16")
+fi
+NEED_GRPC=0
+for x in "${POINT_LIST[@]}"; do [[ $x == grpc* ]] && NEED_GRPC=1; done
+[[ $SCENARIO == restart ]] && NEED_GRPC=0
+
 TARGETS=()
 IFS=',' read -r -a _req <<<"$ONLY"
-ALL_TARGETS=(direct floor nginx haproxy hopgate hopgate-log hopgate-pgo)
+ALL_TARGETS=(direct floor nginx haproxy hopgate hopgate-log hopgate-pgo hopgate-base)
 for t in "${ALL_TARGETS[@]}"; do                 # canonical order
   for r in "${_req[@]}"; do [[ $r == "$t" ]] && TARGETS+=("$t"); done
 done
 for r in "${_req[@]}"; do
-  case "$r" in direct|floor|nginx|haproxy|hopgate|hopgate-log|hopgate-pgo) ;; *) echo "run.sh: unknown target '$r' (${ALL_TARGETS[*]})" >&2; exit 2 ;; esac
+  case "$r" in direct|floor|nginx|haproxy|hopgate|hopgate-log|hopgate-pgo|hopgate-base) ;; *) echo "run.sh: unknown target '$r' (${ALL_TARGETS[*]})" >&2; exit 2 ;; esac
 done
 [[ ${#TARGETS[@]} -gt 0 ]] || { echo "run.sh: --only selected no target" >&2; exit 2; }
 
@@ -157,6 +185,9 @@ ensure_tools() {
   if [[ $SCENARIO != restart ]]; then
     command -v h2load >/dev/null || missing+=(nghttp2-client)
   fi
+  if [[ $NEED_GRPC == 1 ]]; then   # the gRPC origins
+    command -v nghttpd >/dev/null || [[ -x /usr/sbin/nghttpd ]] || missing+=(nghttp2-server)
+  fi
   [[ ${#missing[@]} -eq 0 ]] && return 0
   command -v apt-get >/dev/null || die "missing tools (${missing[*]}) and no apt-get to install them"
   log "installing: ${missing[*]} (waiting for any running apt/dpkg to finish first)"
@@ -175,6 +206,7 @@ ensure_tools() {
 ensure_tools
 export PATH="$PATH:/usr/sbin:/sbin"
 NGINX_BIN="$(command -v nginx)"
+NGHTTPD_BIN="$(command -v nghttpd || true)"
 HAPROXY_BIN="$(command -v haproxy || true)"
 CLK_TCK="$(getconf CLK_TCK)"
 
@@ -290,6 +322,24 @@ head -c 4096 /dev/zero | tr '\0' 'a' >"$ORIGIN_FILES/4k"
 head -c 65536 /dev/zero | tr '\0' 'a' >"$ORIGIN_FILES/64k"
 chmod 755 "$ORIGIN_FILES"; chmod 644 "$ORIGIN_FILES"/*
 
+# gRPC: length-prefixed messages (1 byte "not compressed", 4 bytes length,
+# the message). The origins answer /bench.Echo/SIZE with a SIZE message
+# (0 B, 4 KiB, 64 KiB); every call sends the same 16-byte one.
+GRPC_FILES="$TMP/grpc-www"
+GRPC_REQ="$TMP/grpc-request"
+grpc_message() {             # grpc_message BYTES: one framed message of BYTES 'a's
+  printf '\x00'; printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' \
+    $(( $1 >> 24 & 255 )) $(( $1 >> 16 & 255 )) $(( $1 >> 8 & 255 )) $(( $1 & 255 )))"
+  head -c "$1" /dev/zero | tr '\0' 'a'
+}
+if [[ $NEED_GRPC == 1 ]]; then
+  mkdir -p "$GRPC_FILES/bench.Echo"
+  grpc_message 0 >"$GRPC_FILES/bench.Echo/0"
+  grpc_message 4096 >"$GRPC_FILES/bench.Echo/4k"
+  grpc_message 65536 >"$GRPC_FILES/bench.Echo/64k"
+  grpc_message 16 >"$GRPC_REQ"
+fi
+
 nginx_common() {             # nginx_common PREFIX: main-context + http-context preamble
   cat <<EOF
 worker_processes 1;
@@ -341,6 +391,19 @@ start_origin() {
   track_tree "$pid"
   ORIGIN_PID[$name]=$pid
 }
+# start_grpc_origin NAME PORT: nghttpd (h2c, one thread) answering every
+# call with its message and the trailer grpc-status: 0 -> ORIGIN_PID[NAME]
+start_grpc_origin() {
+  local name=$1 port=$2 pid
+  mkdir -p "$TMP/$name"
+  "${ON_PROXY[@]}" "$NGHTTPD_BIN" --no-tls -a 127.0.0.1 -d "$GRPC_FILES" \
+    --trailer 'grpc-status: 0' "$port" >"$TMP/$name/nghttpd.log" 2>&1 &
+  pid=$!
+  track "$pid"
+  wait_port "$port" "$pid" 10 || { cat "$TMP/$name/nghttpd.log" >&2; die "gRPC origin $name did not start"; }
+  ORIGIN_PORT[$name]=$port
+  ORIGIN_PID[$name]=$pid
+}
 # graceful quit (SIGQUIT = nginx -s quit) and wait for the master to exit
 quit_origin() {
   local name=$1 pid=${ORIGIN_PID[$1]} st="" e i
@@ -352,7 +415,8 @@ quit_origin() {
 }
 
 # ---------------------------------------------------------------- proxies ----
-declare -A H1PORT H2PORT PROXY_PID
+declare -A H1PORT H2PORT GRPCPORT PROXY_PID
+GRPC_ORIGINS=()              # the gRPC origins' names while the matrix runs
 # write_nginx_proxy DIR H1 H2 RETRY ORIGIN_NAMES...
 write_nginx_proxy() {
   local dir=$1 h1=$2 h2=$3 retry=$4; shift 4
@@ -360,14 +424,29 @@ write_nginx_proxy() {
   [[ $retry == 1 ]] && extra=" max_fails=1 fail_timeout=2s"
   for o in "$@"; do servers+="        server 127.0.0.1:${ORIGIN_PORT[$o]}$extra;"$'\n'; done
   [[ $retry == 1 ]] && loc_extra="proxy_next_upstream error timeout http_502 http_503; proxy_next_upstream_tries 3;"
+  local grpc_up="" grpc_loc=""
+  if [[ ${#GRPC_ORIGINS[@]} -gt 0 && -n $h2 ]]; then
+    grpc_up="    upstream grpc_origin {"$'\n'
+    for o in "${GRPC_ORIGINS[@]}"; do grpc_up+="        server 127.0.0.1:${ORIGIN_PORT[$o]};"$'\n'; done
+    # nginx runs one call per upstream connection: room for every call
+    # in flight (16 connections x 10 streams) to keep its connection
+    grpc_up+="        keepalive 512;"$'\n'"        keepalive_requests 10000000;"$'\n'"    }"
+    grpc_loc="        location /bench.Echo/ { grpc_pass grpc://grpc_origin; }"
+  fi
   mkdir -p "$dir"; chmod 755 "$dir"
+  # keepalive: nginx's cache of idle upstream connections, one for all the
+  # upstream's servers. It must hold every request in flight (128
+  # connections; 16 x 10 h2c streams), or each one past it closes its
+  # connection and the next request dials a new one (hopgate keeps 256
+  # per node by default, HAProxy has no cap).
   {
     nginx_common "$dir"
     cat <<EOF
     upstream origin {
-$servers        keepalive 64;
+$servers        keepalive 512;
         keepalive_requests 10000000;
     }
+$grpc_up
     server {
         listen 127.0.0.1:$h1 backlog=4096;
 $( [[ -n $h2 ]] && echo "        listen 127.0.0.1:$h2 backlog=4096 http2;" )
@@ -378,6 +457,7 @@ $( [[ -n $h2 ]] && echo "        listen 127.0.0.1:$h2 backlog=4096 http2;" )
             proxy_max_temp_file_size 0;
             $loc_extra
         }
+$grpc_loc
     }
 }
 EOF
@@ -402,6 +482,12 @@ write_haproxy() {
     be_extra=$'    retry-on all-retryable-errors\n    retries 3\n    option redispatch\n'
   fi
   for o in "$@"; do i=$((i + 1)); servers+="    server o$i 127.0.0.1:${ORIGIN_PORT[$o]}$chk"$'\n'; done
+  local grpc_use="" grpc_be=""
+  if [[ ${#GRPC_ORIGINS[@]} -gt 0 && -n $h2 ]]; then
+    grpc_use="    use_backend grpc if { path_beg /bench.Echo/ }"
+    grpc_be="backend grpc"$'\n'"    balance roundrobin"$'\n'"    http-reuse always"$'\n'
+    for o in "${GRPC_ORIGINS[@]}"; do grpc_be+="    server $o 127.0.0.1:${ORIGIN_PORT[$o]} proto h2"$'\n'; done
+  fi
   mkdir -p "$dir"
   cat >"$dir/haproxy.cfg" <<EOF
 global
@@ -417,17 +503,20 @@ defaults
 frontend fe
     bind 127.0.0.1:$h1
 $( [[ -n $h2 ]] && echo "    bind 127.0.0.1:$h2 proto h2" )
+$grpc_use
     default_backend be
 backend be
     balance roundrobin
     http-reuse always
 $be_extra$servers
+$grpc_be
 EOF
 }
 # write_haproxy_tcp DIR H1 H2 ORIGIN_NAMES...: the L4 floor. mode tcp, one
 # upstream connection per client connection (round robin), no HTTP parsing:
 # what forwarding the bytes costs in the kernel plus an event loop. h2c goes
-# to origin 1's h2c port (the only one), like the direct h2c rows.
+# to origin 1's h2c port (the only one), like the direct h2c rows; gRPC
+# (its own port, GRPCPORT[floor]) round-robins over the gRPC origins.
 write_haproxy_tcp() {
   local dir=$1 h1=$2 h2=$3 servers="" o i=0; shift 3
   for o in "$@"; do i=$((i + 1)); servers+="    server o$i 127.0.0.1:${ORIGIN_PORT[$o]}"$'\n'; done
@@ -453,6 +542,11 @@ EOF
       printf 'frontend fe2\n    bind 127.0.0.1:%s\n    default_backend be2\nbackend be2\n    server o1 127.0.0.1:%s\n' \
         "$h2" "${ORIGIN_H2PORT[o1]}"
     fi
+    if [[ ${#GRPC_ORIGINS[@]} -gt 0 ]]; then
+      printf 'frontend fe3\n    bind 127.0.0.1:%s\n    default_backend be3\nbackend be3\n    balance roundrobin\n' \
+        "${GRPCPORT[floor]}"
+      for o in "${GRPC_ORIGINS[@]}"; do printf '    server %s 127.0.0.1:%s\n' "$o" "${ORIGIN_PORT[$o]}"; done
+    fi
   } >"$dir/haproxy.cfg"
 }
 start_haproxy() {            # start_haproxy DIR PORT
@@ -468,6 +562,7 @@ start_haproxy() {            # start_haproxy DIR PORT
 HOPGATE_BIN_SET=""
 if [[ -n ${HOPGATE_BIN:-} ]]; then HOPGATE_BIN_SET=1; else HOPGATE_BIN="$REPO_DIR/target/release/hopgate"; fi
 HOPGATE_PGO_BIN="${HOPGATE_PGO_BIN:-$REPO_DIR/target/pgo/hopgate}"
+HOPGATE_BASE_BIN="${HOPGATE_BASE_BIN:-}"
 # write_hopgate DIR PORT ADMINPORT ORIGIN_NAMES...
 write_hopgate() {
   local dir=$1 port=$2 admin=$3 o i=0; shift 3
@@ -481,11 +576,19 @@ write_hopgate() {
     echo "    lb: wrr_ring"
     echo "    nodes:"
     for o in "$@"; do i=$((i + 1)); echo "      - { id: o$i, address: 127.0.0.1:${ORIGIN_PORT[$o]} }"; done
+    if [[ ${#GRPC_ORIGINS[@]} -gt 0 ]]; then
+      echo "  - name: grpc"
+      echo "    lb: wrr_ring"
+      echo "    protocol: http2"
+      echo "    nodes:"
+      for o in "${GRPC_ORIGINS[@]}"; do echo "      - { id: $o, address: 127.0.0.1:${ORIGIN_PORT[$o]} }"; done
+    fi
     echo "routes:"
     echo "  - { id: all, match: { path_prefix: / }, service: origin }"
+    [[ ${#GRPC_ORIGINS[@]} -eq 0 ]] || echo "  - { id: grpc, match: { path_prefix: /bench.Echo/ }, service: grpc }"
   } >"$dir/hopgate.yaml"
 }
-start_hopgate() {            # start_hopgate DIR PORT [log|pgo] -> 0 ok / 1 failed (no die)
+start_hopgate() {            # start_hopgate DIR PORT [log|pgo|base] -> 0 ok / 1 failed (no die)
   local dir=$1 pid filter="info,hopgate::access=off" bin=$HOPGATE_BIN
   # Default settings: pinned to one CPU, hopgate picks a current-thread
   # runtime by itself (no worker-thread variable). Access log off (like
@@ -494,6 +597,7 @@ start_hopgate() {            # start_hopgate DIR PORT [log|pgo] -> 0 ok / 1 fail
   # written to the log file.
   [[ ${3:-} == log ]] && filter="info"
   [[ ${3:-} == pgo ]] && bin=$HOPGATE_PGO_BIN
+  [[ ${3:-} == base ]] && bin=$HOPGATE_BASE_BIN
   env -u TOKIO_WORKER_THREADS -u HOPGATE_WORKER_THREADS RUST_LOG="$filter" \
     "${ON_PROXY[@]}" "$bin" run --config "$dir/hopgate.yaml" >"$dir/hopgate.log" 2>&1 &
   pid=$!
@@ -510,7 +614,7 @@ start_hopgate() {            # start_hopgate DIR PORT [log|pgo] -> 0 ok / 1 fail
   STARTED_PID=$pid
 }
 
-run_hopgate() {              # run_hopgate TARGET ADMIN_PORT [log|pgo|""] MESSAGE
+run_hopgate() {              # run_hopgate TARGET ADMIN_PORT [log|pgo|base|""] MESSAGE
   local t=$1
   has "$t" || return 0
   write_hopgate "$TMP/$t" "${H1PORT[$t]}" "$2" o1 o2
@@ -535,6 +639,9 @@ prepare_hopgate() {
   fi
   if [[ ! -x $HOPGATE_PGO_BIN ]]; then
     has hopgate-pgo && skip_target hopgate-pgo "no binary at $HOPGATE_PGO_BIN (bash scripts/build-pgo.sh builds it)"
+  fi
+  if [[ -z $HOPGATE_BASE_BIN || ! -x $HOPGATE_BASE_BIN ]]; then
+    has hopgate-base && skip_target hopgate-base "no binary at '$HOPGATE_BASE_BIN' (set HOPGATE_BASE_BIN)"
   fi
   return 0
 }
@@ -610,9 +717,17 @@ run_once() {
   local port out pids opids c0 c1 o0 o1 hlog=""
   RUN_SEQ=$((RUN_SEQ + 1))
   out="$TMP/run-$RUN_SEQ-$target.out"
-  if [[ $proto == h1 ]]; then port=${H1PORT[$target]}; else port=${H2PORT[$target]}; fi
-  local url="http://127.0.0.1:$port/$size"
-  if [[ $target == direct ]]; then opids="$(origin_pids o1)"; else opids="$(origin_pids o1 o2)"; fi
+  local url origins=(o1 o2) h2args=()
+  case "$proto" in
+    h1) url="http://127.0.0.1:${H1PORT[$target]}/$size" ;;
+    h2c) url="http://127.0.0.1:${H2PORT[$target]}/$size" ;;
+    grpc)
+      url="http://127.0.0.1:${GRPCPORT[$target]}/bench.Echo/$size"
+      origins=("${GRPC_ORIGINS[@]}")
+      h2args=(-d "$GRPC_REQ" -H 'content-type: application/grpc' -H 'te: trailers') ;;
+  esac
+  [[ $target == direct ]] && origins=("${origins[0]}")
+  opids="$(origin_pids "${origins[@]}")"
   pids="$(proxy_pids "$target")"
   c0=$(ticks $pids); o0=$(sum2 $(ticks $opids))
   local s0 s1 w0 w1
@@ -621,7 +736,7 @@ run_once() {
     "${ON_LOAD[@]}" wrk -t1 -c"$conns" -d"${DURATION}s" -s "$BENCH_DIR/wrk-stats.lua" "$url" >"$out" 2>&1 || true
   else
     hlog="$TMP/run-$RUN_SEQ-$target.h2log"
-    "${ON_LOAD[@]}" h2load -t1 -c"$conns" -m10 -D "$DURATION" --log-file="$hlog" "$url" >"$out" 2>&1 || true
+    "${ON_LOAD[@]}" h2load -t1 -c"$conns" -m10 -D "$DURATION" --log-file="$hlog" "${h2args[@]}" "$url" >"$out" 2>&1 || true
   fi
   w1=$(self_child_ticks); s1="$(sys_ticks)"
   c1=$(ticks $pids); o1=$(sum2 $(ticks $opids))
@@ -648,6 +763,9 @@ META="$TMP/meta.txt"
   echo "wrk=$(wrk -v 2>&1 | head -n1 | awk '{print $2}')"
   command -v h2load >/dev/null && echo "h2load=$(h2load --version 2>/dev/null | head -n1)"
   echo "git=$(cd "$REPO_DIR" && git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  if [[ -n $HOPGATE_BASE_BIN ]] && has hopgate-base; then
+    echo "hopgate_base=$HOPGATE_BASE_BIN ($("$HOPGATE_BASE_BIN" --version 2>/dev/null | head -n1 || echo '?'))"
+  fi
   echo "loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg)"
   echo "pinning=load generator on CPU $LOADGEN_CPU, proxy + origins on CPU $PROXY_CPU"
   echo "repeat=$REPEAT"
@@ -656,14 +774,25 @@ META="$TMP/meta.txt"
   echo "retry_noisy=$RETRY_NOISY"
 } >"$META"
 
-if has hopgate || has hopgate-log || has hopgate-pgo; then prepare_hopgate; fi
+if has hopgate || has hopgate-log || has hopgate-pgo || has hopgate-base; then prepare_hopgate; fi
 if [[ -z $HAPROXY_BIN ]] && has haproxy; then skip_target haproxy "haproxy not installed"; fi
 if [[ -z $HAPROXY_BIN ]] && has floor; then skip_target floor "haproxy not installed"; fi
 
 # ----------------------------------------------------------------- matrix ----
+# grpc_check PORT: one unary call through PORT with nghttp; prints "ok", or
+# what was wrong (and fails)
+grpc_check() {
+  local out
+  out="$(nghttp -v -t 5 -d "$GRPC_REQ" -H 'content-type: application/grpc' -H 'te: trailers' \
+    "http://127.0.0.1:$1/bench.Echo/4k" 2>&1 | tr -c '[:print:]\n' '.')"
+  grep -q ':status: 200' <<<"$out" || { echo "no 200: $(grep -m1 ':status' <<<"$out" || tail -n1 <<<"$out")"; return 1; }
+  grep -q ') grpc-status: 0' <<<"$out" || { echo "no grpc-status: 0"; return 1; }
+  echo ok
+}
+
 run_matrix() {
   local ports
-  read -r -a ports <<<"$(free_ports 16)"
+  read -r -a ports <<<"$(free_ports 21)"
   ORIGIN_PORT[o1]=${ports[0]}; ORIGIN_H2PORT[o1]=${ports[1]}; ORIGIN_PORT[o2]=${ports[2]}
   H1PORT[direct]=${ports[0]}; H2PORT[direct]=${ports[1]}
   H1PORT[nginx]=${ports[3]}; H2PORT[nginx]=${ports[4]}
@@ -675,6 +804,18 @@ run_matrix() {
   local hoplog_admin=${ports[12]}
   H1PORT[hopgate-pgo]=${ports[14]}; H2PORT[hopgate-pgo]=${ports[14]}
   local hoppgo_admin=${ports[15]}
+  H1PORT[hopgate-base]=${ports[16]}; H2PORT[hopgate-base]=${ports[16]}
+  local hopbase_admin=${ports[17]}
+  local t
+  for t in nginx haproxy hopgate hopgate-log hopgate-pgo hopgate-base; do GRPCPORT[$t]=${H2PORT[$t]}; done
+  GRPCPORT[floor]=${ports[18]}
+  GRPC_ORIGINS=()
+  if [[ $NEED_GRPC == 1 ]]; then
+    GRPC_ORIGINS=(g1 g2)
+    start_grpc_origin g1 "${ports[19]}"; start_grpc_origin g2 "${ports[20]}"
+    GRPCPORT[direct]=${ports[19]}
+    log "gRPC origins (nghttpd): g1=127.0.0.1:${ORIGIN_PORT[g1]}, g2=127.0.0.1:${ORIGIN_PORT[g2]}"
+  fi
 
   write_origin_conf o1 "${ORIGIN_PORT[o1]}" "${ORIGIN_H2PORT[o1]}"
   write_origin_conf o2 "${ORIGIN_PORT[o2]}"
@@ -701,9 +842,11 @@ run_matrix() {
     "hopgate with its access log on: h1+h2c ${H1PORT[hopgate-log]}"
   run_hopgate hopgate-pgo "$hoppgo_admin" pgo \
     "hopgate, profile-guided build: h1+h2c ${H1PORT[hopgate-pgo]}"
+  run_hopgate hopgate-base "$hopbase_admin" base \
+    "hopgate, base build $HOPGATE_BASE_BIN: h1+h2c ${H1PORT[hopgate-base]}"
 
   # every target must answer 200 before measuring
-  local t code
+  local code
   for t in "${TARGETS[@]}"; do
     code="$(python3 - "${H1PORT[$t]}" <<'EOF'
 import http.client, sys
@@ -719,24 +862,16 @@ EOF
       [[ $t == hopgate* ]] && { skip_target "$t" "GET /4k answered $code"; continue; }
       die "$t: GET /4k answered $code"
     fi
+    # and gRPC calls, when measured: 200 with the trailer grpc-status: 0
+    [[ $NEED_GRPC == 1 ]] || continue
+    if ! code="$(grpc_check "${GRPCPORT[$t]}")"; then
+      [[ $t == hopgate* ]] && { skip_target "$t" "gRPC call: $code"; continue; }
+      die "$t: gRPC call: $code"
+    fi
   done
 
   [[ ${#TARGETS[@]} -gt 0 ]] || die "no target left to measure"
-  local points
-  if [[ -n $POINTS ]]; then
-    local x
-    points=()
-    IFS=',' read -r -a _pts <<<"$POINTS"
-    for x in "${_pts[@]}"; do
-      [[ $x =~ ^(h1|h2c)-(0|4k|64k)-[1-9][0-9]*$ ]] || die "--points: '$x' is not PROTO-SIZE-CONNS (h1|h2c, 0|4k|64k, connections)"
-      points+=("${x//-/ }")
-    done
-  elif [[ $QUICK == 1 ]]; then
-    points=("h1 0 16" "h2c 4k 16")
-  else
-    # h1 0 B with 1 connection: the added-latency point (no queueing)
-    points=("h1 0 1" "h1 0 16" "h1 0 128" "h1 4k 16" "h1 4k 128" "h1 64k 16" "h1 64k 128" "h2c 0 16" "h2c 4k 16")
-  fi
+  local points=("${POINT_LIST[@]}")
   local total=$(( ${#points[@]} * REPEAT * ${#TARGETS[@]} ))
   log "matrix: ${#points[@]} points x $REPEAT repeats x ${#TARGETS[@]} targets (${TARGETS[*]}) x ${DURATION}s ≈ $(( total * DURATION + ${#TARGETS[@]} ))s"
 
@@ -749,7 +884,7 @@ EOF
   for p in "${points[@]}"; do
     read -r proto size conns <<<"$p"
     case "$size" in 0) label="0B" ;; 4k) label="4KiB" ;; 64k) label="64KiB" ;; esac
-    if [[ $proto == h1 ]]; then label="h1 $label c$conns"; else label="h2c $label c${conns}x10"; fi
+    if [[ $proto == h1 ]]; then label="h1 $label c$conns"; else label="$proto $label c${conns}x10"; fi
     for ((rep = 1; rep <= REPEAT; rep++)); do
       wait_quiet
       for ((i = 0; i < n; i++)); do   # interleave; rotate the order each repeat
@@ -760,9 +895,11 @@ EOF
   done
 
   # stop the matrix proxies and origins
-  for t in floor nginx haproxy hopgate hopgate-log hopgate-pgo; do [[ -n ${PROXY_PID[$t]:-} ]] && stop_pid "${PROXY_PID[$t]}"; done
+  for t in floor nginx haproxy hopgate hopgate-log hopgate-pgo hopgate-base; do [[ -n ${PROXY_PID[$t]:-} ]] && stop_pid "${PROXY_PID[$t]}"; done
   stop_pid "${ORIGIN_PID[o1]}"; stop_pid "${ORIGIN_PID[o2]}"
+  for t in "${GRPC_ORIGINS[@]}"; do stop_pid "${ORIGIN_PID[$t]}"; done
   PROXY_PID=()
+  GRPC_ORIGINS=()
   return 0
 }
 

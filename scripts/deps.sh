@@ -31,6 +31,8 @@ command -v nginx   >/dev/null 2>&1 || need+=(nginx-light)
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 command -v wrk     >/dev/null 2>&1 || need+=(wrk)
 command -v h2load  >/dev/null 2>&1 || need+=(nghttp2-client)
+# The load benchmark's gRPC origins (bench/run.sh).
+command -v nghttpd >/dev/null 2>&1 || [ -x /usr/sbin/nghttpd ] || need+=(nghttp2-server)
 command -v ss      >/dev/null 2>&1 || need+=(iproute2)
 # Fleet mode: a real etcd in the tests.
 command -v etcd    >/dev/null 2>&1 || need+=(etcd-server)
