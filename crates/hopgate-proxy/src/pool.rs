@@ -32,7 +32,9 @@
 //! load, not the node's failure.
 //!
 //! Must not touch: routing, balancing, retry policy (the caller decides).
-//! The idle set is a lock-free queue and the registry of live connections
+//! The idle set ([`idle`]) is lock-free and hands out the most recently
+//! used connection first (idle ones it leaves over are swept at
+//! `idle_timeout`); the registry of live connections
 //! (which a drain's deadline closes: HTTP/2 drivers are aborted, HTTP/1.1
 //! connections get their kill flag set and their current waiter woken) a
 //! lock-free map touched only when a connection opens or closes; the only
@@ -46,7 +48,6 @@ use std::time::{Duration, Instant};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use bytes::{Bytes, BytesMut};
-use crossbeam_queue::ArrayQueue;
 use futures_util::task::AtomicWaker;
 use hopgate_core::config::{PoolLimits, UpstreamProtocol};
 use hopgate_core::error::{ErrorKind, ProxyError};
@@ -64,8 +65,14 @@ use crate::h1::client as h1;
 use crate::tls::{UpstreamConnector, UpstreamIo};
 
 mod admit;
+mod idle;
 mod sending;
 use admit::Handoff;
+use idle::IdleSet;
+
+/// How often a pool in use looks at the idle connections its checkouts
+/// do not reach ([`Pool::sweep_if_due`]).
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// How a pool dials and keeps connections; read from the snapshot on every
 /// request so reloads apply at once.
@@ -179,6 +186,8 @@ pub(crate) struct H1Conn {
     pub out: Vec<u8>,
     /// The request timeout's timer, kept from one exchange to the next.
     pub timer: crate::h1::deadline::LazyTimer,
+    /// When it was last parked in the idle set.
+    idle_since: Instant,
     _live: LiveGuard,
 }
 
@@ -189,11 +198,6 @@ impl H1Conn {
         let H1Conn { io, buf, .. } = self;
         (io, buf.freeze())
     }
-}
-
-struct IdleConn {
-    conn: Box<H1Conn>,
-    since: Instant,
 }
 
 struct H2Conn {
@@ -252,7 +256,12 @@ pub struct PoolStats {
 
 /// The connection pool of one node.
 pub struct Pool {
-    idle: ArcSwap<ArrayQueue<IdleConn>>,
+    /// Parked HTTP/1.1 connections, the most recently used first.
+    idle: ArcSwap<IdleSet<H1Conn>>,
+    /// When the idle set is next swept for connections past
+    /// `idle_timeout` or closed by the backend, in ms since `born`.
+    next_sweep_ms: AtomicU64,
+    born: Instant,
     h2: ArcSwapOption<H2Conn>,
     h2_dial: tokio::sync::Mutex<()>,
     /// Connections older than this generation are not reused.
@@ -291,7 +300,9 @@ impl Default for Pool {
 impl Pool {
     pub fn new(max_idle: usize) -> Pool {
         Pool {
-            idle: ArcSwap::from_pointee(ArrayQueue::new(max_idle.max(1))),
+            idle: ArcSwap::from_pointee(IdleSet::new(max_idle)),
+            next_sweep_ms: AtomicU64::new(SWEEP_EVERY.as_millis() as u64),
+            born: Instant::now(),
             h2: ArcSwapOption::empty(),
             h2_dial: tokio::sync::Mutex::new(()),
             generation: AtomicU64::new(1),
@@ -347,8 +358,8 @@ impl Pool {
     pub fn evict_idle(&self) -> usize {
         let q = self.idle.load();
         let mut n = 0;
-        while let Some(idle) = q.pop() {
-            idle.conn.meta.set(ConnState::Closed);
+        while let Some(conn) = q.pop() {
+            conn.meta.set(ConnState::Closed);
             n += 1;
         }
         n
@@ -435,13 +446,10 @@ impl Pool {
                 Err(Handoff::H1(c)) => conn = c,
                 Err(Handoff::H2) => return,
             }
-            let idle = IdleConn {
-                conn,
-                since: Instant::now(),
-            };
+            conn.idle_since = Instant::now();
             let queue = self.idle.load();
-            if let Err(rejected) = queue.push(idle) {
-                rejected.conn.meta.set(ConnState::Closed);
+            if let Err(rejected) = queue.push(conn) {
+                rejected.meta.set(ConnState::Closed);
                 return;
             }
             // A request may have queued between the offer and the push;
@@ -450,7 +458,7 @@ impl Pool {
                 return;
             }
             match queue.pop() {
-                Some(idle) => conn = idle.conn,
+                Some(idle) => conn = idle,
                 None => return,
             }
         }
@@ -475,16 +483,15 @@ impl Pool {
         let generation = self.generation.load(Ordering::Relaxed);
         let queue = self.idle.load();
         if queue.capacity() != s.max_idle.max(1) {
-            // A reload changed the pool size: start a queue of the new size;
+            // A reload changed the pool size: start a set of the new size;
             // the old one's connections close as it is dropped.
-            self.idle
-                .store(Arc::new(ArrayQueue::new(s.max_idle.max(1))));
+            self.idle.store(Arc::new(IdleSet::new(s.max_idle)));
         }
-        while let Some(idle) = queue.pop() {
-            let mut conn = idle.conn;
+        self.sweep_if_due(&queue, generation, s.idle_timeout, now);
+        while let Some(mut conn) = queue.pop() {
             if conn.meta.addr != addr
                 || conn.meta.generation < generation
-                || now.saturating_duration_since(idle.since) > s.idle_timeout
+                || now.saturating_duration_since(conn.idle_since) > s.idle_timeout
                 || h1::is_stale(&mut conn)
             {
                 conn.meta.set(ConnState::Closed);
@@ -494,6 +501,43 @@ impl Pool {
             return Some(conn);
         }
         None
+    }
+
+    /// At most every [`SWEEP_EVERY`], closes the idle connections that
+    /// checkouts do not reach (the most recent ones are reused first, so
+    /// those a burst left over sit untouched): past `idle_timeout`, of an
+    /// old generation, or closed or written to by the backend.
+    fn sweep_if_due(
+        &self,
+        queue: &IdleSet<H1Conn>,
+        generation: u64,
+        idle_timeout: Duration,
+        now: Instant,
+    ) {
+        let at = now.saturating_duration_since(self.born).as_millis() as u64;
+        let due = self.next_sweep_ms.load(Ordering::Relaxed);
+        if at < due
+            || self
+                .next_sweep_ms
+                .compare_exchange(
+                    due,
+                    at + SWEEP_EVERY.as_millis() as u64,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return;
+        }
+        queue.retain(|conn| {
+            let keep = conn.meta.generation >= generation
+                && now.saturating_duration_since(conn.idle_since) <= idle_timeout
+                && !h1::is_stale(conn);
+            if !keep {
+                conn.meta.set(ConnState::Closed);
+            }
+            keep
+        });
     }
 
     async fn dial_and_send_h1(
@@ -601,6 +645,7 @@ impl Pool {
             buf: BytesMut::new(),
             out: Vec::new(),
             timer: Default::default(),
+            idle_since: Instant::now(),
             _live: live,
         }))
     }

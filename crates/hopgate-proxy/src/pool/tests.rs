@@ -347,3 +347,53 @@ async fn drain_ends_a_streaming_body_at_the_deadline() {
     assert_eq!(pool.stats().open, 0);
     assert_eq!(pool.live.pin().len(), 0);
 }
+
+/// After a burst opened three connections, one request at a time keeps
+/// reusing the same connection (the most recently parked), and the idle
+/// sweep closes the two the burst left over once they pass
+/// `idle_timeout`, while the one in use stays.
+#[tokio::test]
+async fn the_latest_connection_is_reused_and_leftovers_are_swept() {
+    const A: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na";
+    const B: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nb";
+    const C: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nc";
+    let (addr, _) = scripted(vec![vec![A; 40], vec![B; 40], vec![C; 40]]).await;
+    let pool = Arc::new(Pool::new(8));
+    let s = PoolSettings {
+        idle_timeout: Duration::from_millis(300),
+        ..settings()
+    };
+    let (r1, r2, r3) = tokio::join!(
+        send(&pool, addr, get("/1"), &s),
+        send(&pool, addr, get("/2"), &s),
+        send(&pool, addr, get("/3"), &s)
+    );
+    let mut burst = Vec::new();
+    for r in [r1, r2, r3] {
+        burst.push(read_all(r.unwrap()).await.0);
+    }
+    burst.sort();
+    assert_eq!(burst, [b"a", b"b", b"c"], "three connections");
+    assert_eq!((pool.stats().open, pool.stats().idle), (3, 3));
+
+    let mut served = Vec::new();
+    let started = Instant::now();
+    // Past the first sweep (one second after the pool was made) and the
+    // leftovers' idle timeout, one request every 100 ms.
+    while started.elapsed() < Duration::from_millis(1_500) {
+        let resp = send(&pool, addr, get("/seq"), &s).await.unwrap();
+        served.extend(read_all(resp).await.0);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        served.iter().all(|&c| c == served[0]),
+        "one connection serves them all: {:?}",
+        String::from_utf8_lossy(&served)
+    );
+    assert_eq!(pool.stats().dialed, 3, "nothing dialled after the burst");
+    assert_eq!(
+        (pool.stats().open, pool.stats().idle),
+        (1, 1),
+        "the two leftovers were swept"
+    );
+}
