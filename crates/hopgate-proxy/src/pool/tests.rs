@@ -360,7 +360,7 @@ async fn the_latest_connection_is_reused_and_leftovers_are_swept() {
     let (addr, _) = scripted(vec![vec![A; 40], vec![B; 40], vec![C; 40]]).await;
     let pool = Arc::new(Pool::new(8));
     let s = PoolSettings {
-        idle_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_millis(600),
         ..settings()
     };
     let (r1, r2, r3) = tokio::join!(
@@ -379,11 +379,12 @@ async fn the_latest_connection_is_reused_and_leftovers_are_swept() {
     let mut served = Vec::new();
     let started = Instant::now();
     // Past the first sweep (one second after the pool was made) and the
-    // leftovers' idle timeout, one request every 100 ms.
+    // leftovers' idle timeout, one request every 50 ms (far inside the
+    // timeout, so a slow machine does not expire the one in use).
     while started.elapsed() < Duration::from_millis(1_500) {
         let resp = send(&pool, addr, get("/seq"), &s).await.unwrap();
         served.extend(read_all(resp).await.0);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(
         served.iter().all(|&c| c == served[0]),
