@@ -26,12 +26,17 @@ COLUMNS = [
     "cpu_us_req", "origin_cpu_us_req", "user_us_req", "sys_us_req", "errors", "detail",
     "other_cpu_pct",
 ]
-TARGET_ORDER = ["direct", "floor", "nginx", "haproxy", "hopgate", "hopgate-log", "hopgate-pgo",
-                "hopgate-base"]
-PROXIES = ["floor", "nginx", "haproxy", "hopgate", "hopgate-log", "hopgate-pgo", "hopgate-base"]
+TARGET_ORDER = ["direct", "floor", "floor-hdr", "nginx", "haproxy", "hopgate", "hopgate-log",
+                "hopgate-pgo", "hopgate-base"]
+PROXIES = ["floor", "floor-hdr", "nginx", "haproxy", "hopgate", "hopgate-log", "hopgate-pgo",
+           "hopgate-base"]
 # What each target is, under the tables.
 TARGET_NOTES = {
     "floor": "HAProxy in `mode tcp` (a pure L4 forward, no HTTP parsing): the kernel floor",
+    "floor-hdr": "the same L4 floor, loaded with requests that carry the six lines hopgate "
+                 "adds upstream (`x-request-id`, `x-forwarded-for`, `x-forwarded-proto`, "
+                 "`x-route-rule-id`, `traceparent`, `x-upstream-addr`): the origins parse what "
+                 "they parse behind hopgate",
     "hopgate-log": "hopgate with its access log on (the default), written to a file",
     "hopgate-pgo": "hopgate's profile-guided build (`scripts/build-pgo.sh`), same settings",
     "hopgate-base": "another hopgate build (`HOPGATE_BASE_BIN`), same settings",
@@ -300,6 +305,40 @@ def cmd_table(a) -> int:
             notes = [f"`{t}`: {TARGET_NOTES[t]}" for t in ptargets if t in TARGET_NOTES]
             if notes:
                 out.append("; ".join(notes) + ".")
+
+        # The shared core's time per request, and what 1.2x nginx leaves
+        # the proxy: proxy and origins share one CPU, so 1 / req/s is the
+        # proxy's CPU + the origins' + the rest (other work, idle).
+        if "nginx" in targets:
+            brs = []
+            for sc in scenarios:
+                ng = agg.get((sc, "nginx"))
+                if not ng or not sc.startswith("h1") or sc.endswith(" c1"):
+                    continue
+                want = 1e6 / (1.2 * ng["rps"])
+                for t in ptargets:
+                    g = agg.get((sc, t))
+                    if not g or not g["rps"]:
+                        continue
+                    core = 1e6 / g["rps"]
+                    rest = core - g["cpu"] - g["ocpu"]
+                    budget = want - g["ocpu"] - rest
+                    brs.append([sc, t, fnum(core, 1), fnum(g["cpu"], 1), fnum(g["ocpu"], 1),
+                                fnum(rest, 1), fnum(want, 1), fnum(budget, 1),
+                                ("+" if g["cpu"] >= budget else "") + fnum(g["cpu"] - budget, 1)])
+            if brs:
+                out.append("\n### The shared core per request, and the proxy's budget at 1.2× "
+                           "nginx (µs)\n")
+                out.append(md_table(["scenario", "target", "core per request", "proxy CPU",
+                                     "origins' CPU", "rest", "core per request at 1.2× nginx",
+                                     "proxy budget there", "proxy over budget"], brs, left=2))
+                out.append("\nThe proxy and the origins share one CPU, so each request takes "
+                           "1 ÷ req/s of it: the proxy's CPU, the origins' CPU for that "
+                           "request, and the rest (other work, idle). At 1.2× nginx's req/s "
+                           "a request may take 1 ÷ (1.2 × nginx's req/s); with the origins' "
+                           "CPU and the rest as they are behind that target, the proxy may "
+                           "spend what is left (its budget). A floor row over its budget "
+                           "means that not even a forward that parses nothing gets there.")
 
         base_builds = [t for t in ("hopgate", "hopgate-pgo") if t in targets]
         if "hopgate-base" in targets and base_builds:

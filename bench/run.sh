@@ -17,10 +17,14 @@
 #                       hopgate is built)
 #   --repeat N          repeats per matrix point (default 3)
 #   --duration S        seconds per run (default 5)
-#   --only a,b          targets: direct,floor,nginx,haproxy,hopgate,hopgate-log,
-#                       hopgate-pgo,hopgate-base (default: all but
-#                       hopgate-log, hopgate-pgo and hopgate-base; floor =
-#                       HAProxy in mode tcp, a pure L4 forward; hopgate-log =
+#   --only a,b          targets: direct,floor,floor-hdr,nginx,haproxy,hopgate,
+#                       hopgate-log,hopgate-pgo,hopgate-base (default: all
+#                       but floor-hdr, hopgate-log, hopgate-pgo and
+#                       hopgate-base; floor = HAProxy in mode tcp, a pure L4
+#                       forward; floor-hdr = the same floor, with the load
+#                       generator sending the six lines hopgate adds to
+#                       every upstream request, so the origins parse what
+#                       they parse behind hopgate; hopgate-log =
 #                       hopgate with its access log on, written to a file;
 #                       hopgate-pgo = the profile-guided build of
 #                       scripts/build-pgo.sh, HOPGATE_PGO_BIN; hopgate-base =
@@ -146,12 +150,12 @@ for x in "${POINT_LIST[@]}"; do [[ $x == grpc* ]] && NEED_GRPC=1; done
 
 TARGETS=()
 IFS=',' read -r -a _req <<<"$ONLY"
-ALL_TARGETS=(direct floor nginx haproxy hopgate hopgate-log hopgate-pgo hopgate-base)
+ALL_TARGETS=(direct floor floor-hdr nginx haproxy hopgate hopgate-log hopgate-pgo hopgate-base)
 for t in "${ALL_TARGETS[@]}"; do                 # canonical order
   for r in "${_req[@]}"; do [[ $r == "$t" ]] && TARGETS+=("$t"); done
 done
 for r in "${_req[@]}"; do
-  case "$r" in direct|floor|nginx|haproxy|hopgate|hopgate-log|hopgate-pgo|hopgate-base) ;; *) echo "run.sh: unknown target '$r' (${ALL_TARGETS[*]})" >&2; exit 2 ;; esac
+  case "$r" in direct|floor|floor-hdr|nginx|haproxy|hopgate|hopgate-log|hopgate-pgo|hopgate-base) ;; *) echo "run.sh: unknown target '$r' (${ALL_TARGETS[*]})" >&2; exit 2 ;; esac
 done
 [[ ${#TARGETS[@]} -gt 0 ]] || { echo "run.sh: --only selected no target" >&2; exit 2; }
 
@@ -322,23 +326,8 @@ head -c 4096 /dev/zero | tr '\0' 'a' >"$ORIGIN_FILES/4k"
 head -c 65536 /dev/zero | tr '\0' 'a' >"$ORIGIN_FILES/64k"
 chmod 755 "$ORIGIN_FILES"; chmod 644 "$ORIGIN_FILES"/*
 
-# gRPC: length-prefixed messages (1 byte "not compressed", 4 bytes length,
-# the message). The origins answer /bench.Echo/SIZE with a SIZE message
-# (0 B, 4 KiB, 64 KiB); every call sends the same 16-byte one.
-GRPC_FILES="$TMP/grpc-www"
-GRPC_REQ="$TMP/grpc-request"
-grpc_message() {             # grpc_message BYTES: one framed message of BYTES 'a's
-  printf '\x00'; printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' \
-    $(( $1 >> 24 & 255 )) $(( $1 >> 16 & 255 )) $(( $1 >> 8 & 255 )) $(( $1 & 255 )))"
-  head -c "$1" /dev/zero | tr '\0' 'a'
-}
-if [[ $NEED_GRPC == 1 ]]; then
-  mkdir -p "$GRPC_FILES/bench.Echo"
-  grpc_message 0 >"$GRPC_FILES/bench.Echo/0"
-  grpc_message 4096 >"$GRPC_FILES/bench.Echo/4k"
-  grpc_message 65536 >"$GRPC_FILES/bench.Echo/64k"
-  grpc_message 16 >"$GRPC_REQ"
-fi
+# The gRPC points' message files, origins and check (bench/grpc.sh).
+source "$BENCH_DIR/grpc.sh"
 
 nginx_common() {             # nginx_common PREFIX: main-context + http-context preamble
   cat <<EOF
@@ -389,19 +378,6 @@ start_origin() {
   wait_port "${ORIGIN_PORT[$name]}" "$pid" 10 || { cat "$dir/error.log" "$dir/stdout.log" >&2 2>/dev/null; die "origin $name did not start"; }
   [[ -z ${ORIGIN_H2PORT[$name]:-} ]] || wait_port "${ORIGIN_H2PORT[$name]}" "$pid" 10 || die "origin $name h2 port did not open"
   track_tree "$pid"
-  ORIGIN_PID[$name]=$pid
-}
-# start_grpc_origin NAME PORT: nghttpd (h2c, one thread) answering every
-# call with its message and the trailer grpc-status: 0 -> ORIGIN_PID[NAME]
-start_grpc_origin() {
-  local name=$1 port=$2 pid
-  mkdir -p "$TMP/$name"
-  "${ON_PROXY[@]}" "$NGHTTPD_BIN" --no-tls -a 127.0.0.1 -d "$GRPC_FILES" \
-    --trailer 'grpc-status: 0' "$port" >"$TMP/$name/nghttpd.log" 2>&1 &
-  pid=$!
-  track "$pid"
-  wait_port "$port" "$pid" 10 || { cat "$TMP/$name/nghttpd.log" >&2; die "gRPC origin $name did not start"; }
-  ORIGIN_PORT[$name]=$port
   ORIGIN_PID[$name]=$pid
 }
 # graceful quit (SIGQUIT = nginx -s quit) and wait for the master to exit
@@ -727,16 +703,18 @@ run_once() {
       h2args=(-d "$GRPC_REQ" -H 'content-type: application/grpc' -H 'te: trailers') ;;
   esac
   [[ $target == direct ]] && origins=("${origins[0]}")
+  local added=()
+  [[ $target == floor-hdr ]] && added=("${ADDED_LINES[@]}")
   opids="$(origin_pids "${origins[@]}")"
   pids="$(proxy_pids "$target")"
   c0=$(ticks $pids); o0=$(sum2 $(ticks $opids))
   local s0 s1 w0 w1
   s0="$(sys_ticks)"; w0=$(self_child_ticks)
   if [[ $proto == h1 ]]; then
-    "${ON_LOAD[@]}" wrk -t1 -c"$conns" -d"${DURATION}s" -s "$BENCH_DIR/wrk-stats.lua" "$url" >"$out" 2>&1 || true
+    "${ON_LOAD[@]}" wrk -t1 -c"$conns" -d"${DURATION}s" -s "$BENCH_DIR/wrk-stats.lua" "${added[@]}" "$url" >"$out" 2>&1 || true
   else
     hlog="$TMP/run-$RUN_SEQ-$target.h2log"
-    "${ON_LOAD[@]}" h2load -t1 -c"$conns" -m10 -D "$DURATION" --log-file="$hlog" "${h2args[@]}" "$url" >"$out" 2>&1 || true
+    "${ON_LOAD[@]}" h2load -t1 -c"$conns" -m10 -D "$DURATION" --log-file="$hlog" "${h2args[@]}" "${added[@]}" "$url" >"$out" 2>&1 || true
   fi
   w1=$(self_child_ticks); s1="$(sys_ticks)"
   c1=$(ticks $pids); o1=$(sum2 $(ticks $opids))
@@ -777,19 +755,9 @@ META="$TMP/meta.txt"
 if has hopgate || has hopgate-log || has hopgate-pgo || has hopgate-base; then prepare_hopgate; fi
 if [[ -z $HAPROXY_BIN ]] && has haproxy; then skip_target haproxy "haproxy not installed"; fi
 if [[ -z $HAPROXY_BIN ]] && has floor; then skip_target floor "haproxy not installed"; fi
+if [[ -z $HAPROXY_BIN ]] && has floor-hdr; then skip_target floor-hdr "haproxy not installed"; fi
 
 # ----------------------------------------------------------------- matrix ----
-# grpc_check PORT: one unary call through PORT with nghttp; prints "ok", or
-# what was wrong (and fails)
-grpc_check() {
-  local out
-  out="$(nghttp -v -t 5 -d "$GRPC_REQ" -H 'content-type: application/grpc' -H 'te: trailers' \
-    "http://127.0.0.1:$1/bench.Echo/4k" 2>&1 | tr -c '[:print:]\n' '.')"
-  grep -q ':status: 200' <<<"$out" || { echo "no 200: $(grep -m1 ':status' <<<"$out" || tail -n1 <<<"$out")"; return 1; }
-  grep -q ') grpc-status: 0' <<<"$out" || { echo "no grpc-status: 0"; return 1; }
-  echo ok
-}
-
 run_matrix() {
   local ports
   read -r -a ports <<<"$(free_ports 21)"
@@ -800,6 +768,7 @@ run_matrix() {
   H1PORT[hopgate]=${ports[7]}; H2PORT[hopgate]=${ports[7]}   # h1 + h2c on one port
   local hop_admin=${ports[8]}
   H1PORT[floor]=${ports[9]}; H2PORT[floor]=${ports[10]}
+  H1PORT[floor-hdr]=${ports[9]}; H2PORT[floor-hdr]=${ports[10]}   # the floor's own process
   H1PORT[hopgate-log]=${ports[11]}; H2PORT[hopgate-log]=${ports[11]}
   local hoplog_admin=${ports[12]}
   H1PORT[hopgate-pgo]=${ports[14]}; H2PORT[hopgate-pgo]=${ports[14]}
@@ -808,7 +777,7 @@ run_matrix() {
   local hopbase_admin=${ports[17]}
   local t
   for t in nginx haproxy hopgate hopgate-log hopgate-pgo hopgate-base; do GRPCPORT[$t]=${H2PORT[$t]}; done
-  GRPCPORT[floor]=${ports[18]}
+  GRPCPORT[floor]=${ports[18]}; GRPCPORT[floor-hdr]=${ports[18]}
   GRPC_ORIGINS=()
   if [[ $NEED_GRPC == 1 ]]; then
     GRPC_ORIGINS=(g1 g2)
@@ -820,6 +789,12 @@ run_matrix() {
   write_origin_conf o1 "${ORIGIN_PORT[o1]}" "${ORIGIN_H2PORT[o1]}"
   write_origin_conf o2 "${ORIGIN_PORT[o2]}"
   start_origin o1; start_origin o2
+  # What hopgate adds to every upstream request by default (as captured at
+  # a listening socket; the values' lengths are hopgate's), for floor-hdr.
+  ADDED_LINES=(-H 'x-request-id: 7fde45a87339afde0000000000000000' -H 'x-forwarded-for: 127.0.0.1'
+    -H 'x-forwarded-proto: http' -H 'x-route-rule-id: all'
+    -H 'traceparent: 00-e6d8c650905e3ed4b7043231f90aacb0-3abe9445ab2be872-00'
+    -H "x-upstream-addr: 127.0.0.1:${ORIGIN_PORT[o1]}")
   log "origins: o1=127.0.0.1:${ORIGIN_PORT[o1]} (h2c ${ORIGIN_H2PORT[o1]}), o2=127.0.0.1:${ORIGIN_PORT[o2]}"
 
   if has nginx; then
@@ -827,9 +802,10 @@ run_matrix() {
     start_nginx_proxy "$TMP/nginx" "${H1PORT[nginx]}"; PROXY_PID[nginx]=$STARTED_PID
     log "nginx: h1 ${H1PORT[nginx]}, h2c ${H2PORT[nginx]}"
   fi
-  if has floor; then
+  if has floor || has floor-hdr; then
     write_haproxy_tcp "$TMP/floor" "${H1PORT[floor]}" "${H2PORT[floor]}" o1 o2
     start_haproxy "$TMP/floor" "${H1PORT[floor]}"; PROXY_PID[floor]=$STARTED_PID
+    PROXY_PID[floor-hdr]=$STARTED_PID
     log "floor (haproxy mode tcp): h1 ${H1PORT[floor]}, h2c ${H2PORT[floor]}"
   fi
   if has haproxy; then

@@ -43,7 +43,7 @@ step "load benchmark (smoke)"
 # release profile's whole-program pass would add ~3.5 minutes.
 cargo build --profile quick --locked -p hopgate
 HOPGATE_BIN="$PWD/target/quick/hopgate" \
-  bash bench/run.sh --quick --strict --no-build --only direct,floor,nginx,haproxy,hopgate
+  bash bench/run.sh --quick --strict --no-build --only direct,floor,floor-hdr,nginx,haproxy,hopgate
 
 step "the profile-guided build's training mix (through the quick build)"
 # The two release builds of scripts/build-pgo.sh stay out of CI (~12
