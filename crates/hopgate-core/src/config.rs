@@ -800,7 +800,11 @@ pub struct Limits {
     pub max_headers: usize,
     pub max_uri_bytes: usize,
     pub max_body_bytes: u64,
-    pub max_connections: usize,
+    /// Client connections per listener, when the config sets it. Unset,
+    /// the binary derives it from the process's file-descriptor limit at
+    /// start ([`derive_max_connections`]) instead of a fixed number that
+    /// may not fit the machine.
+    pub max_connections: Option<usize>,
 }
 
 impl Default for Limits {
@@ -810,9 +814,34 @@ impl Default for Limits {
             max_headers: 100,
             max_uri_bytes: 8 << 10,
             max_body_bytes: 10 << 20,
-            max_connections: 10_000,
+            max_connections: None,
         }
     }
+}
+
+/// The most client connections per listener a derived
+/// `limits.max_connections` allows, however many descriptors there are.
+pub const MAX_CONNECTIONS_CAP: usize = 10_000;
+/// File descriptors kept for everything that is not a client or an
+/// upstream connection: the admin API, health checks, logs, the config
+/// and session files.
+pub const RESERVED_FDS: u64 = 256;
+
+/// `limits.max_connections` for a config that does not set it: with
+/// `nofile` descriptors (`None`: unlimited) shared by `listeners`
+/// listeners, each client connection counted with the upstream connection
+/// it may hold (two descriptors, as HAProxy derives `maxconn` from
+/// `ulimit -n`), after [`RESERVED_FDS`]; at most [`MAX_CONNECTIONS_CAP`],
+/// at least 1. A machine's limit never stops the process: a low one gives
+/// a low value.
+pub fn derive_max_connections(listeners: usize, nofile: Option<u64>) -> usize {
+    let Some(nofile) = nofile else {
+        return MAX_CONNECTIONS_CAP;
+    };
+    let per = nofile.saturating_sub(RESERVED_FDS) / (2 * listeners.max(1) as u64);
+    usize::try_from(per)
+        .unwrap_or(usize::MAX)
+        .clamp(1, MAX_CONNECTIONS_CAP)
 }
 
 /// Default idle connections kept per node. Above the number of requests a

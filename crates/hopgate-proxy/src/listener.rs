@@ -67,12 +67,18 @@ pub struct ListenerSettings {
 }
 
 impl ListenerSettings {
-    pub fn from_config(l: &ListenerConfig, cfg: &Config) -> ListenerSettings {
+    /// `max_connections`: `limits.max_connections`, or the value derived
+    /// from the file-descriptor limit when the config leaves it unset.
+    pub fn from_config(
+        l: &ListenerConfig,
+        cfg: &Config,
+        max_connections: usize,
+    ) -> ListenerSettings {
         ListenerSettings {
             debug_headers: l.debug_headers,
             normalize_path: l.normalize_path,
             tls: l.tls.is_some(),
-            max_connections: cfg.limits.max_connections,
+            max_connections,
             max_header_bytes: cfg.limits.max_header_bytes,
             max_headers: cfg.limits.max_headers,
             header_read_timeout: cfg.timeouts.header_read,

@@ -3,15 +3,13 @@
 //! Owns raising `RLIMIT_NOFILE` to its hard limit at start (as nginx's
 //! `worker_rlimit_nofile` and HAProxy do: the default soft limit of 1024
 //! would let a few hundred idle clients starve upstream connects with
-//! EMFILE) and the check that every listener's `limits.max_connections`
-//! fits in what the process may open. Must not touch: sockets.
+//! EMFILE), the per-listener `limits.max_connections` in force (the
+//! configured one, which must fit in what the process may open, or one
+//! derived from the limit when the config sets none) and the start-up log
+//! line that says which. Must not touch: sockets.
 
+use hopgate_core::config::{derive_max_connections, Limits, RESERVED_FDS};
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-
-/// File descriptors kept for everything that is not a client connection:
-/// the admin API, upstream connections of requests in flight beyond the
-/// pools, health checks, logs, the config and session files.
-pub(crate) const RESERVED_FDS: u64 = 256;
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit; the soft limit in
 /// force afterwards (`None` when unlimited).
@@ -30,6 +28,52 @@ pub(crate) fn raise_nofile() -> Option<u64> {
         }
     }
     getrlimit(Resource::Nofile).current
+}
+
+/// The file-descriptor budget the process started with: the soft
+/// `RLIMIT_NOFILE` after [`raise_nofile`] (`None`: unlimited). Read once
+/// at start; reloads derive from the same figure.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FdBudget {
+    pub nofile: Option<u64>,
+}
+
+impl FdBudget {
+    /// Raises the limit and keeps what is in force.
+    pub(crate) fn at_start() -> FdBudget {
+        FdBudget {
+            nofile: raise_nofile(),
+        }
+    }
+
+    /// `limits.max_connections` per listener for `listeners` listeners:
+    /// the configured value, or the derived one when it is unset.
+    pub(crate) fn max_connections(self, limits: &Limits, listeners: usize) -> usize {
+        limits
+            .max_connections
+            .unwrap_or_else(|| derive_max_connections(listeners, self.nofile))
+    }
+
+    /// At start: an explicit `limits.max_connections` that cannot fit is
+    /// an error with the arithmetic; an unset one is derived and logged.
+    pub(crate) fn settle(self, limits: &Limits, listeners: usize) -> Result<usize, String> {
+        let Some(explicit) = limits.max_connections else {
+            let derived = derive_max_connections(listeners, self.nofile);
+            let limit = self
+                .nofile
+                .map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
+            tracing::info!(
+                max_connections = derived,
+                listeners,
+                nofile = %limit,
+                reserved = RESERVED_FDS,
+                "limits.max_connections not set; derived per listener from the open-file limit: (limit − reserved) ÷ (2 × listeners), at most 10000"
+            );
+            return Ok(derived);
+        };
+        check_fits(listeners, explicit, self.nofile)?;
+        Ok(explicit)
+    }
 }
 
 /// Whether `listeners` listeners of `max_connections` each fit in `limit`
@@ -54,6 +98,26 @@ pub(crate) fn check_fits(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unset_value_is_derived_and_never_refused() {
+        let budget = FdBudget {
+            nofile: Some(20_000),
+        };
+        let unset = Limits::default();
+        assert_eq!(budget.settle(&unset, 2), Ok(4_936));
+        assert_eq!(budget.max_connections(&unset, 2), 4_936);
+        let tiny = FdBudget { nofile: Some(64) };
+        assert_eq!(tiny.settle(&unset, 2), Ok(1));
+        let explicit = Limits {
+            max_connections: Some(10_000),
+            ..Limits::default()
+        };
+        assert_eq!(budget.max_connections(&explicit, 2), 10_000);
+        let e = budget.settle(&explicit, 2).unwrap_err();
+        assert!(e.contains("20256 file descriptors"), "{e}");
+        assert_eq!(budget.settle(&explicit, 1), Ok(10_000));
+    }
 
     #[test]
     fn max_connections_must_fit_in_the_descriptor_limit() {

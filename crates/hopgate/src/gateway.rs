@@ -50,13 +50,15 @@ struct Listeners {
     running: Mutex<Vec<Running>>,
     /// Sockets from systemd or the previous process, claimed at start.
     inherited: parking_lot::Mutex<Inherited>,
+    /// Derives `limits.max_connections` when a config leaves it unset.
+    fds: crate::fdlimit::FdBudget,
 }
 
 impl Listeners {
     async fn start(&self, l: &ListenerConfig, cfg: &Config) -> anyhow::Result<Running> {
         let (sock, fd) = obtain(&self.inherited, Kind::Listener, &l.name, l.address).await?;
         let bound = sock.local_addr()?;
-        let settings = Arc::new(ArcSwap::from_pointee(ListenerSettings::from_config(l, cfg)));
+        let settings = Arc::new(ArcSwap::from_pointee(self.settings(l, cfg)));
         let (stop, rx) = watch::channel(false);
         let ctx = ListenerCtx {
             name: Arc::from(l.name.as_str()),
@@ -76,6 +78,11 @@ impl Listeners {
         })
     }
 
+    fn settings(&self, l: &ListenerConfig, cfg: &Config) -> ListenerSettings {
+        let max_connections = self.fds.max_connections(&cfg.limits, cfg.listeners.len());
+        ListenerSettings::from_config(l, cfg, max_connections)
+    }
+
     /// Adds, removes and retunes listeners to match `cfg`. A listener whose
     /// name and address are unchanged keeps its socket and connections.
     async fn reconcile(&self, cfg: &Config) {
@@ -88,7 +95,7 @@ impl Listeners {
                 .find(|l| l.name == r.name && l.address == r.configured)
             {
                 Some(l) => {
-                    let new = ListenerSettings::from_config(l, cfg);
+                    let new = self.settings(l, cfg);
                     if **r.settings.load() != new {
                         r.settings.store(Arc::new(new));
                         tracing::info!(listener = %r.name, "listener settings updated");
@@ -394,8 +401,8 @@ impl Gateway {
         // The file's watch was armed before the file was read (`main`): an
         // edit made since is always seen as one.
         let file_watch = config_file;
-        let nofile = crate::fdlimit::raise_nofile();
-        crate::fdlimit::check_fits(cfg.listeners.len(), cfg.limits.max_connections, nofile)
+        let fds = crate::fdlimit::FdBudget::at_start();
+        fds.settle(&cfg.limits, cfg.listeners.len())
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let control = Control::new(cfg.clone(), source);
         // TLS files are read before anything is bound: a bad one stops the
@@ -441,6 +448,7 @@ impl Gateway {
             tls: Arc::clone(control.tls_listeners()),
             running: Mutex::new(Vec::new()),
             inherited,
+            fds,
         });
         let mut listeners = Vec::new();
         {

@@ -321,3 +321,81 @@ async fn a_blocked_stderr_drops_and_counts_access_lines_instead_of_holding_reque
     assert!(dropped > 0, "no line dropped");
     assert!(dropped < 6000, "{dropped} dropped: the buffer held nothing");
 }
+
+/// Two listeners and no `limits` section under an open-file hard limit of
+/// 20,000: a fixed 10,000 connections per listener would not fit (10,000 ×
+/// 2 + 256 reserved); the gateway derives the value instead, logs it and
+/// serves on both listeners. An explicit value that cannot fit is still
+/// refused, with the arithmetic.
+#[tokio::test]
+async fn two_listeners_without_limits_start_under_a_hard_limit_of_20000() {
+    let b = Backend::start("n1").await;
+    let two = |limits: &str| {
+        format!(
+            "listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\n  - {{ name: second, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\n{limits}services:\n{}\nroutes:\n{ROUTE}\n",
+            service("svc", &[("n1", b.addr, "")])
+        )
+    };
+    let config = temp_path("yaml");
+    let log = temp_path("log");
+    std::fs::write(&config, two("")).unwrap();
+    let mut child = Command::new("prlimit")
+        .args(["--nofile=20000:20000", BIN, "run", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn prlimit hopgate run");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut ready = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), async {
+        while ready.len() < 3 {
+            match lines.next_line().await {
+                Ok(Some(l)) => ready.push(l),
+                _ => break,
+            }
+        }
+    })
+    .await;
+    let stderr = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(ready.len(), 3, "did not start: {ready:?}\n{}", stderr());
+    for line in ready.iter().filter(|l| l.contains(" name=")) {
+        let addr = addr_after(line, "addr=");
+        let r = client()
+            .get(format!("http://{addr}/"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "through {line}");
+    }
+    let text = stderr();
+    let derived = text
+        .lines()
+        .find(|l| l.contains("limits.max_connections not set"))
+        .unwrap_or_else(|| panic!("no derived max_connections line in:\n{text}"));
+    // (20,000 − 256) ÷ (2 × 2 listeners)
+    assert!(derived.contains("max_connections=4936"), "{derived}");
+    assert!(derived.contains("nofile=20000"), "{derived}");
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+
+    std::fs::write(&config, two("limits: { max_connections: 10000 }\n")).unwrap();
+    let out = Command::new("prlimit")
+        .args(["--nofile=20000:20000", BIN, "run", "--config"])
+        .arg(&config)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started with 2 × 10000 connections");
+    assert!(
+        text.contains(
+            "limits.max_connections: 10000 per listener × 2 listener(s) + 256 reserved = 20256"
+        ),
+        "{text}"
+    );
+    let _ = std::fs::remove_file(&config);
+    let _ = std::fs::remove_file(&log);
+}

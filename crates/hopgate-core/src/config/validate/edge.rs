@@ -229,7 +229,7 @@ impl Validator {
         }
         if let Some(t) = &raw.max_connections {
             if let Some(n) = self.check("limits.max_connections", int_in(t, 1, 10_000_000)) {
-                l.max_connections = to_usize(n);
+                l.max_connections = Some(to_usize(n));
             }
         }
         l

@@ -1523,7 +1523,7 @@ fn limits() {
             max_headers: 1,
             max_uri_bytes: 256,
             max_body_bytes: 1,
-            max_connections: 1
+            max_connections: Some(1)
         }
     );
     let c = ok(&with_top("limits: { max_header_bytes: 1MiB, max_headers: 10000, max_uri_bytes: 1MiB, max_body_bytes: 1GiB, max_connections: 10000000 }\n"));
@@ -1534,7 +1534,7 @@ fn limits() {
             max_headers: 10_000,
             max_uri_bytes: 1 << 20,
             max_body_bytes: 1 << 30,
-            max_connections: 10_000_000,
+            max_connections: Some(10_000_000),
         }
     );
     let c = ok(&with_top("limits: { max_body_bytes: 64KB }\n"));
@@ -1984,4 +1984,23 @@ fn redis_store_fields_are_checked_with_their_path() {
         "store.kind",
         "unknown store kind",
     );
+}
+
+#[test]
+fn an_unset_max_connections_is_derived_from_the_descriptor_limit() {
+    use crate::config::{derive_max_connections, MAX_CONNECTIONS_CAP};
+    assert_eq!(ok(&with_top("")).limits.max_connections, None);
+    // Two listeners under a hard limit of 20,000: what refused to start
+    // with a fixed 10,000 each now gets (20,000 − 256) ÷ (2 × 2).
+    assert_eq!(derive_max_connections(2, Some(20_000)), 4_936);
+    assert_eq!(derive_max_connections(1, Some(20_000)), 9_872);
+    assert_eq!(
+        derive_max_connections(1, Some(1_048_576)),
+        MAX_CONNECTIONS_CAP
+    );
+    assert_eq!(derive_max_connections(3, None), MAX_CONNECTIONS_CAP);
+    assert_eq!(derive_max_connections(1, Some(1_024)), 384);
+    // Below the reserve, still at least one connection: never a refusal.
+    assert_eq!(derive_max_connections(4, Some(100)), 1);
+    assert_eq!(derive_max_connections(0, Some(20_000)), 9_872);
 }
