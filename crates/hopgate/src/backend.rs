@@ -114,6 +114,17 @@ pub(crate) struct BackendArgs {
     /// With TLS: require client certificates signed by this CA (PEM).
     #[arg(long, requires = "tls_cert")]
     pub(crate) tls_client_ca: Option<std::path::PathBuf>,
+    /// On SIGTERM, keep serving this long (`2s`, `500ms`) but answer every
+    /// request, `/health` included, `503` with `Retry-After: 1` without
+    /// processing it (not counted, not recorded), then shut down: a
+    /// backend that refuses work while it drains, as Spring, Node or an
+    /// Envoy sidecar do during a graceful shutdown.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) unavailable_on_term: Option<Duration>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    hopgate_core::units::parse_duration(s)
 }
 
 /// Binds, prints exactly one line `hopgate backend <id> listening on <addr>`
@@ -147,7 +158,18 @@ pub(crate) async fn run(args: BackendArgs) -> anyhow::Result<()> {
         (Some(c), Some(k)) => Some(tls::acceptor(c, k, args.tls_client_ca.as_deref())?),
         _ => None,
     };
-    serve_state(listener, State::new(args.id, record), tls, signals.recv()).await
+    let state = Arc::new(State::new(args.id, record));
+    let unavailable_for = args.unavailable_on_term.unwrap_or_default();
+    let refusing = Arc::clone(&state);
+    let shutdown = async move {
+        signals.recv().await;
+        if !unavailable_for.is_zero() {
+            refusing.unavailable.store(true, Ordering::Relaxed);
+            tracing::info!(node = %refusing.id, ?unavailable_for, "backend: SIGTERM; answering 503 before shutting down");
+            tokio::time::sleep(unavailable_for).await;
+        }
+    };
+    serve_state(listener, state, tls, shutdown).await
 }
 
 /// Serves on an already-bound listener until `shutdown` resolves, then shuts
@@ -158,16 +180,15 @@ pub(crate) async fn serve(
     id: String,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    serve_state(listener, State::new(id, None), None, shutdown).await
+    serve_state(listener, Arc::new(State::new(id, None)), None, shutdown).await
 }
 
 async fn serve_state(
     listener: TcpListener,
-    state: State,
+    state: Arc<State>,
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let state = Arc::new(state);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new());
     builder.http2().timer(TokioTimer::new());
@@ -283,6 +304,8 @@ struct State {
     id: String,
     failing: AtomicBool,
     healthy: AtomicBool,
+    /// `--unavailable-on-term` in force: every answer is a 503.
+    unavailable: AtomicBool,
     requests: AtomicU64,
     in_flight: AtomicU64,
     seen: Mutex<VecDeque<String>>,
@@ -301,6 +324,7 @@ impl State {
             id,
             failing: AtomicBool::new(false),
             healthy: AtomicBool::new(true),
+            unavailable: AtomicBool::new(false),
             requests: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             seen: Mutex::new(VecDeque::new()),
@@ -355,6 +379,9 @@ impl std::error::Error for Dropped {}
 type Answer = Result<Response<RespBody>, Dropped>;
 
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Answer {
+    if state.unavailable.load(Ordering::Relaxed) {
+        return Ok(unavailable(&state, req).await);
+    }
     let path = req.uri().path();
     if path == "/health" {
         return Ok(health(&state, req).await);
@@ -611,6 +638,18 @@ fn text_response(status: StatusCode, text: &'static str, head_only: bool) -> Res
     );
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(text.len()));
     response
+}
+
+/// A request refused unprocessed while the backend drains
+/// (`--unavailable-on-term`).
+async fn unavailable(state: &State, req: Request<Incoming>) -> Response<RespBody> {
+    let head_only = req.method() == Method::HEAD;
+    let _ = consume(req.into_body()).await;
+    let doc = json!({"node": state.id, "error": "shutting down"});
+    let mut resp = json_response(StatusCode::SERVICE_UNAVAILABLE, &doc, head_only);
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
 }
 
 async fn health(state: &State, req: Request<Incoming>) -> Response<RespBody> {
