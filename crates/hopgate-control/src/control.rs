@@ -156,6 +156,8 @@ impl Control {
         tracing::info!(version = 1, source = %source, "config loaded: {}", config::summary::summary(&config));
         let snap = Snapshot::compile(Arc::new(config), 1, &registry, None);
         snap.configure_nodes();
+        // Nodes a later reload adds to these services start under slow start.
+        registry.mark_running(snap.services.iter().map(|s| s.name.as_str()));
         let control = Control {
             snapshot: Arc::new(ArcSwap::from_pointee(snap)),
             registry,

@@ -32,7 +32,18 @@
 //!   that choice from their ticket, `hash` from the key, so both stay
 //!   deterministic); this path scans the group and is O(n);
 //! - a weight of 0 counts as 1 (validation rejects it; this keeps a stray
-//!   zero from turning into a division by zero or an empty table).
+//!   zero from turning into a division by zero or an empty table);
+//! - **slow start** (`services[].slow_start`, [`Balancer::with_slow_start`]):
+//!   a member that is warming up ([`NodeState::warm_from`]: new, back from
+//!   unhealthy, its ejection over, its circuit closed) keeps the policy's
+//!   pick with probability [`ramp_permille`], 10 % rising linearly to
+//!   100 % over the window; otherwise the request goes to a weighted choice
+//!   among the members that are warm and can take it (none: the pick
+//!   stands). Its share of the group is thereby its weight's share times
+//!   the ramp, for every policy: the gate sits after the policy's choice,
+//!   so `p2c` still compares loads and `hash` draws the gate from the key
+//!   (a key admitted at 30 % stays admitted at 40 %: keys move to the
+//!   warming node and stay). Without a window, one branch per pick.
 //!
 //! Must not touch: routing, version splits, sessions (callers decide which
 //! group to balance over and whether a bound node wins), I/O and clocks (the
@@ -84,6 +95,8 @@ pub struct Balancer {
     policy: LbPolicy,
     members: Vec<Member>,
     strategy: Strategy,
+    /// `services[].slow_start` in ms (0: off).
+    slow_start_ms: u64,
 }
 
 /// Per-policy pick state.
@@ -127,7 +140,19 @@ impl Balancer {
             policy,
             members,
             strategy,
+            slow_start_ms: 0,
         }
+    }
+
+    /// Ramps members that are warming up over `window` (zero: off).
+    pub fn with_slow_start(mut self, window: std::time::Duration) -> Balancer {
+        self.slow_start_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// The slow-start window in ms (0: off).
+    pub fn slow_start_ms(&self) -> u64 {
+        self.slow_start_ms
     }
 
     pub fn policy(&self) -> LbPolicy {
@@ -146,11 +171,69 @@ impl Balancer {
     /// Picks a member index, or `None` when no member is available.
     pub fn pick(&self, ctx: &PickCtx<'_>) -> Option<usize> {
         let members = &self.members[..];
-        match &self.strategy {
+        let i = match &self.strategy {
             Strategy::WrrRing(ring) | Strategy::SmoothWrr(ring) => ring.pick(members, ctx),
             Strategy::Random(r) => r.pick(members, ctx),
             Strategy::P2c(p) => p.pick(members, ctx),
             Strategy::Hash(m) => m.pick(members, ctx),
+        }?;
+        if self.slow_start_ms == 0 {
+            return Some(i);
+        }
+        Some(self.slow_start_gate(i, ctx))
+    }
+
+    /// Slow start's gate on the policy's pick `i` (see the module doc).
+    fn slow_start_gate(&self, i: usize, ctx: &PickCtx<'_>) -> usize {
+        let window = self.slow_start_ms;
+        let ramp = ramp_permille(self.members[i].state.warm_from(), ctx.now_ms, window);
+        if ramp >= 1000 {
+            return i;
+        }
+        // The hash policy draws from the key, so a key's fate is stable;
+        // the others from the thread's generator.
+        let seed = match ctx.hash {
+            Some(h) if self.policy == LbPolicy::Hash => mix64(h ^ 0x5157_4152_5453_4c4f),
+            _ => fastrand::u64(..),
+        };
+        if scale(seed, 1000) < ramp {
+            return i;
+        }
+        let warm = |j: usize, m: &Member| {
+            j != i
+                && open(&self.members, ctx, j)
+                && ramp_permille(m.state.warm_from(), ctx.now_ms, window) >= 1000
+        };
+        let total: u64 = self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|&(j, m)| warm(j, m))
+            .map(|(_, m)| weight_of(m))
+            .sum();
+        if total == 0 {
+            return i;
+        }
+        let mut x = scale(mix64(seed), total);
+        for (j, m) in self.members.iter().enumerate() {
+            if !warm(j, m) {
+                continue;
+            }
+            let w = weight_of(m);
+            if x < w {
+                return j;
+            }
+            x -= w;
+        }
+        i
+    }
+
+    /// How far each member's slow start has come, in per mille (1000:
+    /// warm, or slow start off), for the admin API.
+    pub fn ramp_of(&self, i: usize, now_ms: u64) -> u64 {
+        match (self.slow_start_ms, self.members.get(i)) {
+            (0, _) | (_, None) => 1000,
+            (window, Some(m)) => ramp_permille(m.state.warm_from(), now_ms, window),
         }
     }
 
@@ -166,6 +249,18 @@ impl Balancer {
             _ => None,
         }
     }
+}
+
+/// How far a member warming up since `warm_from` is at `now` under a
+/// slow-start window of `window` ms, in per mille: 100 (10 %) at the start
+/// (and while `warm_from` lies ahead: an ejection not over yet), rising
+/// linearly to 1000 at the window's end. `warm_from` 0: never cold.
+pub fn ramp_permille(warm_from: u64, now: u64, window: u64) -> u64 {
+    let elapsed = now.saturating_sub(warm_from);
+    if window == 0 || warm_from == 0 || elapsed >= window {
+        return 1000;
+    }
+    100 + (u128::from(elapsed) * 900 / u128::from(window)) as u64
 }
 
 /// Same nodes (by state identity), same order, same weights.

@@ -554,6 +554,9 @@ pub struct ServiceConfig {
     pub maintenance: ServiceMaintenance,
     /// TLS to the nodes, when configured.
     pub tls: Option<UpstreamTls>,
+    /// `services[].slow_start`: how long a warming node takes to reach
+    /// its full share ([`Duration::ZERO`]: off).
+    pub slow_start: Duration,
     pub nodes: Vec<NodeConfig>,
 }
 

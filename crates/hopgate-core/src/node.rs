@@ -75,6 +75,12 @@ pub struct NodeState {
     moved_to: arc_swap::ArcSwapOption<std::net::SocketAddr>,
     /// Maintenance: the handoff could not reach the node at all.
     unreachable: AtomicBool,
+    /// `now_ms()` from which the node ramps up under its service's
+    /// `slow_start` (see [`crate::balance`]): when it joined a running
+    /// service ([`NodeRegistry::live`]; 0, warm, for a service's first
+    /// nodes), came back from unhealthy, its ejection ends or its circuit
+    /// closes.
+    warm_from_ms: AtomicU64,
 }
 
 /// What one attempt on a node came to, for breaker and outlier accounting.
@@ -116,7 +122,21 @@ impl NodeState {
             relaxed_until_ms: AtomicU64::new(0),
             moved_to: arc_swap::ArcSwapOption::empty(),
             unreachable: AtomicBool::new(false),
+            warm_from_ms: AtomicU64::new(0),
         }
+    }
+
+    /// Since when the node ramps up under slow start (`now_ms()` scale;
+    /// it may lie in the future while an ejection lasts).
+    pub fn warm_from(&self) -> u64 {
+        self.warm_from_ms.load(Ordering::Relaxed)
+    }
+
+    /// The node starts over as a cold one from `at_ms`: slow start ramps
+    /// its share up again from there.
+    pub(crate) fn rewarm(&self, at_ms: u64) {
+        // 0 means "never cold": the process's first millisecond counts as 1.
+        self.warm_from_ms.fetch_max(at_ms.max(1), Ordering::Relaxed);
     }
 
     pub fn key(&self) -> &NodeKey {
@@ -131,8 +151,13 @@ impl NodeState {
         }
     }
 
+    /// Sets the health verdict; a node back from unhealthy starts its
+    /// slow start over.
     pub fn set_health(&self, h: Health) {
-        self.health.store(h as u8, Ordering::Relaxed);
+        let was = self.health.swap(h as u8, Ordering::Relaxed);
+        if was == Health::Unhealthy as u8 && h != Health::Unhealthy {
+            self.rewarm(now_ms());
+        }
     }
 
     pub fn is_draining(&self) -> bool {
@@ -174,9 +199,11 @@ impl NodeState {
         self.outlier.is_ejected(now_ms)
     }
 
-    /// Takes the node out of rotation until `until_ms` (see [`now_ms`]).
+    /// Takes the node out of rotation until `until_ms` (see [`now_ms`]);
+    /// its slow start begins when the ejection ends.
     pub fn eject_until(&self, until_ms: u64) {
         self.outlier.eject_until(until_ms);
+        self.rewarm(until_ms);
     }
 
     /// May new requests be sent here? (A half-open breaker with probes
@@ -246,6 +273,11 @@ impl NodeState {
     /// active health check succeeded): the ejection ends and an open breaker
     /// goes half-open, so its probes decide.
     pub fn recover(&self) {
+        let now = now_ms();
+        if self.outlier.is_ejected(now) {
+            // The ejection ends now rather than at its deadline.
+            self.warm_from_ms.store(now.max(1), Ordering::Relaxed);
+        }
         self.outlier.eject_until(0);
         self.unreachable.store(false, Ordering::Relaxed);
         if self.breaker.half_open(now_ms()) {
@@ -290,6 +322,7 @@ impl NodeState {
         let failed = match what {
             Observation::Success => {
                 if self.breaker.success() {
+                    self.rewarm(now_ms);
                     tracing::info!(service = %self.key.service, node = %self.key.node, "circuit closed");
                 }
                 self.outlier.success(now_ms);
@@ -309,6 +342,8 @@ impl NodeState {
     /// cap) and starts counting afresh.
     pub fn eject_for(&self, time: std::time::Duration, now_ms: u64) {
         self.outlier.eject_for(time, now_ms);
+        let ms = u64::try_from(time.as_millis()).unwrap_or(u64::MAX);
+        self.rewarm(now_ms.saturating_add(ms));
         tracing::warn!(service = %self.key.service, node = %self.key.node, seconds = time.as_secs_f64(), "node ejected by outlier detection");
     }
 

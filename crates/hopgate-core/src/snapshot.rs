@@ -324,7 +324,8 @@ impl<U: Default> Snapshot<U> {
                     });
                     Group {
                         name: name.to_owned(),
-                        balancer: Balancer::build(svc.lb, members, same.map(|g| &g.balancer)),
+                        balancer: Balancer::build(svc.lb, members, same.map(|g| &g.balancer))
+                            .with_slow_start(svc.slow_start),
                         nodes: idx,
                     }
                 };

@@ -621,3 +621,117 @@ fn single_member_groups() {
         }
     }
 }
+
+// ---- slow start ----
+
+/// A time far beyond any `now_ms()` a fresh node was created at: nodes
+/// left alone are warm then.
+const LATER: u64 = 1_000_000_000;
+const WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+
+fn counts_at(b: &Balancer, n: usize, now_ms: u64) -> Vec<usize> {
+    let mut c = vec![0; b.members().len()];
+    for k in 0..n as u64 {
+        let ctx = PickCtx {
+            now_ms,
+            ..ctx_for(b.policy(), k, &[])
+        };
+        c[b.pick(&ctx).expect("a member")] += 1;
+    }
+    c
+}
+
+fn shares(c: &[usize]) -> Vec<f64> {
+    let total: usize = c.iter().sum();
+    c.iter().map(|&x| x as f64 / total as f64).collect()
+}
+
+#[test]
+fn the_ramp_rises_from_a_tenth_to_full_over_the_window() {
+    assert_eq!(ramp_permille(1_000, 1_000, 10_000), 100);
+    assert_eq!(ramp_permille(1_000, 6_000, 10_000), 550);
+    assert_eq!(ramp_permille(1_000, 11_000, 10_000), 1000);
+    assert_eq!(
+        ramp_permille(1_000, 500, 10_000),
+        100,
+        "an ejection not over yet"
+    );
+    assert_eq!(ramp_permille(1_000, 1_000, 0), 1000, "off");
+}
+
+#[test]
+fn a_warming_node_gets_its_share_times_the_ramp_in_every_policy() {
+    for policy in ALL {
+        let b = Balancer::build(policy, members(&[1, 1, 1, 1]), None).with_slow_start(WINDOW);
+        b.members()[0].state.rewarm(LATER);
+        for (after, ramp) in [(0, 0.10), (5_000, 0.55), (10_000, 1.0)] {
+            let s = shares(&counts_at(&b, 40_000, LATER + after));
+            let want = 0.25 * ramp;
+            assert!(
+                (s[0] - want).abs() <= 0.012,
+                "{policy:?} {after} ms in: share {:.4}, want {want:.4} ({s:?})",
+                s[0]
+            );
+            let rest = (1.0 - want) / 3.0;
+            for (i, x) in s.iter().enumerate().skip(1) {
+                assert!((x - rest).abs() <= 0.015, "{policy:?} member {i}: {s:?}");
+            }
+        }
+        assert_eq!(b.ramp_of(0, LATER + 2_500), 325);
+        assert_eq!(b.ramp_of(1, LATER), 1000);
+    }
+}
+
+#[test]
+fn without_a_window_or_a_warm_alternative_the_pick_stands() {
+    for policy in ALL {
+        // Off: a node that just came back takes its full share at once.
+        let b = Balancer::build(policy, members(&[1, 1]), None);
+        b.members()[0].state.rewarm(LATER);
+        assert_shares(&counts_at(&b, 30_000, LATER), &[1, 1], 0.03);
+        // Every member warming (a gateway that just started): relative
+        // shares are unchanged.
+        let b = Balancer::build(policy, members(&[1, 1]), None).with_slow_start(WINDOW);
+        for m in b.members() {
+            m.state.rewarm(LATER);
+        }
+        assert_shares(&counts_at(&b, 30_000, LATER), &[1, 1], 0.03);
+    }
+}
+
+#[test]
+fn hashed_keys_admitted_to_a_warming_node_stay_admitted_as_it_ramps() {
+    let b = Balancer::build(LbPolicy::Hash, members(&[1, 1, 1, 1]), None).with_slow_start(WINDOW);
+    b.members()[0].state.rewarm(LATER);
+    let on_zero = |now: u64| -> Vec<u64> {
+        (0..20_000u64)
+            .filter(|k| {
+                let ctx = PickCtx {
+                    now_ms: now,
+                    ..ctx_for(LbPolicy::Hash, *k, &[])
+                };
+                b.pick(&ctx) == Some(0)
+            })
+            .collect()
+    };
+    let early = on_zero(LATER + 2_000);
+    let later = on_zero(LATER + 4_000);
+    assert!(!early.is_empty() && later.len() > early.len());
+    assert!(
+        early.iter().all(|k| later.contains(k)),
+        "a key left the warming node"
+    );
+}
+
+#[test]
+fn recoveries_restart_the_ramp() {
+    let n = node("n0");
+    let start = n.warm_from();
+    n.set_health(Health::Unhealthy);
+    assert_eq!(n.warm_from(), start, "going down starts nothing");
+    n.set_health(Health::Healthy);
+    assert!(n.warm_from() >= start, "back from unhealthy");
+    // An ejection: the ramp starts when it ends.
+    n.eject_for(std::time::Duration::from_secs(30), LATER);
+    assert_eq!(n.warm_from(), LATER + 30_000);
+}

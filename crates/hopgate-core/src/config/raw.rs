@@ -253,6 +253,11 @@ pub struct RawService {
     /// Speak TLS to the nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<RawUpstreamTls>,
+    /// A node that is new, or back from unhealthy, ejected or an open
+    /// circuit, ramps its share from ~10 % to its full weight over this
+    /// window (`30s`; default off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slow_start: Option<Text>,
     #[serde(default)]
     pub nodes: Vec<RawNode>,
 }

@@ -45,12 +45,17 @@ impl<U> Clone for LiveNode<U> {
 #[derive(Debug)]
 pub struct NodeRegistry<U = ()> {
     nodes: Mutex<HashMap<NodeKey, LiveNode<U>>>,
+    /// Services of a snapshot already swapped in ([`NodeRegistry::retain`]):
+    /// a node that joins one of them later starts cold (slow start); the
+    /// nodes a service starts with start warm.
+    services: Mutex<HashSet<String>>,
 }
 
 impl<U> Default for NodeRegistry<U> {
     fn default() -> Self {
         NodeRegistry {
             nodes: Mutex::new(HashMap::new()),
+            services: Mutex::new(HashSet::new()),
         }
     }
 }
@@ -70,15 +75,23 @@ fn key(service: &str, node: &str) -> NodeKey {
 }
 
 impl<U: Default> NodeRegistry<U> {
-    /// The live node, created on first sight.
+    /// The live node, created on first sight: warm when it is among the
+    /// first nodes of its service, cold (ramping up under the service's
+    /// slow start) when it joins a service that had nodes already.
     pub fn live(&self, service: &str, node: &str) -> LiveNode<U> {
         let key = key(service, node);
         self.nodes
             .lock()
             .entry(key.clone())
-            .or_insert_with(|| LiveNode {
-                state: Arc::new(NodeState::new(key)),
-                upstream: Arc::new(U::default()),
+            .or_insert_with(|| {
+                let state = NodeState::new(key);
+                if self.services.lock().contains(service) {
+                    state.rewarm(super::now_ms());
+                }
+                LiveNode {
+                    state: Arc::new(state),
+                    upstream: Arc::new(U::default()),
+                }
             })
             .clone()
     }
@@ -90,6 +103,18 @@ impl<U: Default> NodeRegistry<U> {
 }
 
 impl<U> NodeRegistry<U> {
+    /// These services run from now on (the first snapshot is swapped in,
+    /// or a later one by [`NodeRegistry::retain`]): a node that joins one
+    /// of them afterwards starts cold.
+    pub fn mark_running<'a>(&self, services: impl IntoIterator<Item = &'a str>) {
+        let mut known = self.services.lock();
+        for s in services {
+            if !known.contains(s) {
+                known.insert(s.to_owned());
+            }
+        }
+    }
+
     pub fn get(&self, service: &str, node: &str) -> Option<Arc<NodeState>> {
         self.nodes
             .lock()
@@ -98,7 +123,10 @@ impl<U> NodeRegistry<U> {
     }
 
     /// Forgets nodes not in `keep` and returns them (the caller drains them).
+    /// The writer calls it once a snapshot is swapped in, so the services
+    /// of `keep` count as running from then on.
     pub fn retain(&self, keep: &HashSet<NodeKey>) -> Vec<LiveNode<U>> {
+        self.mark_running(keep.iter().map(|k| k.service.as_str()));
         let mut map = self.nodes.lock();
         let gone: Vec<NodeKey> = map.keys().filter(|k| !keep.contains(*k)).cloned().collect();
         gone.into_iter().filter_map(|k| map.remove(&k)).collect()

@@ -177,3 +177,19 @@ fn a_removed_node_is_a_last_resort_and_a_drained_one_is_not() {
     gone.set_health(Health::Unhealthy);
     assert!(!gone.last_resort_ok());
 }
+
+#[test]
+fn a_node_joining_a_running_service_starts_cold_the_first_ones_warm() {
+    let r = NodeRegistry::new();
+    let a = r.get_or_create("svc", "a");
+    let b = r.get_or_create("svc", "b");
+    assert_eq!((a.warm_from(), b.warm_from()), (0, 0));
+    // The writer swapped a snapshot with them in.
+    let keep = [a.key().clone(), b.key().clone()].into_iter().collect();
+    assert!(r.retain(&keep).is_empty());
+    let c = r.get_or_create("svc", "c");
+    assert!(c.warm_from() > 0, "a later node ramps");
+    assert_eq!(r.get_or_create("other", "x").warm_from(), 0);
+    // Known nodes keep their state.
+    assert!(Arc::ptr_eq(&a, &r.get_or_create("svc", "a")));
+}

@@ -40,6 +40,7 @@ mod routing;
 mod sessions;
 mod sessions_lazy;
 mod shutdown;
+mod slow_start;
 mod tls;
 mod tls_pki;
 mod tls_upstream;

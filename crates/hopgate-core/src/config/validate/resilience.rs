@@ -30,7 +30,7 @@ impl Validator {
         }
     }
 
-    fn duration_or(
+    pub(super) fn duration_or(
         &mut self,
         p: String,
         t: Option<&Text>,

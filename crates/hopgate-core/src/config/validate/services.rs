@@ -124,6 +124,12 @@ impl Validator {
             .tls
             .as_ref()
             .map(|t| self.upstream_tls(&format!("{p}.tls"), t));
+        let slow_start = self.duration_or(
+            format!("{p}.slow_start"),
+            s.slow_start.as_ref(),
+            Duration::from_secs(3600),
+            Duration::ZERO,
+        );
 
         if s.nodes.is_empty() && !fleet {
             self.err(
@@ -162,6 +168,7 @@ impl Validator {
             drain,
             maintenance,
             tls,
+            slow_start,
             nodes,
         }
     }

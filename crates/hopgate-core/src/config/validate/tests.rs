@@ -1699,6 +1699,7 @@ fn nasty_values_never_panic() {
                     client_cert: Some(s.into()),
                     client_key: None,
                 }),
+                slow_start: t(),
                 nodes: vec![RawNode {
                     id: s.into(),
                     address: s.into(),
@@ -1891,6 +1892,7 @@ fn random_documents_never_panic() {
                 drain: None,
                 maintenance: None,
                 tls: None,
+                slow_start: None,
                 nodes: vec![RawNode {
                     id: v(),
                     address: v(),
@@ -2003,4 +2005,20 @@ fn an_unset_max_connections_is_derived_from_the_descriptor_limit() {
     // Below the reserve, still at least one connection: never a refusal.
     assert_eq!(derive_max_connections(4, Some(100)), 1);
     assert_eq!(derive_max_connections(0, Some(20_000)), 9_872);
+}
+
+#[test]
+fn slow_start_is_a_window_of_at_most_an_hour() {
+    let svc = |v: &str| {
+        format!(
+            "{LISTENER}services:\n  - name: api\n    slow_start: {v}\n    nodes:\n      - {{ id: api-1, address: 127.0.0.1:8081 }}\n{DEFAULT_ROUTE}"
+        )
+    };
+    assert_eq!(
+        ok(&svc("30s")).services[0].slow_start,
+        Duration::from_secs(30)
+    );
+    assert_eq!(ok(&with_top("")).services[0].slow_start, Duration::ZERO);
+    only(&svc("soon"), "services[0].slow_start", "");
+    only(&svc("2h"), "services[0].slow_start", "too long");
 }
