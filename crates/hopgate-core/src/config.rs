@@ -557,6 +557,8 @@ pub struct ServiceConfig {
     /// `services[].slow_start`: how long a warming node takes to reach
     /// its full share ([`Duration::ZERO`]: off).
     pub slow_start: Duration,
+    /// `services[].retries`: "not processed" answers retried elsewhere.
+    pub retry_on: crate::retry::RetryOnStatus,
     pub nodes: Vec<NodeConfig>,
 }
 

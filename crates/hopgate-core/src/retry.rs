@@ -36,6 +36,70 @@ pub fn replay_safe(method: &Method, headers: &HeaderMap) -> bool {
     is_idempotent(method) || headers.contains_key("idempotency-key")
 }
 
+/// A set of HTTP statuses (100–599), one bit each: a membership test is a
+/// shift and a mask, and an empty set is one comparison.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatusSet([u64; 8]);
+
+impl StatusSet {
+    /// Adds `status`; statuses outside 100–599 are ignored (validation
+    /// refuses them).
+    pub fn insert(&mut self, status: u16) {
+        if let Some(i) = status.checked_sub(100).filter(|i| *i < 500) {
+            self.0[usize::from(i / 64)] |= 1 << (i % 64);
+        }
+    }
+
+    pub fn contains(&self, status: u16) -> bool {
+        status
+            .checked_sub(100)
+            .filter(|i| *i < 500)
+            .is_some_and(|i| self.0[usize::from(i / 64)] & (1 << (i % 64)) != 0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0 == [0; 8]
+    }
+
+    /// The statuses in the set, ascending.
+    pub fn iter(&self) -> impl Iterator<Item = u16> + '_ {
+        (100..600).filter(|s| self.contains(*s))
+    }
+}
+
+impl FromIterator<u16> for StatusSet {
+    fn from_iter<I: IntoIterator<Item = u16>>(iter: I) -> Self {
+        let mut set = StatusSet::default();
+        for s in iter {
+            set.insert(s);
+        }
+        set
+    }
+}
+
+/// `services[].retries`: answers that mean the backend did not process the
+/// request, retried on another node while no byte of the answer went to
+/// the client (within `retries.attempts` and the retry budget).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetryOnStatus {
+    /// `on_status`: retried for every method (a draining backend's 503).
+    pub any: StatusSet,
+    /// `on_status_idempotent`: retried only for a replay-safe request
+    /// (502/504 from a backend's own proxy).
+    pub idempotent: StatusSet,
+}
+
+impl RetryOnStatus {
+    /// Is `status` a "not processed" answer for this request?
+    pub fn retries(&self, status: u16, replay_safe: bool) -> bool {
+        self.any.contains(status) || (replay_safe && self.idempotent.contains(status))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.any.is_empty() && self.idempotent.is_empty()
+    }
+}
+
 /// A service's retry budget.
 #[derive(Debug)]
 pub struct RetryBudget {

@@ -131,6 +131,8 @@ pub struct CompiledService<U = ()> {
     pub maintenance: ServiceMaintenance,
     /// Shared with the same service in the previous snapshot.
     pub retry_budget: Arc<RetryBudget>,
+    /// `services[].retries`: answers retried on another node.
+    pub retry_on: crate::retry::RetryOnStatus,
     pub nodes: Vec<CompiledNode<U>>,
     /// Every node of the service.
     pub all: Group,
@@ -359,6 +361,7 @@ impl<U: Default> Snapshot<U> {
                     maintenance: svc.maintenance.clone(),
                     retry_budget: prev
                         .map_or_else(Default::default, |p| Arc::clone(&p.retry_budget)),
+                    retry_on: svc.retry_on,
                     nodes,
                     all,
                     versions,

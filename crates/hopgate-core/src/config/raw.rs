@@ -253,6 +253,10 @@ pub struct RawService {
     /// Speak TLS to the nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<RawUpstreamTls>,
+    /// Answers of the service's backends that mean "not processed",
+    /// retried on another node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<RawServiceRetries>,
     /// A node that is new, or back from unhealthy, ejected or an open
     /// circuit, ramps its share from ~10 % to its full weight over this
     /// window (`30s`; default off).
@@ -499,6 +503,20 @@ pub struct RawRetries {
     /// Largest request body kept to replay a retry (default 64KiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffer_body: Option<Text>,
+}
+
+/// `services[].retries`: statuses retried on another node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawServiceRetries {
+    /// Retried for every method while no byte of the answer went out
+    /// (typically `[503]`: a backend refusing work while it drains).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_status: Option<Vec<Text>>,
+    /// Retried only for idempotent requests or ones with an
+    /// `Idempotency-Key` (typically `[502, 504]` from a backend's own proxy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_status_idempotent: Option<Vec<Text>>,
 }
 
 /// Where configuration comes from besides the command line.

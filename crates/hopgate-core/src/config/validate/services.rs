@@ -12,11 +12,12 @@ use super::values::{
     to_usize, unknown_choice,
 };
 use super::{Validator, MAX_WEIGHT, PLACEHOLDER_ADDR};
-use crate::config::raw::{RawHashOn, RawNode, RawPool, RawService};
+use crate::config::raw::{RawHashOn, RawNode, RawPool, RawService, RawServiceRetries};
 use crate::config::{
     HashOn, LbPolicy, NodeConfig, PoolConfig, ServiceConfig, UpstreamProtocol,
     DEFAULT_POOL_MAX_IDLE, DEFAULT_WEIGHT,
 };
+use crate::retry::RetryOnStatus;
 
 const LB_NAMES: [&str; 5] = ["wrr_ring", "smooth_wrr", "random", "p2c", "hash"];
 const PROTOCOL_NAMES: [&str; 2] = ["http1", "http2"];
@@ -124,6 +125,11 @@ impl Validator {
             .tls
             .as_ref()
             .map(|t| self.upstream_tls(&format!("{p}.tls"), t));
+        let retry_on = s
+            .retries
+            .as_ref()
+            .map(|r| self.retry_on(&format!("{p}.retries"), r))
+            .unwrap_or_default();
         let slow_start = self.duration_or(
             format!("{p}.slow_start"),
             s.slow_start.as_ref(),
@@ -169,8 +175,42 @@ impl Validator {
             maintenance,
             tls,
             slow_start,
+            retry_on,
             nodes,
         }
+    }
+
+    /// `services[].retries`: each status 400–599, none in both lists.
+    fn retry_on(&mut self, p: &str, r: &RawServiceRetries) -> RetryOnStatus {
+        let mut out = RetryOnStatus::default();
+        let lists = [
+            ("on_status", &r.on_status, &mut out.any),
+            (
+                "on_status_idempotent",
+                &r.on_status_idempotent,
+                &mut out.idempotent,
+            ),
+        ];
+        let mut seen: HashMap<u16, String> = HashMap::new();
+        for (name, list, set) in lists {
+            for (j, t) in list.iter().flatten().enumerate() {
+                let path = format!("{p}.{name}[{j}]");
+                let Some(n) = self.check(path.clone(), int_in(t, 400, 599)) else {
+                    continue;
+                };
+                let status = n as u16;
+                if let Some(first) = seen.get(&status) {
+                    self.err(
+                        path,
+                        format!("status {status} is listed twice (also {first})"),
+                    );
+                    continue;
+                }
+                seen.insert(status, format!("{name}[{j}]"));
+                set.insert(status);
+            }
+        }
+        out
     }
 
     pub(super) fn hash_on(&mut self, p: &str, h: &RawHashOn) -> Option<HashOn> {

@@ -1700,6 +1700,10 @@ fn nasty_values_never_panic() {
                     client_key: None,
                 }),
                 slow_start: t(),
+                retries: Some(crate::config::raw::RawServiceRetries {
+                    on_status: Some(vec![Text(s.into())]),
+                    on_status_idempotent: Some(vec![Text(s.into())]),
+                }),
                 nodes: vec![RawNode {
                     id: s.into(),
                     address: s.into(),
@@ -1893,6 +1897,7 @@ fn random_documents_never_panic() {
                 maintenance: None,
                 tls: None,
                 slow_start: None,
+                retries: None,
                 nodes: vec![RawNode {
                     id: v(),
                     address: v(),
@@ -2021,4 +2026,42 @@ fn slow_start_is_a_window_of_at_most_an_hour() {
     assert_eq!(ok(&with_top("")).services[0].slow_start, Duration::ZERO);
     only(&svc("soon"), "services[0].slow_start", "");
     only(&svc("2h"), "services[0].slow_start", "too long");
+}
+
+#[test]
+fn retries_on_status_are_statuses_400_to_599_each_listed_once() {
+    let svc = |v: &str| {
+        format!(
+            "{LISTENER}services:\n  - name: api\n    retries: {v}\n    nodes:\n      - {{ id: api-1, address: 127.0.0.1:8081 }}\n{DEFAULT_ROUTE}"
+        )
+    };
+    let c = ok(&svc(
+        "{ on_status: [503], on_status_idempotent: [502, \"504\"] }",
+    ));
+    let r = c.services[0].retry_on;
+    assert!(r.retries(503, false) && r.retries(503, true));
+    assert!(!r.retries(502, false) && r.retries(502, true) && r.retries(504, true));
+    assert!(!r.retries(500, true));
+    assert_eq!(r.any.iter().collect::<Vec<_>>(), [503]);
+    assert!(ok(&with_top("")).services[0].retry_on.is_empty());
+    only(
+        &svc("{ on_status: [200] }"),
+        "services[0].retries.on_status[0]",
+        "from 400 to 599",
+    );
+    only(
+        &svc("{ on_status: [503, lots] }"),
+        "services[0].retries.on_status[1]",
+        "not an integer",
+    );
+    only(
+        &svc("{ on_status: [503], on_status_idempotent: [503] }"),
+        "services[0].retries.on_status_idempotent[0]",
+        "listed twice (also on_status[0])",
+    );
+    only(
+        &svc("{ on_status: [503], retry: 1 }"),
+        "services[0].retries.retry",
+        "",
+    );
 }
