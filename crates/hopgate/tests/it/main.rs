@@ -36,6 +36,7 @@ mod otlp;
 mod prometheus;
 mod reload;
 mod resilience;
+mod retry_on_status;
 mod routing;
 mod sessions;
 mod sessions_lazy;
