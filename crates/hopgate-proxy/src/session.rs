@@ -97,7 +97,7 @@ fn new_id(keys: &SessionKeys) -> SessionId {
 fn keyed_id(keys: &SessionKeys, error: &session::RandomError) -> SessionId {
     static FAILURES: AtomicU64 = AtomicU64::new(0);
     let n = FAILURES.fetch_add(1, Ordering::Relaxed);
-    if n % 1024 == 0 {
+    if n.is_multiple_of(1024) {
         tracing::error!(%error, failures = n + 1, "new session id derived from the session key: the OS random source failed");
     }
     let nanos = std::time::SystemTime::now()
