@@ -6,14 +6,20 @@
 //! shape of a request's future (everything before the first attempt runs
 //! synchronously; the rest is one boxed future per request), and the
 //! driver of that future, `Forwarder::forward`, the one place where a
-//! request waits (for its body, for each send). The steps it calls are
-//! plain functions, each phase of `docs/request-lifecycle.md` in a file
-//! named after it:
+//! request waits (for the shared store, its body, each send): a loop
+//! around one `.await`, the send, between `Tries::prepare` and
+//! `Tries::settle`. The steps it calls are plain functions, each phase of
+//! `docs/request-lifecycle.md` in a file named after it:
 //!
-//! - `plan`: limits, access, route, select, hash key, session
-//!   stickiness, the upgrade hand-off, the upstream request (phases 4–11);
+//! - `plan`: phases 4–11, one function per phase: `plan/limits`,
+//!   `plan/route` (host, path, route, version group, hash key),
+//!   `plan/stickiness` (the session), `plan/build` (the upgrade hand-off,
+//!   the upstream request);
 //! - `replay`: how the body is taken and the copy it is replayed from
 //!   (phase 12);
+//! - `tries`: the request's state from its plan to its answer (`Trip`) and
+//!   the attempt loop's (`Tries`): the order of an attempt's steps before
+//!   and after its send (phase 13);
 //! - `attempt`: choose a node, admit it, spend the budget, build the
 //!   attempt, record its outcome on the node (phase 13.1–13.5);
 //! - `failure`: what a failed attempt leads to: one decision and one
