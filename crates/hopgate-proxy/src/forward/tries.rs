@@ -2,9 +2,11 @@
 //! plan to its answer ([`Trip`]) and the attempt loop's ([`Tries`]), with
 //! the plain steps `Forwarder::forward` calls around its waits.
 //!
-//! Owns the order of an attempt's steps: [`Tries::prepare`] (choose a
-//! node, admit it, spend the budget, build the request for it, its
-//! settings, its pool: phase 13.1–13.5) before the send, and
+//! Owns phase 12's first step ([`Trip::capture`]: the budget's deposit,
+//! how the body is taken) and the order of an attempt's steps:
+//! [`Tries::prepare`] (choose a node, admit it, spend the budget, build
+//! the request for it, its settings: phase 13.1–13.4) and
+//! [`Attempt::send`] (its pool, the send: 13.5) before the wait, and
 //! [`Tries::settle`] (time the attempt, then the failure step or the
 //! answer step: 13.6–13.7) after it. Must not touch: the waits (the driver
 //! owns every `.await`), the decisions themselves (`attempt::choose`,
@@ -264,8 +266,9 @@ impl Tries {
 
     /// Steps 1 to 5 of the next attempt: a node (picks an open breaker
     /// refuses are passed over here), the budget, the request for the
-    /// node, the send's settings and pool. `None` when no attempt is left
-    /// (the request ends with [`Tries::last`]).
+    /// node, the send's settings, the node's in-flight count; its pool is
+    /// found by [`Attempt::send`]. `None` when no attempt is left (the
+    /// request ends with [`Tries::last`]).
     #[inline]
     pub(super) fn prepare<'s>(
         &mut self,
