@@ -164,13 +164,9 @@ impl Forwarder {
             .as_ref()
             .and_then(|h| route::hash_of(h, &req, client_ip));
         let grpc_deadline = grpc::deadline(&req, facts);
-        let sessions = self
-            .sessions
-            .as_deref()
-            .filter(|_| snap.config.sessions.enabled);
         let session = stickiness::of(
             snap,
-            sessions,
+            self.sessions.as_deref(),
             req.headers(),
             known,
             (routed.route, svc),
@@ -196,7 +192,7 @@ impl Forwarder {
                 selection: routed.selection,
                 hash,
                 grpc_deadline,
-                sessions_on: sessions.is_some(),
+                sessions_on: session.on,
                 client_session: session.client,
                 key: session.key,
                 now_unix: session.now_unix,

@@ -20,6 +20,9 @@ use crate::session::{self, ClientSession, Sessions, Stickiness};
 
 /// What phase 9 found out.
 pub(super) struct Session {
+    /// Sessions are on for this request (the gateway has keys and a store,
+    /// and `sessions.enabled` in the running config).
+    pub(super) on: bool,
     pub(super) client: Option<ClientSession>,
     /// The store key of the session's binding in the routed service.
     pub(super) key: Option<SessionId>,
@@ -34,7 +37,7 @@ pub(super) struct Session {
 
 /// Identifies the session (`known`: the canary's side choice did already)
 /// and judges its binding in `svc`. With sessions off (`sessions` is
-/// `None`): no session, no clock reading.
+/// `None`, or `sessions.enabled` false): no session, no clock reading.
 #[inline]
 pub(super) fn of(
     snap: &Snapshot,
@@ -45,6 +48,7 @@ pub(super) fn of(
     now: u64,
 ) -> Session {
     let scfg = &snap.config.sessions;
+    let sessions = sessions.filter(|_| scfg.enabled);
     // Wall-clock seconds only matter to sessions (token and binding times).
     let now_unix = if sessions.is_some() {
         session::unix_now()
@@ -57,6 +61,7 @@ pub(super) fn of(
         .as_ref()
         .map(|cs| session::binding_key(&cs.id, &svc.name));
     let mut found = Session {
+        on: sessions.is_some(),
         client,
         key,
         now_unix,
