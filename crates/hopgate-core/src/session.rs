@@ -1,7 +1,8 @@
 //! Sessions: identity, signed tokens and the reasons a session hops.
 //!
 //! Owns [`SessionId`] (16 unguessable bytes from the operating system's
-//! random source), [`SessionKeys`] (HMAC-SHA256 keys with rotation), the
+//! random source, or derived from the session key when that fails:
+//! [`SessionId::keyed`]), [`SessionKeys`] (HMAC-SHA256 keys with rotation), the
 //! token format ([`mint`] / [`verify`]) and [`HopReason`] with the pure
 //! [`hop_reason`] decision.
 //!
@@ -105,6 +106,27 @@ impl SessionId {
         let mut bytes = [0u8; ID_LEN];
         fill_random(&mut bytes)?;
         Ok(Self(bytes))
+    }
+
+    /// An id derived from `keys`' current key and `input`, for when the
+    /// operating system's random source fails ([`SessionId::try_random`]):
+    /// the first 16 bytes of HMAC-SHA256 over a domain tag (no token starts
+    /// with it) and `input`. It is as unguessable as the key is secret
+    /// (whoever holds the key can mint tokens anyway), and ids of distinct
+    /// inputs differ; the caller makes `input` unique (a clock reading,
+    /// the process id, a counter). Never panics.
+    pub fn keyed(keys: &SessionKeys, input: &[u8]) -> Self {
+        let tag = keys
+            .current
+            .mac
+            .clone()
+            .chain_update(b"hopgate session id\0")
+            .chain_update(input)
+            .finalize()
+            .into_bytes();
+        let mut bytes = [0u8; ID_LEN];
+        bytes.copy_from_slice(&tag[..ID_LEN]);
+        Self(bytes)
     }
 
     pub const fn from_bytes(bytes: [u8; ID_LEN]) -> Self {

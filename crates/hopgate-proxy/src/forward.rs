@@ -6,14 +6,20 @@
 //! shape of a request's future (everything before the first attempt runs
 //! synchronously; the rest is one boxed future per request), and the
 //! driver of that future, `Forwarder::forward`, the one place where a
-//! request waits (for its body, for each send). The steps it calls are
-//! plain functions, each phase of `docs/request-lifecycle.md` in a file
-//! named after it:
+//! request waits (for the shared store, its body, each send): a loop
+//! around one `.await`, the send, between `Tries::prepare` and
+//! `Tries::settle`. The steps it calls are plain functions, each phase of
+//! `docs/request-lifecycle.md` in a file named after it:
 //!
-//! - `plan`: limits, access, route, select, hash key, session
-//!   stickiness, the upgrade hand-off, the upstream request (phases 4–11);
+//! - `plan`: phases 4–11, one function per phase: `plan/limits`,
+//!   `plan/route` (host, path, route, version group, hash key),
+//!   `plan/stickiness` (the session), `plan/build` (the upgrade hand-off,
+//!   the upstream request);
 //! - `replay`: how the body is taken and the copy it is replayed from
 //!   (phase 12);
+//! - `tries`: the request's state from its plan to its answer (`Trip`) and
+//!   the attempt loop's (`Tries`): the order of an attempt's steps before
+//!   and after its send (phase 13);
 //! - `attempt`: choose a node, admit it, spend the budget, build the
 //!   attempt, record its outcome on the node (phase 13.1–13.5);
 //! - `failure`: what a failed attempt leads to: one decision and one
@@ -28,22 +34,16 @@
 //! lock-free queue.
 
 use std::net::SocketAddr;
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use http::header::HeaderValue;
 use http::{Request, Response};
-use http_body_util::BodyExt;
 
 use crate::upstream::{SharedSnapshot, Snapshot};
-use hopgate_core::config::UpstreamProtocol;
-use hopgate_core::error::ErrorKind;
 use hopgate_core::maintenance::Notification;
-use hopgate_core::node::{ms_at, now_ms};
-use hopgate_core::retry;
-use hopgate_core::session::HopReason;
 
 use crate::body::{ClientBody, ProxyBody};
 use crate::canary::CanarySlot;
@@ -62,13 +62,13 @@ mod grpc;
 mod logged;
 mod plan;
 mod replay;
+mod tries;
 
-use attempt::{Attempted, Choice, Tried};
 use done::{Done, Outcome};
-use failure::{AfterFailure, Failed};
 pub(crate) use logged::LoggedBody;
-use plan::{begin_hop_if_bound, Plan};
-use replay::{Capture, Replay};
+use plan::Plan;
+use replay::Capture;
+use tries::{Tries, Trip};
 
 /// Per-listener facts a request needs.
 #[derive(Debug, Clone)]
@@ -147,262 +147,57 @@ impl Forwarder {
     }
 
     /// A request from its head to its answer: [`ClientConn::begin`] (the
-    /// plan, or the answer of a request turned away) and then the attempts
-    /// (body handling, node picks, retries, the response). Returns the
-    /// request's whole future; its caller keeps it in one place (a box, or
-    /// the HTTP/1.1 server's block per connection). Only the connection,
-    /// the request's box and its body are captured: the plan is made in the
-    /// future's first poll and taken apart there, so its parts are written
-    /// into the future once, not moved through `begin`'s result, a `Begun`
-    /// and the future's arguments first (each move a copy of ~900 bytes).
-    /// Every step is a plain function; only the waits (the body, the send)
-    /// happen here, so none of a step's temporaries end up in the future.
+    /// plan, or the answer of a request turned away), the waits before the
+    /// first attempt (the shared store's binding, the body), and then a
+    /// loop around one `.await`, the send: [`Tries::prepare`] → send →
+    /// [`Tries::settle`], the failure's retryability decided by
+    /// `failure::decide`. Returns the request's whole future; its caller
+    /// keeps it in one place (a box, or the HTTP/1.1 server's block per
+    /// connection). Only the connection, the request's box and its body
+    /// are captured: the plan is made in the future's first poll. Every
+    /// step is a plain function; only the waits happen here, so none of a
+    /// step's temporaries end up in the future, and the attempts' state
+    /// ([`Tries`]) exists only while they run.
     async fn forward(
         conn: Arc<ClientConn>,
         req: Box<Request<ProxyBody>>,
         body: RequestBody,
     ) -> Box<Response<ProxyBody>> {
-        // Taken apart in the pattern: no binding holds the whole plan
-        // (a moved-from binding would still get room in the future).
-        let Begun(
-            snap,
-            Plan {
-                fetch,
-                mut flight,
-                now: arrived_ms,
-                mut sticky,
-                mut hop,
-                upgrade,
-                mut request,
-                mut set,
-                body,
-            },
-            facts,
-            mut done,
-        ) = match conn.begin(req, body) {
+        let Begun(snap, plan, facts, done) = match conn.begin(req, body) {
             Ok(begun) => begun,
             Err(resp) => return resp,
         };
-        let out = &mut done.out;
-        // Whether the request waited for anything (the shared store,
-        // its body) before its first send.
-        let mut waited = fetch.is_some();
+        let (mut trip, fetch, request, body) = Trip::new(plan, facts.grpc, done);
         if let Some(fetch) = fetch {
-            // A known session bound on another replica: follow the
-            // shared store's binding (bounded by the store's timeout).
-            if let Some(b) = fetch.await {
-                plan::adopt_fetched(&snap, &mut flight, &mut sticky, &mut hop, b, arrived_ms);
+            // A known session bound on another replica: follow the shared
+            // store's binding (bounded by the store's timeout).
+            if let Some(binding) = fetch.await {
+                trip.adopt_fetched(&snap, binding);
             }
         }
-        let svc = &snap.services[flight.selection.service];
-        let result: Result<Box<Response<ProxyBody>>, ErrorKind> = 'forward: {
-            let policy = &snap.config.retries;
-            svc.retry_budget.deposit(policy.budget);
-            // Phase 12: the body, and the copy it can be replayed from.
-            let replay_safe = retry::replay_safe(request.method(), request.headers());
-            let capture = replay::capture(
-                &body,
-                request.headers(),
-                replay_safe,
-                policy.buffer_body,
-                svc.protocol,
-                upgrade.is_some(),
-                facts.grpc,
-            );
-            let max_body = snap.config.limits.max_body_bytes;
-            // A streamed body records what the client does, so that a
-            // failed send can be told the client's fault (phase 13.6).
-            let mut client_body = None;
-            let (body, kept) = match capture {
-                Capture::Empty => (ProxyBody::Empty, replay_safe.then(|| (Bytes::new(), true))),
-                Capture::Buffer => {
-                    waited = true;
-                    let read = ProxyBody::limited(body, policy.buffer_body).collect();
-                    let bound = snap.config.timeouts.request;
-                    match Box::pin(tokio::time::timeout(bound, read)).await {
-                        Ok(Ok(b)) => {
-                            let b = b.to_bytes();
-                            (ProxyBody::full(b.clone()), Some((b, true)))
-                        }
-                        Ok(Err(e)) => break 'forward Err(crate::body::read_error(&e)),
-                        Err(_) => break 'forward Err(ErrorKind::ClientTimeout),
-                    }
-                }
-                Capture::Arrived { wait } => {
-                    waited = true;
-                    let watch = client_body.insert(Arc::default());
-                    let (body, whole) = Box::pin(replay::take_arrived(
-                        body,
-                        policy.buffer_body,
-                        max_body,
-                        wait,
-                        Arc::clone(watch),
-                    ))
-                    .await;
-                    (body, whole.map(|b| (b, false)))
-                }
-                Capture::Stream => {
-                    let watch = client_body.insert(Arc::default());
-                    (ProxyBody::watched(body, max_body, Arc::clone(watch)), None)
-                }
-            };
-            // An HTTP/1.1 send hands its head back when it fails: the
-            // copy needs only the body.
-            let handed_back =
-                (svc.protocol == UpstreamProtocol::Http1 || upgrade.is_some()) && !facts.grpc;
-            let replay = kept.map(|(b, after_sent)| {
-                if handed_back {
-                    Replay::handed_back(b, after_sent)
-                } else {
-                    Replay::new(&request, b, after_sent)
-                }
-            });
-            // An answer's head may stay as the backend's bytes for
-            // hopgate's own HTTP/1.1 server, which writes it as it is.
-            let raw_head =
-                conn.native_h1.load(Ordering::Relaxed) && !facts.grpc && upgrade.is_none();
-            *request.body_mut() = body;
-            let mut upstream = Some(request);
-
-            // Phase 13: the attempts.
-            let attempts = (policy.attempts as usize).min(attempt::MAX_TRACKED);
-            let mut tried = Tried::default();
-            let mut refused = 0; // picks turned away by an open breaker
-            let mut last = ErrorKind::NoLiveNode;
-            let mut sent = 0;
-            let mut clock = Some(arrived_ms);
-            while sent < attempts {
-                // The first attempt uses the clock read on arrival.
-                let now = clock.take().unwrap_or_else(now_ms);
-                let (node_idx, last_resort) =
-                    match attempt::choose(svc, &flight, &mut sticky, &mut tried, now) {
-                        Choice::Node { idx, last_resort } => (idx, last_resort),
-                        Choice::Refused(idx) => {
-                            let node = &svc.nodes[idx].shared_id;
-                            let reason = HopReason::CircuitOpen;
-                            begin_hop_if_bound(&mut hop, flight.prior.as_ref(), node, reason);
-                            refused += 1;
-                            if refused > svc.nodes.len() {
-                                break;
-                            }
-                            continue;
-                        }
-                        Choice::Nothing => break,
-                    };
-                if !attempt::spend(svc, sent, last_resort) {
-                    break;
-                }
-                sent += 1;
-                out.attempts = sent;
-                out.node = Some(node_idx);
-                // Edited where it lies: a borrowed local would be kept
-                // in the request's future across the send.
-                let Some(request) = upstream.as_mut() else {
-                    break;
-                };
-                crate::otlp::before_attempt(out.span.as_deref_mut(), sent, &mut set);
-
-                let node = &svc.nodes[node_idx];
-                // A MOVING node's new address, read once for the header
-                // and the send.
-                let moved = node.state.moved_to();
-                attempt::for_node(
-                    (&mut **request, &mut set),
-                    node,
-                    svc,
-                    &flight,
-                    hop.as_ref(),
-                    moved,
-                    conn.forwarder
-                        .sessions
-                        .as_deref()
-                        .filter(|_| flight.sessions_on)
-                        .map(|s| (&s.keys, &snap.config.sessions.header)),
-                );
-                let settings = attempt::settings(
-                    &snap,
-                    svc,
-                    node,
-                    now,
-                    upgrade.is_some(),
-                    flight.grpc_deadline,
-                );
-                let pool = attempt::pool_of(node, settings.max_idle);
-                let inflight = node.state.begin_request();
-                // The first attempt of a request that waited for
-                // nothing since it arrived is sent at its arrival.
-                let sent_at = if sent == 1 && !waited {
-                    done.started
-                } else {
-                    Instant::now()
-                };
-                let addr = moved.unwrap_or(node.address);
-                let Some(request) = upstream.take() else {
-                    break;
-                };
-                let result = pool
-                    .send(addr, request, &set, &settings, sent_at, raw_head)
-                    .await;
-                drop(inflight);
-                let answered = Instant::now();
-                let took = answered.saturating_duration_since(sent_at);
-                // Since arrival: the same span when the attempt was
-                // sent at arrival (the common case), and the clock in
-                // milliseconds follows from it.
-                let (since_arrival, answered_ms) = if sent_at == done.started {
-                    (took, arrived_ms + took.as_millis() as u64)
-                } else {
-                    let d = answered.saturating_duration_since(done.started);
-                    (d, ms_at(answered))
-                };
-                out.took = Some(since_arrival);
-                if let Some(s) = out.span.as_deref_mut() {
-                    let o = crate::otlp::outcome_of(&result);
-                    s.after_attempt(node_idx, sent, sent_at, answered, o);
-                }
-                snap.routes[flight.route].stats.upstream.observe(took);
-                let at = Attempted {
-                    svc,
-                    node,
-                    number: sent,
-                    attempts_left: sent < attempts,
-                    last_resort,
-                    took,
-                    answered_ms,
-                };
-                let req = Req {
-                    conn: &conn,
-                    snap: &snap,
-                    flight: &flight,
-                    client_body: client_body.as_deref(),
-                };
-                let resp = match result {
-                    // The common case: an answer, handled in place.
-                    Ok(resp) if !(facts.grpc && grpc::unavailable_at_once(&resp)) => resp,
-                    failed => {
-                        match failure::on_failure(
-                            Failed::from(failed),
-                            req,
-                            &at,
-                            &mut hop,
-                            replay.as_ref(),
-                            &mut last,
-                            out,
-                        ) {
-                            AfterFailure::Next(request) => {
-                                upstream = Some(request);
-                                continue;
-                            }
-                            AfterFailure::End(result) => break 'forward result,
-                            AfterFailure::Deliver(resp) => resp,
-                        }
-                    }
-                };
-                break 'forward Ok(answer::answer(resp, req, &at, hop.as_ref(), upgrade, out));
+        // Phase 12: the body, and the copy it can be replayed from.
+        let (how, replay_safe, request, body) = trip.capture(&snap, request, body);
+        let taken = match how {
+            Capture::Empty => Ok(replay::empty(body, replay_safe)),
+            Capture::Buffer => Box::pin(replay::buffer(body, &snap.config)).await,
+            Capture::Arrived { wait } => {
+                Ok(Box::pin(replay::arrived(body, &snap.config, wait)).await)
             }
-            Err(last)
+            Capture::Stream => Ok(replay::streamed(body, snap.config.limits.max_body_bytes)),
         };
-        done.finish(&snap, &conn, result)
+        // Phase 13: the attempts, one send each (none when the body could
+        // not be taken: its error is the answer).
+        let mut tries = Tries::new(&trip, &conn, &snap, request, taken);
+        let result = loop {
+            let Some((at, to)) = tries.prepare(&mut trip, &conn, &snap) else {
+                break Err(tries.last);
+            };
+            let sent = at.send(to, &trip.set, tries.raw_head).await;
+            if let ControlFlow::Break(end) = tries.settle(&mut trip, &conn, &snap, at, sent) {
+                break end;
+            }
+        };
+        trip.done.finish(&snap, &conn, result)
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! Owns token extraction (cookie or header), verification with every
 //! rejected token replaced by a fresh session (never an error, never
-//! trusted, always counted), the per-service binding key, the hop decision
+//! trusted, always counted; its id from the OS random source, or from the
+//! session key should that fail: [`new_id`]), the per-service binding key, the hop decision
 //! for a bound session, and the `Set-Cookie` answer. The store is read
 //! synchronously (the memory store takes no lock on reads); nothing here
 //! awaits.
@@ -12,6 +13,7 @@
 //! store's internals.
 
 use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use http::header::{HeaderMap, HeaderValue, COOKIE};
 
@@ -63,10 +65,8 @@ fn token_from<'h>(cfg: &SessionsConfig, headers: &'h HeaderMap) -> Option<&'h st
 }
 
 fn fresh(keys: &SessionKeys, now: u64) -> ClientSession {
-    let id = SessionId::random();
-    METRICS
-        .sessions_created
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let id = new_id(keys);
+    METRICS.sessions_created.fetch_add(1, Ordering::Relaxed);
     let token = session::mint(keys, id, now);
     ClientSession {
         id,
@@ -75,6 +75,39 @@ fn fresh(keys: &SessionKeys, now: u64) -> ClientSession {
         known: false,
         hint: None,
     }
+}
+
+/// A new session's id, from the operating system's random source. Should
+/// that fail, the id is derived from the current session key instead
+/// ([`SessionId::keyed`], over a clock reading, the process id and a
+/// counter: unique, and unguessable without the key): the request is
+/// served as usual (a session is never an error for the client) and
+/// nothing on the request path panics.
+#[inline]
+fn new_id(keys: &SessionKeys) -> SessionId {
+    match SessionId::try_random() {
+        Ok(id) => id,
+        Err(e) => keyed_id(keys, &e),
+    }
+}
+
+/// [`new_id`] without the OS random source. Logged at the first failure
+/// and every 1024th after.
+#[cold]
+fn keyed_id(keys: &SessionKeys, error: &session::RandomError) -> SessionId {
+    static FAILURES: AtomicU64 = AtomicU64::new(0);
+    let n = FAILURES.fetch_add(1, Ordering::Relaxed);
+    if n.is_multiple_of(1024) {
+        tracing::error!(%error, failures = n + 1, "new session id derived from the session key: the OS random source failed");
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut input = [0u8; 28];
+    input[..16].copy_from_slice(&nanos.to_le_bytes());
+    input[16..20].copy_from_slice(&std::process::id().to_le_bytes());
+    input[20..].copy_from_slice(&n.to_le_bytes());
+    SessionId::keyed(keys, &input)
 }
 
 /// Identifies the client: its verified session, or a new one.

@@ -15,6 +15,22 @@ fn raw_of(token: &str) -> Vec<u8> {
     URL_SAFE_NO_PAD.decode(token).expect("test token decodes")
 }
 
+/// The fallback id (no OS randomness): the same for the same key and
+/// input, different for another input or key, and a token of it verifies.
+#[test]
+fn a_keyed_id_depends_on_key_and_input() {
+    let (k, other) = (
+        keys(),
+        SessionKeys::from_secrets(b"another secret, 32 bytes or more", &[]),
+    );
+    let a = SessionId::keyed(&k, b"input 1");
+    assert_eq!(a, SessionId::keyed(&k, b"input 1"));
+    assert_ne!(a, SessionId::keyed(&k, b"input 2"));
+    assert_ne!(a, SessionId::keyed(&other, b"input 1"));
+    let t = verify(&k, &mint(&k, a, NOW), NOW, TTL).expect("valid token");
+    assert_eq!(t.id, a);
+}
+
 #[test]
 fn mint_then_verify_round_trips() {
     let k = keys();

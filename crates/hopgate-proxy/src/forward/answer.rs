@@ -39,7 +39,10 @@ use crate::session::{self, ClientSession, Sessions};
 use crate::tunnel;
 
 /// The backend's answer, readied for the client (5xx answers too: they
-/// are passed on, not retried). The common case: inline in the driver.
+/// are passed on, not retried), step by step: the node's verdict, the raw
+/// head kept or not, `Hop-Maintenance`, hop-by-hop headers, the session,
+/// then the tunnel of an upgrade or the answer's stream. The common case:
+/// inline in the driver.
 #[inline]
 pub(super) fn answer(
     mut resp: Box<Response<ProxyBody>>,
@@ -49,26 +52,14 @@ pub(super) fn answer(
     upgrade: Option<Upgrade>,
     out: &mut Outcome,
 ) -> Box<Response<ProxyBody>> {
-    let Req {
-        conn, snap, flight, ..
-    } = req;
-    let (fwd, ctx) = (&conn.forwarder, &*conn.ctx);
+    let (fwd, flight) = (&req.conn.forwarder, req.flight);
     let (svc, node) = (at.svc, at.node);
     let status = resp.status().as_u16();
-    let seen = if status >= 500 {
-        Observation::ServerError
-    } else {
-        node.state.observe_latency_us(at.took.as_micros() as u64);
-        if at.last_resort {
-            node.state.recover();
-        }
-        Observation::Success
-    };
-    at.account(seen);
+    observe(at, status);
     // A head kept raw stays so only when nothing below has to change it.
     if let Some(raw) = resp.body().raw_head() {
         let taken: [&[u8]; 3] = [
-            snap.config.sessions.header.as_str().as_bytes(),
+            req.snap.config.sessions.header.as_str().as_bytes(),
             X_ROUTE_RULE_ID.as_str().as_bytes(),
             X_UPSTREAM_ADDR.as_str().as_bytes(),
         ];
@@ -86,54 +77,113 @@ pub(super) fn answer(
         (status == 101 && upgrade.is_some()).then(|| tunnel::upstream_upgrade(&mut resp));
     strip_response(resp.headers_mut(), &rf);
     out.hopped = hop.is_some_and(|h| *h.from != *node.id) && status < 500;
-    let sessions = fwd.sessions.as_deref().filter(|_| flight.sessions_on);
-    if sessions.is_none() && rf.context() {
-        // Only the gateway keeps contexts; never leak one.
-        resp.headers_mut().remove(&HOP_SESSION_CONTEXT);
-    }
-    if let (Some(s), Some(cs), Some(k)) = (sessions, &flight.client_session, &flight.key) {
-        settle_session(
-            SessionOutcome {
-                sessions: s,
-                cfg: &snap.config.sessions,
-                svc,
-                node,
-                key: k,
-                client: cs,
-                prior: flight.prior.as_ref(),
-                hinted: flight.hinted,
-                hop,
-                status,
-                now_unix: flight.now_unix,
-                secure: match snap.config.sessions.secure {
-                    CookieSecure::Auto => flight.https,
-                    CookieSecure::Always => true,
-                    CookieSecure::Never => false,
-                },
-            },
-            resp.headers_mut(),
-        );
-    }
+    session_step(resp.headers_mut(), req, at, hop, (status, rf.context()));
     out.status = status;
-    if let (Some(on_upstream), Some((proto, on_client))) = (on_upstream, upgrade) {
-        tunnel::restore_upgrade_headers(resp.headers_mut(), &proto);
-        let websocket = proto.as_bytes().eq_ignore_ascii_case(b"websocket");
-        tunnel::spawn(
-            on_client,
-            on_upstream,
-            tunnel::TunnelCtx {
-                websocket,
-                idle: snap.config.timeouts.idle,
-                node: Arc::clone(&node.state),
-                drain_deadline: svc.drain.deadline,
-                stopping: fwd.stopping.clone(),
-                _inflight: node.state.begin_request(),
-            },
-        );
+    if let (Some(on_upstream), Some(upgrade)) = (on_upstream, upgrade) {
+        tunnelled(resp.headers_mut(), req, at, upgrade, on_upstream);
         return resp;
     }
-    if rf.grpc {
-        resp = grpc::guard(resp, svc, node, flight.grpc_deadline);
+    streamed(resp, req, at, rf.grpc)
+}
+
+/// The node's verdict on an answer: a server error, or a success (the
+/// latency sample, and recovery of a last resort).
+#[inline]
+fn observe(at: &Attempted<'_>, status: u16) {
+    let seen = if status >= 500 {
+        Observation::ServerError
+    } else {
+        at.node.state.observe_latency_us(at.took.as_micros() as u64);
+        if at.last_resort {
+            at.node.state.recover();
+        }
+        Observation::Success
+    };
+    at.account(seen);
+}
+
+/// The session's step, when sessions are on ([`settle_session`]); with
+/// them off, a `Hop-Session-Context` the backend sent (`context`) is
+/// removed: only the gateway keeps contexts, and it never leaks one.
+#[inline]
+fn session_step(
+    headers: &mut HeaderMap,
+    req: Req<'_>,
+    at: &Attempted<'_>,
+    hop: Option<&PendingHop>,
+    (status, context): (u16, bool),
+) {
+    let (snap, flight) = (req.snap, req.flight);
+    let sessions = req.conn.forwarder.sessions.as_deref();
+    let sessions = sessions.filter(|_| flight.sessions_on);
+    if sessions.is_none() && context {
+        headers.remove(&HOP_SESSION_CONTEXT);
+    }
+    if let (Some(s), Some(cs), Some(k)) = (sessions, &flight.client_session, &flight.key) {
+        let cfg = &snap.config.sessions;
+        let outcome = SessionOutcome {
+            sessions: s,
+            cfg,
+            svc: at.svc,
+            node: at.node,
+            key: k,
+            client: cs,
+            prior: flight.prior.as_ref(),
+            hinted: flight.hinted,
+            hop,
+            status,
+            now_unix: flight.now_unix,
+            secure: match cfg.secure {
+                CookieSecure::Auto => flight.https,
+                CookieSecure::Always => true,
+                CookieSecure::Never => false,
+            },
+        };
+        settle_session(outcome, headers);
+    }
+}
+
+/// A 101 to an upgrade: its headers put back, and both sides joined on a
+/// task of their own ([`tunnel::spawn`]), which holds the node's in-flight
+/// count until it ends.
+#[cold]
+fn tunnelled(
+    headers: &mut HeaderMap,
+    req: Req<'_>,
+    at: &Attempted<'_>,
+    (proto, on_client): Upgrade,
+    on_upstream: tunnel::UpstreamUpgrade,
+) {
+    tunnel::restore_upgrade_headers(headers, &proto);
+    let websocket = proto.as_bytes().eq_ignore_ascii_case(b"websocket");
+    tunnel::spawn(
+        on_client,
+        on_upstream,
+        tunnel::TunnelCtx {
+            websocket,
+            idle: req.snap.config.timeouts.idle,
+            node: Arc::clone(&at.node.state),
+            drain_deadline: at.svc.drain.deadline,
+            stopping: req.conn.forwarder.stopping.clone(),
+            _inflight: at.node.state.begin_request(),
+        },
+    );
+}
+
+/// The answer's stream on its way: the gRPC guard (`grpc`: a gRPC
+/// answer), the HTTP/2 send-stall watch, and the debug headers.
+#[inline]
+fn streamed(
+    mut resp: Box<Response<ProxyBody>>,
+    req: Req<'_>,
+    at: &Attempted<'_>,
+    grpc: bool,
+) -> Box<Response<ProxyBody>> {
+    let Req {
+        conn, snap, flight, ..
+    } = req;
+    if grpc {
+        resp = grpc::guard(resp, at.svc, at.node, flight.grpc_deadline);
     }
     if conn.http2.load(Ordering::Relaxed) && !resp.body().is_end_stream() {
         // A stream the client never grants window must not pin its
@@ -144,13 +194,13 @@ pub(super) fn answer(
             ProxyBody::SendWatched(Box::new(SendWatch::new(b, stall, close)))
         });
     }
-    if ctx.debug_headers {
+    if conn.ctx.debug_headers {
         let h = resp.headers_mut();
         h.insert(
             X_ROUTE_RULE_ID.clone(),
             snap.routes[flight.route].id_header.clone(),
         );
-        h.insert(X_UPSTREAM_ADDR.clone(), node.address_header.clone());
+        h.insert(X_UPSTREAM_ADDR.clone(), at.node.address_header.clone());
     }
     resp
 }
@@ -223,6 +273,31 @@ struct SessionOutcome<'a> {
     secure: bool,
 }
 
+/// A hop completed (its new node answered below 500): logged, and
+/// recorded in the hop counters, the histogram and the recent-hops ring
+/// (the short `METRICS` mutex).
+#[cold]
+fn record_hop(o: &SessionOutcome<'_>, h: &PendingHop) {
+    let duration_us = h.started.elapsed().as_micros() as u64;
+    tracing::info!(
+        "hop session={} from={} to={} reason={}",
+        o.client.id,
+        h.from,
+        o.node.id,
+        h.reason.label()
+    );
+    METRICS.hop(HopRecord {
+        at: o.now_unix,
+        session: o.client.id.to_string(),
+        service: o.svc.name.clone(),
+        from: h.from.to_string(),
+        to: o.node.id.clone(),
+        reason: h.reason.label(),
+        duration_us,
+        context_bytes: o.prior.map_or(0, |p| p.context_len()),
+    });
+}
+
 /// After a backend answered: keep the context it sent (and hide it from
 /// the client), bind or rebind the session, complete a hop (log, count,
 /// time), and hand the client its token when it needs one.
@@ -266,24 +341,7 @@ fn settle_session(o: SessionOutcome<'_>, headers: &mut HeaderMap) {
         o.sessions.store.put(*o.key, b);
     }
     if let (Some(h), true) = (o.hop, moved && o.status < 500) {
-        let duration_us = h.started.elapsed().as_micros() as u64;
-        tracing::info!(
-            "hop session={} from={} to={} reason={}",
-            o.client.id,
-            h.from,
-            o.node.id,
-            h.reason.label()
-        );
-        METRICS.hop(HopRecord {
-            at: o.now_unix,
-            session: o.client.id.to_string(),
-            service: o.svc.name.clone(),
-            from: h.from.to_string(),
-            to: o.node.id.clone(),
-            reason: h.reason.label(),
-            duration_us,
-            context_bytes: o.prior.map_or(0, |p| p.context_len()),
-        });
+        record_hop(&o, h);
     }
     if o.client.issue {
         // A new session's token names the node that answered (the token

@@ -195,6 +195,49 @@ pub(super) enum AfterFailure {
     Deliver(Box<Response<ProxyBody>>),
 }
 
+/// A failed attempt taken apart: its class, the send's error (none for a
+/// gRPC UNAVAILABLE answer), and what it handed back: the request (not
+/// sent), the head as sent (HTTP/1.1, for a replay), or the answer.
+struct Handed {
+    class: Class,
+    error: Option<ProxyError>,
+    request: Option<Box<http::Request<ProxyBody>>>,
+    sent_head: Option<Box<http::request::Parts>>,
+    answer: Option<Box<Response<ProxyBody>>>,
+}
+
+impl Failed {
+    #[inline]
+    fn handed(self) -> Handed {
+        let by = |class, error| Handed {
+            class,
+            error: Some(error),
+            request: None,
+            sent_head: None,
+            answer: None,
+        };
+        match self {
+            Failed::Send(SendFailure::NotSent { request, error }) => Handed {
+                request: Some(request),
+                ..by(Class::NotSent, error)
+            },
+            Failed::Send(SendFailure::Refused(error)) => by(Class::Refused, error),
+            Failed::Send(SendFailure::Sent(error)) => by(Class::Sent, error),
+            Failed::Send(SendFailure::SentWithHead(error, head)) => Handed {
+                sent_head: Some(head),
+                ..by(Class::Sent, error)
+            },
+            Failed::GrpcUnavailable(resp) => Handed {
+                class: Class::GrpcUnavailable,
+                error: None,
+                request: None,
+                sent_head: None,
+                answer: Some(resp),
+            },
+        }
+    }
+}
+
 /// Carries out [`decide`] for a failed attempt, in the same order for
 /// every class: log, account on the node, start a hop if the session was
 /// bound to it, remember the error, then resend, replay or end.
@@ -207,35 +250,24 @@ pub(super) fn on_failure(
     last: &mut ErrorKind,
     out: &mut Outcome,
 ) -> AfterFailure {
-    let mut sent_head = None;
-    let (class, error, request, answer) = match failed {
-        Failed::Send(SendFailure::NotSent { request, error }) => {
-            (Class::NotSent, Some(error), Some(request), None)
-        }
-        Failed::Send(SendFailure::Refused(error)) => (Class::Refused, Some(error), None, None),
-        Failed::Send(SendFailure::Sent(error)) => (Class::Sent, Some(error), None, None),
-        Failed::Send(SendFailure::SentWithHead(error, head)) => {
-            sent_head = Some(head);
-            (Class::Sent, Some(error), None, None)
-        }
-        Failed::GrpcUnavailable(resp) => (Class::GrpcUnavailable, None, None, Some(resp)),
-    };
-    let mut kind = error.as_ref().map_or(ErrorKind::ConnectionLost, |e| e.kind);
+    let mut p = failed.handed();
+    let kind = p
+        .error
+        .as_ref()
+        .map_or(ErrorKind::ConnectionLost, |e| e.kind);
     // A send the client's body broke, or that timed out waiting on it, is
     // the client's fault (a not-sent request never read its body).
-    let client_fault = match (class, req.client_body) {
+    let client_fault = match (p.class, req.client_body) {
         (Class::Sent | Class::Refused, Some(body)) => {
             body.fault(kind == ErrorKind::UpstreamTimeout)
         }
         _ => None,
     };
-    let class = match client_fault {
-        Some(fault) => {
-            kind = fault;
-            Class::Client
-        }
-        None => class,
+    let (class, kind) = match client_fault {
+        Some(fault) => (Class::Client, fault),
+        None => (p.class, kind),
     };
+    p.class = class;
     let decision = decide(Facts {
         class,
         kind,
@@ -250,24 +282,11 @@ pub(super) fn on_failure(
             .is_some_and(|b| *b.node == *at.node.shared_id),
     });
     if decision.next == Next::Deliver {
-        if let Some(resp) = answer {
+        if let Some(resp) = p.answer {
             return AfterFailure::Deliver(resp);
         }
     }
-    match &error {
-        Some(_) if class == Class::Client => {
-            tracing::debug!(service = %at.svc.name, node = %at.node.id, error = kind.label(), "request ended by the client's fault; not charged to the node");
-        }
-        Some(_) if kind.is_busy() => {
-            // Load, not a failure; counted in the pool's queue metrics.
-            tracing::debug!(service = %at.svc.name, node = %at.node.id, error = kind.label(), "node busy; not charged to the node");
-        }
-        Some(error) => log_upstream_failure(at, error, class != Class::Sent),
-        None if decision.next == Next::Replay => {
-            tracing::warn!(service = %at.svc.name, node = %at.node.id, "gRPC UNAVAILABLE before any response byte; retrying elsewhere");
-        }
-        None => {}
-    }
+    log_failure(at, &p, kind, decision.next);
     if decision.observe {
         at.account(Observation::Failure);
     }
@@ -276,17 +295,51 @@ pub(super) fn on_failure(
         begin_hop_if_bound(hop, prior, &at.node.shared_id, HopReason::Unhealthy);
     }
     *last = kind;
-    match decision.next {
-        Next::Resend => match request {
+    after(decision.next, p, replay, kind, out)
+}
+
+/// The failure's log line: `debug` for the client's fault and a busy
+/// node, `warn` for the node's failure and for a gRPC UNAVAILABLE retried
+/// elsewhere.
+#[inline]
+fn log_failure(at: &Attempted<'_>, p: &Handed, kind: ErrorKind, next: Next) {
+    match &p.error {
+        Some(_) if p.class == Class::Client => {
+            tracing::debug!(service = %at.svc.name, node = %at.node.id, error = kind.label(), "request ended by the client's fault; not charged to the node");
+        }
+        Some(_) if kind.is_busy() => {
+            // Load, not a failure; counted in the pool's queue metrics.
+            tracing::debug!(service = %at.svc.name, node = %at.node.id, error = kind.label(), "node busy; not charged to the node");
+        }
+        Some(error) => log_upstream_failure(at, error, p.class != Class::Sent),
+        None if next == Next::Replay => {
+            tracing::warn!(service = %at.svc.name, node = %at.node.id, "gRPC UNAVAILABLE before any response byte; retrying elsewhere");
+        }
+        None => {}
+    }
+}
+
+/// Where the decision leads: the next attempt's request (the untouched
+/// one, or one built from the copy), or the end of the request.
+#[inline]
+fn after(
+    next: Next,
+    p: Handed,
+    replay: Option<&Replay>,
+    kind: ErrorKind,
+    out: &mut Outcome,
+) -> AfterFailure {
+    match next {
+        Next::Resend => match p.request {
             Some(request) => AfterFailure::Next(request),
             None => AfterFailure::End(Err(kind)),
         },
-        Next::Replay => match replay.and_then(|copy| copy.request(sent_head)) {
+        Next::Replay => match replay.and_then(|copy| copy.request(p.sent_head)) {
             Some(request) => AfterFailure::Next(request),
             None => AfterFailure::End(Err(kind)),
         },
         Next::Answer(kind) => AfterFailure::End(Err(kind)),
-        Next::PassThrough | Next::Deliver => match answer {
+        Next::PassThrough | Next::Deliver => match p.answer {
             Some(mut resp) => {
                 out.status = resp.status().as_u16();
                 // Passed on without the answer step: as a header map.

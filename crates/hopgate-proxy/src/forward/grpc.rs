@@ -16,11 +16,24 @@ use http::Response;
 use crate::upstream::{CompiledNode, CompiledService};
 
 use crate::body::ProxyBody;
+use crate::headers::{RequestFacts, GRPC_TIMEOUT};
 
 /// How long a gRPC request's body may take to arrive before it is streamed
 /// without a replay copy (a unary call's body arrives with its headers; a
 /// client-streaming call starts at most this much later).
 pub(super) const GRPC_BODY_WAIT: Duration = Duration::from_millis(50);
+
+/// The client's deadline: `grpc-timeout` (looked up only when the scan saw
+/// one) is an upper bound for the whole call, from now.
+#[inline]
+pub(super) fn deadline<B>(req: &http::Request<B>, facts: &RequestFacts) -> Option<Instant> {
+    facts
+        .grpc_timeout
+        .then(|| req.headers().get(&GRPC_TIMEOUT))
+        .flatten()
+        .and_then(|v| parse_timeout(v.as_bytes()))
+        .map(|d| Instant::now() + d)
+}
 
 /// `grpc-timeout` (`<1-8 digits><H|M|S|m|u|n>`, gRPC over HTTP/2 spec).
 pub(super) fn parse_timeout(v: &[u8]) -> Option<Duration> {

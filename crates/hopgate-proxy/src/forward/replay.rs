@@ -2,7 +2,8 @@
 //! replayed from.
 //!
 //! Owns the choice between an empty, buffered, already-arrived or streamed
-//! body ([`capture`]), reading what has arrived of an HTTP/2 request's body
+//! body ([`capture`]), taking it each way ([`empty`], [`buffer`],
+//! [`arrived`], [`streamed`]: a [`Taken`]), reading what has arrived of an HTTP/2 request's body
 //! ([`take_arrived`], [`prefixed`]) and the replay copy ([`Replay`]: the
 //! head without its extensions, the kept bytes, and whether it may follow
 //! a send that may have reached a backend). Must not touch: node choice,
@@ -16,7 +17,8 @@ use http::header::HeaderMap;
 use http::Request;
 use http_body_util::BodyExt;
 
-use hopgate_core::config::UpstreamProtocol;
+use hopgate_core::config::{Config, UpstreamProtocol};
+use hopgate_core::error::ErrorKind;
 
 use super::grpc::GRPC_BODY_WAIT;
 use super::plan::content_length;
@@ -85,6 +87,75 @@ fn capture_for(
         }
     } else {
         Capture::Stream
+    }
+}
+
+/// What phase 12 hands the attempts: the body as they send it, the copy
+/// kept of it (its bytes, and whether it may follow a send that may have
+/// reached a backend) and, for a streamed body, what the client does with
+/// it (read after a failed send, to tell the client's faults from the
+/// node's).
+pub(super) struct Taken {
+    pub(super) body: ProxyBody,
+    pub(super) kept: Option<(Bytes, bool)>,
+    pub(super) watch: Option<Arc<ClientBody>>,
+}
+
+/// [`Capture::Empty`]: nothing to read (the ended body is dropped); the
+/// empty copy exists when the request is replay-safe.
+#[inline]
+pub(super) fn empty(body: RequestBody, replay_safe: bool) -> Taken {
+    drop(body);
+    Taken {
+        body: ProxyBody::Empty,
+        kept: replay_safe.then(|| (Bytes::new(), true)),
+        watch: None,
+    }
+}
+
+/// [`Capture::Buffer`]: the body read whole, bounded by
+/// `timeouts.request`, before any node is chosen, and kept. A read that
+/// fails is the client's fault (**400**), one that outlasts the bound
+/// **408**. The driver boxes this future: it runs for few requests.
+pub(super) async fn buffer(body: RequestBody, config: &Config) -> Result<Taken, ErrorKind> {
+    let read = ProxyBody::limited(body, config.retries.buffer_body).collect();
+    match tokio::time::timeout(config.timeouts.request, read).await {
+        Ok(Ok(b)) => {
+            let b = b.to_bytes();
+            Ok(Taken {
+                body: ProxyBody::full(b.clone()),
+                kept: Some((b, true)),
+                watch: None,
+            })
+        }
+        Ok(Err(e)) => Err(crate::body::read_error(&e)),
+        Err(_) => Err(ErrorKind::ClientTimeout),
+    }
+}
+
+/// [`Capture::Arrived`]: what has arrived within `wait` ([`take_arrived`]),
+/// kept when it is the whole body (only for a replay after a refusal),
+/// then the rest streamed. Boxed by the driver, like [`buffer`].
+pub(super) async fn arrived(body: RequestBody, config: &Config, wait: Duration) -> Taken {
+    let watch = Arc::<ClientBody>::default();
+    let (keep, limit) = (config.retries.buffer_body, config.limits.max_body_bytes);
+    let (body, whole) = take_arrived(body, keep, limit, wait, Arc::clone(&watch)).await;
+    Taken {
+        body,
+        kept: whole.map(|b| (b, false)),
+        watch: Some(watch),
+    }
+}
+
+/// [`Capture::Stream`]: streamed as it comes, limited to `max_body`, with
+/// no copy.
+#[inline]
+pub(super) fn streamed(body: RequestBody, max_body: u64) -> Taken {
+    let watch = Arc::<ClientBody>::default();
+    Taken {
+        body: ProxyBody::watched(body, max_body, Arc::clone(&watch)),
+        kept: None,
+        watch: Some(watch),
     }
 }
 
@@ -199,7 +270,7 @@ fn head_of(
 /// HEADERS by microseconds; a streaming client is never held up longer).
 /// Returns the body to send and, when the whole body (at most `keep` bytes,
 /// data frames only) arrived in time, a copy of it.
-pub(super) async fn take_arrived(
+async fn take_arrived(
     mut body: RequestBody,
     keep: u64,
     limit: u64,

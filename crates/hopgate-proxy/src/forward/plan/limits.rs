@@ -1,0 +1,64 @@
+//! Phase 4: the limits hyper does not enforce, checked on the request as
+//! the client sent it.
+//!
+//! Owns the refusal of `TRACE`, the URI, header-count, head-size and
+//! declared body-size limits, and [`content_length`]. Must not touch: the
+//! request (it is only read), bodies as they stream (their limit is
+//! counted by `ProxyBody`), anything after the route.
+
+use http::header::HeaderMap;
+use http::{Method, Request};
+
+use hopgate_core::config::Limits;
+use hopgate_core::error::ErrorKind;
+
+use crate::headers::RequestFacts;
+
+/// `TRACE` (it would echo cookies and credentials back: **405**), then
+/// the URI (**414**), the header count and head size (**431**) and a
+/// declared `Content-Length` (**413**, looked up only when the scan saw
+/// one). Allocates nothing.
+#[inline]
+pub(super) fn check<B>(
+    req: &Request<B>,
+    facts: &RequestFacts,
+    limits: &Limits,
+) -> Result<(), ErrorKind> {
+    if req.method() == Method::TRACE {
+        return Err(ErrorKind::MethodNotAllowed);
+    }
+    let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if uri_len > limits.max_uri_bytes {
+        return Err(ErrorKind::UriTooLong);
+    }
+    if facts.count > limits.max_headers || head_bytes(req, facts) > limits.max_header_bytes {
+        return Err(ErrorKind::HeadersTooLarge);
+    }
+    if let Some(len) = facts
+        .content_length
+        .then(|| content_length(req.headers()))
+        .flatten()
+    {
+        if len > limits.max_body_bytes {
+            return Err(ErrorKind::BodyTooLarge);
+        }
+    }
+    Ok(())
+}
+
+/// Size of a request head as sent: request line and `name: value` lines
+/// (counted by [`crate::headers::scan_request`]).
+fn head_bytes<B>(req: &Request<B>, facts: &RequestFacts) -> usize {
+    let line = req.method().as_str().len()
+        + req.uri().path_and_query().map_or(1, |p| p.as_str().len())
+        + 12;
+    line + facts.header_bytes
+}
+
+/// The declared `Content-Length`, if it is a number.
+pub(in crate::forward) fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}

@@ -1,0 +1,442 @@
+//! Phases 12 and 13 as the driver sees them: the request's state from its
+//! plan to its answer ([`Trip`]) and the attempt loop's ([`Tries`]), with
+//! the plain steps `Forwarder::forward` calls around its waits.
+//!
+//! Owns phase 12's first step ([`Trip::capture`]: the budget's deposit,
+//! how the body is taken) and the order of an attempt's steps:
+//! [`Tries::prepare`] (choose a node, admit it, spend the budget, build
+//! the request for it, its settings: phase 13.1–13.4) and
+//! [`Attempt::send`] (its pool, the send: 13.5) before the wait, and
+//! [`Tries::settle`] (time the attempt, then the failure step or the
+//! answer step: 13.6–13.7) after it. Must not touch: the waits (the driver
+//! owns every `.await`), the decisions themselves (`attempt::choose`,
+//! `failure::decide`), the pool's internals, the session store.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::ops::ControlFlow;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::{Request, Response};
+
+use crate::upstream::{CompiledNode, CompiledService, Snapshot};
+use hopgate_core::config::UpstreamProtocol;
+use hopgate_core::error::ErrorKind;
+use hopgate_core::node::{ms_at, now_ms, InFlight};
+use hopgate_core::session::HopReason;
+use hopgate_store::{Binding, FetchFuture};
+
+use super::attempt::{self, Attempted, Choice, Tried};
+use super::done::Done;
+use super::failure::{self, AfterFailure, Failed};
+use super::plan::{self, begin_hop_if_bound, Flight, PendingHop, Plan, Upgrade};
+use super::replay::{self, Capture, Replay, Taken};
+use super::{answer, grpc, ClientConn, Req};
+use crate::body::{ClientBody, ProxyBody};
+use crate::h1::RequestBody;
+use crate::headers::SetLines;
+use crate::pool::{PoolSettings, SendFailure};
+
+/// Where one send goes and what it sends: the node's address (or its
+/// moved-to address) and the request.
+pub(super) type Upstream = (SocketAddr, Box<Request<ProxyBody>>);
+
+/// What a request ends with: an answer, or the gateway's error answer.
+pub(super) type Ending = Result<Box<Response<ProxyBody>>, ErrorKind>;
+
+/// A request's state from its plan to its answer: what the attempts keep
+/// from the plan, and what they change (the stickiness, a hop, the lines
+/// the gateway sets, the outcome).
+pub(super) struct Trip {
+    /// The end of the request ([`Done::finish`]), with its outcome.
+    pub(super) done: Done,
+    flight: Flight,
+    /// The bound node, for the first attempt.
+    sticky: Option<usize>,
+    hop: Option<PendingHop>,
+    upgrade: Option<Upgrade>,
+    /// The lines the gateway sets beside the request's header map.
+    pub(super) set: SetLines,
+    /// [`hopgate_core::node::now_ms`] on arrival (the first attempt's clock).
+    arrived_ms: u64,
+    /// The request waited for something (the shared store, its body)
+    /// before its first send.
+    waited: bool,
+    /// A gRPC call (`content-type: application/grpc…`, phase 3).
+    grpc: bool,
+}
+
+impl Trip {
+    /// The plan taken apart: the request's state, and what the driver
+    /// holds apart from it until the attempts (the shared store's lookup,
+    /// the request, its body).
+    #[inline(always)]
+    pub(super) fn new(
+        plan: Plan,
+        grpc: bool,
+        done: Done,
+    ) -> (
+        Trip,
+        Option<FetchFuture>,
+        Box<Request<ProxyBody>>,
+        RequestBody,
+    ) {
+        let Plan {
+            fetch,
+            flight,
+            now,
+            sticky,
+            hop,
+            upgrade,
+            request,
+            set,
+            body,
+        } = plan;
+        let trip = Trip {
+            done,
+            flight,
+            sticky,
+            hop,
+            upgrade,
+            set,
+            arrived_ms: now,
+            waited: fetch.is_some(),
+            grpc,
+        };
+        (trip, fetch, request, body)
+    }
+
+    /// A binding the shared store answered: followed as if it had been
+    /// known locally ([`plan::adopt_fetched`]).
+    #[inline]
+    pub(super) fn adopt_fetched(&mut self, snap: &Snapshot, binding: Binding) {
+        let (flight, now) = (&mut self.flight, self.arrived_ms);
+        plan::adopt_fetched(snap, flight, &mut self.sticky, &mut self.hop, binding, now);
+    }
+
+    /// Phase 12's first step: the request's deposit into its service's
+    /// retry budget, and how its body is taken ([`replay::capture`]), with
+    /// whether the request is replay-safe. The request and its body are
+    /// handed back: borrowed in the driver, they would keep room in the
+    /// request's future across every send.
+    #[inline]
+    pub(super) fn capture(
+        &mut self,
+        snap: &Snapshot,
+        request: Box<Request<ProxyBody>>,
+        body: RequestBody,
+    ) -> (Capture, bool, Box<Request<ProxyBody>>, RequestBody) {
+        let svc = &snap.services[self.flight.selection.service];
+        let policy = &snap.config.retries;
+        svc.retry_budget.deposit(policy.budget);
+        let replay_safe = hopgate_core::retry::replay_safe(request.method(), request.headers());
+        let how = replay::capture(
+            &body,
+            request.headers(),
+            replay_safe,
+            policy.buffer_body,
+            svc.protocol,
+            self.upgrade.is_some(),
+            self.grpc,
+        );
+        if matches!(how, Capture::Buffer | Capture::Arrived { .. }) {
+            self.waited = true;
+        }
+        (how, replay_safe, request, body)
+    }
+}
+
+/// The attempt loop's state (phase 13), made once the body is taken.
+pub(super) struct Tries {
+    /// The request for the next attempt (taken by each send; a resend or
+    /// a replay puts one back).
+    upstream: Option<Box<Request<ProxyBody>>>,
+    /// The copy the request can be replayed from (phase 12).
+    replay: Option<Replay>,
+    /// What the client's streamed body did, when it is streamed.
+    client_body: Option<Arc<ClientBody>>,
+    /// An answer's head may stay as the backend's bytes.
+    pub(super) raw_head: bool,
+    /// `retries.attempts`, at most [`attempt::MAX_TRACKED`].
+    attempts: usize,
+    tried: Tried,
+    /// Picks turned away by an open breaker.
+    refused: usize,
+    /// Attempts sent so far.
+    sent: usize,
+    /// Why the last attempt failed: the answer when none is left.
+    pub(super) last: ErrorKind,
+    /// The clock read on arrival, for the first attempt.
+    clock: Option<u64>,
+}
+
+/// One attempt on its way: the node, the send's settings and pool, and
+/// the node's in-flight count, held until the send ends.
+pub(super) struct Attempt<'s> {
+    svc: &'s CompiledService,
+    node: &'s CompiledNode,
+    idx: usize,
+    last_resort: bool,
+    settings: PoolSettings,
+    sent_at: Instant,
+    inflight: InFlight,
+}
+
+impl Attempt<'_> {
+    /// The send ([`Pool::send`], its named future) to `addr` (the node's,
+    /// or its moved-to address), through the node's pool.
+    #[inline(always)]
+    pub(super) fn send<'a>(
+        &'a self,
+        (addr, request): Upstream,
+        set: &'a SetLines,
+        raw_head: bool,
+    ) -> impl Future<Output = Result<Box<Response<ProxyBody>>, SendFailure>> + 'a {
+        let s = &self.settings;
+        let pool = attempt::pool_of(self.node, s.max_idle);
+        pool.send(addr, request, set, s, self.sent_at, raw_head)
+    }
+}
+
+impl Tries {
+    /// The attempts' state once the body is `taken`: the request with its
+    /// body, the replay copy (the head is copied only when the send will
+    /// not hand it back: HTTP/2, gRPC), and whether an answer's head may
+    /// stay raw (hopgate's own HTTP/1.1 server writes it as it is). A body
+    /// that could not be taken leaves no attempt: its error ends the
+    /// request.
+    #[inline]
+    pub(super) fn new(
+        trip: &Trip,
+        conn: &ClientConn,
+        snap: &Snapshot,
+        mut request: Box<Request<ProxyBody>>,
+        taken: Result<Taken, ErrorKind>,
+    ) -> Tries {
+        let taken = match taken {
+            Ok(taken) => taken,
+            Err(kind) => return Tries::none(kind),
+        };
+        let svc = &snap.services[trip.flight.selection.service];
+        let grpc = trip.grpc;
+        let handed_back =
+            (svc.protocol == UpstreamProtocol::Http1 || trip.upgrade.is_some()) && !grpc;
+        let replay = taken.kept.map(|(b, after_sent)| {
+            if handed_back {
+                Replay::handed_back(b, after_sent)
+            } else {
+                Replay::new(&request, b, after_sent)
+            }
+        });
+        let raw_head = conn.native_h1.load(Ordering::Relaxed) && !grpc && trip.upgrade.is_none();
+        *request.body_mut() = taken.body;
+        let attempts = snap.config.retries.attempts as usize;
+        Tries {
+            upstream: Some(request),
+            replay,
+            client_body: taken.watch,
+            raw_head,
+            attempts: attempts.min(attempt::MAX_TRACKED),
+            tried: Tried::default(),
+            refused: 0,
+            sent: 0,
+            last: ErrorKind::NoLiveNode,
+            clock: Some(trip.arrived_ms),
+        }
+    }
+
+    /// No attempt: the request ends with `kind`.
+    #[cold]
+    fn none(kind: ErrorKind) -> Tries {
+        Tries {
+            upstream: None,
+            replay: None,
+            client_body: None,
+            raw_head: false,
+            attempts: 0,
+            tried: Tried::default(),
+            refused: 0,
+            sent: 0,
+            last: kind,
+            clock: None,
+        }
+    }
+
+    /// Steps 1 to 5 of the next attempt: a node (picks an open breaker
+    /// refuses are passed over here), the budget, the request for the
+    /// node, the send's settings, the node's in-flight count; its pool is
+    /// found by [`Attempt::send`]. `None` when no attempt is left (the
+    /// request ends with [`Tries::last`]).
+    #[inline]
+    pub(super) fn prepare<'s>(
+        &mut self,
+        trip: &mut Trip,
+        conn: &ClientConn,
+        snap: &'s Snapshot,
+    ) -> Option<(Attempt<'s>, Upstream)> {
+        let svc = &snap.services[trip.flight.selection.service];
+        let (idx, last_resort, now) = self.choose(trip, svc)?;
+        if !attempt::spend(svc, self.sent, last_resort) {
+            return None;
+        }
+        self.sent += 1;
+        let out = &mut trip.done.out;
+        out.attempts = self.sent;
+        out.node = Some(idx);
+        // Edited where it lies, then handed to the send.
+        let request = self.upstream.as_mut()?;
+        crate::otlp::before_attempt(out.span.as_deref_mut(), self.sent, &mut trip.set);
+        let node = &svc.nodes[idx];
+        // A MOVING node's new address, read once for the header and the
+        // send.
+        let moved = node.state.moved_to();
+        let sessions = conn.forwarder.sessions.as_deref();
+        let sessions = sessions.filter(|_| trip.flight.sessions_on);
+        let keys = sessions.map(|s| (&s.keys, &snap.config.sessions.header));
+        let (flight, hop) = (&trip.flight, trip.hop.as_ref());
+        attempt::for_node(
+            (request, &mut trip.set),
+            node,
+            svc,
+            flight,
+            hop,
+            moved,
+            keys,
+        );
+        let upgrade = trip.upgrade.is_some();
+        let settings = attempt::settings(snap, svc, node, now, upgrade, flight.grpc_deadline);
+        let inflight = node.state.begin_request();
+        // The first attempt of a request that waited for nothing since it
+        // arrived is sent at its arrival.
+        let sent_at = if self.sent == 1 && !trip.waited {
+            trip.done.started
+        } else {
+            Instant::now()
+        };
+        let addr = moved.unwrap_or(node.address);
+        let request = self.upstream.take()?;
+        let at = Attempt {
+            svc,
+            node,
+            idx,
+            last_resort,
+            settings,
+            sent_at,
+            inflight,
+        };
+        Some((at, (addr, request)))
+    }
+
+    /// Steps 1 and 2: the next node an attempt may go to, with whether it
+    /// is a last resort and the clock of its attempt; a node whose breaker
+    /// refuses counts as tried (and starts a hop if the session was bound
+    /// to it). `None` when no attempt is left, nothing is left to try, or
+    /// more picks were refused than the service has nodes.
+    #[inline]
+    fn choose(&mut self, trip: &mut Trip, svc: &CompiledService) -> Option<(usize, bool, u64)> {
+        while self.sent < self.attempts {
+            // The first attempt uses the clock read on arrival.
+            let now = self.clock.take().unwrap_or_else(now_ms);
+            match attempt::choose(svc, &trip.flight, &mut trip.sticky, &mut self.tried, now) {
+                Choice::Node { idx, last_resort } => return Some((idx, last_resort, now)),
+                Choice::Refused(idx) => {
+                    let node = &svc.nodes[idx].shared_id;
+                    let prior = trip.flight.prior.as_ref();
+                    begin_hop_if_bound(&mut trip.hop, prior, node, HopReason::CircuitOpen);
+                    self.refused += 1;
+                    if self.refused > svc.nodes.len() {
+                        return None;
+                    }
+                }
+                Choice::Nothing => return None,
+            }
+        }
+        None
+    }
+
+    /// Steps 6 and 7, once the send ended: the attempt timed and recorded,
+    /// then a failure's step ([`failure::on_failure`]: resend, replay or
+    /// end) or the answer's ([`answer::answer`]). `Continue` for another
+    /// attempt.
+    #[inline]
+    pub(super) fn settle(
+        &mut self,
+        trip: &mut Trip,
+        conn: &ClientConn,
+        snap: &Snapshot,
+        at: Attempt<'_>,
+        result: Result<Box<Response<ProxyBody>>, SendFailure>,
+    ) -> ControlFlow<Ending> {
+        let at = self.timed(trip, snap, at, &result);
+        let req = Req {
+            conn,
+            snap,
+            flight: &trip.flight,
+            client_body: self.client_body.as_deref(),
+        };
+        let resp = match result {
+            // The common case: an answer, handled in place.
+            Ok(resp) if !(trip.grpc && grpc::unavailable_at_once(&resp)) => resp,
+            failed => {
+                let (replay, last) = (self.replay.as_ref(), &mut self.last);
+                let failed = Failed::from(failed);
+                let out = &mut trip.done.out;
+                match failure::on_failure(failed, req, &at, &mut trip.hop, replay, last, out) {
+                    AfterFailure::Next(request) => {
+                        self.upstream = Some(request);
+                        return ControlFlow::Continue(());
+                    }
+                    AfterFailure::End(result) => return ControlFlow::Break(result),
+                    AfterFailure::Deliver(resp) => resp,
+                }
+            }
+        };
+        let (hop, upgrade) = (trip.hop.as_ref(), trip.upgrade.take());
+        let out = &mut trip.done.out;
+        ControlFlow::Break(Ok(answer::answer(resp, req, &at, hop, upgrade, out)))
+    }
+
+    /// The attempt's times, once its send ended (the node's in-flight
+    /// count first): its span, the request's length so far, the route's
+    /// upstream histogram and the span export.
+    #[inline]
+    fn timed<'s>(
+        &self,
+        trip: &mut Trip,
+        snap: &Snapshot,
+        at: Attempt<'s>,
+        result: &Result<Box<Response<ProxyBody>>, SendFailure>,
+    ) -> Attempted<'s> {
+        drop(at.inflight);
+        let answered = Instant::now();
+        let (sent_at, started) = (at.sent_at, trip.done.started);
+        let took = answered.saturating_duration_since(sent_at);
+        // Since arrival: the same span when the attempt was sent at
+        // arrival (the common case), and the clock in milliseconds follows
+        // from it.
+        let (since_arrival, answered_ms) = if sent_at == started {
+            (took, trip.arrived_ms + took.as_millis() as u64)
+        } else {
+            let d = answered.saturating_duration_since(started);
+            (d, ms_at(answered))
+        };
+        let out = &mut trip.done.out;
+        out.took = Some(since_arrival);
+        if let Some(s) = out.span.as_deref_mut() {
+            let o = crate::otlp::outcome_of(result);
+            s.after_attempt(at.idx, self.sent, sent_at, answered, o);
+        }
+        snap.routes[trip.flight.route].stats.upstream.observe(took);
+        Attempted {
+            svc: at.svc,
+            node: at.node,
+            number: self.sent,
+            attempts_left: self.sent < self.attempts,
+            last_resort: at.last_resort,
+            took,
+            answered_ms,
+        }
+    }
+}
