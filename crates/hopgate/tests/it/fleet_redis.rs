@@ -7,16 +7,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::harness::{backends, client, config, json, Gateway};
+use crate::harness::{backends, client, json, session_gateway, Gateway};
 use crate::redis_server::RedisServer;
 
 const SECRET: &str = "fleet-secret-0123456789abcdefghijklmnop";
 
+/// A replica sharing `redis` as its session store.
 async fn replica(redis: &RedisServer, svc: &str) -> Gateway {
-    let yaml = config(svc, "  - { id: r, match: { path_prefix: / }, service: s }")
-        + "sessions: { secret_env: HG_SECRET, ttl: 1h }\n"
-        + &format!("store: {{ kind: redis, url: \"{}\" }}\n", redis.url());
-    Gateway::start_with_env(&yaml, &[("HG_SECRET", SECRET)]).await
+    let rest = format!(
+        "sessions: {{ secret_env: HG_SECRET, ttl: 1h }}\nstore: {{ kind: redis, url: \"{}\" }}\n",
+        redis.url()
+    );
+    session_gateway(svc, &rest, SECRET, &[]).await
 }
 
 /// The node a request with `token` was served by.
