@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::harness::{client, json, metric, service, temp_path, Backend, Gateway, BIN};
+use crate::harness::{client, json, metric, service, temp_path, within, Backend, Gateway, BIN};
 
 /// Waits (bounded by `bound`) for the server to close `s`: a read that
 /// returns end of stream or an error. Whether it did.
@@ -171,14 +171,10 @@ async fn a_client_that_stops_reading_is_cut_off_and_its_upstream_released() {
     assert_eq!(busy, 1, "the stuck response holds one upstream connection");
     // After the stall limit (idle: 2s) the gateway gives up: the upstream
     // connection is released, and the client gets far less than asked.
-    let mut released = false;
-    for _ in 0..200 {
-        if busy_upstreams(&gw).await == 0 {
-            released = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let released = within(Duration::from_secs(20), || async {
+        busy_upstreams(&gw).await == 0
+    })
+    .await;
     assert!(
         released,
         "a client that never reads pins its upstream connection forever"

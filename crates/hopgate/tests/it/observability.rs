@@ -183,12 +183,10 @@ async fn route_and_service_metrics_count_what_was_sent_and_promtool_accepts_them
         &format!("{routes}\n  - {{ id: rc, match: {{ path_prefix: /c }}, service: sb }}"),
     ));
     gw.sighup();
-    for _ in 0..400 {
-        if gw.metrics().await.contains("route=\"rc\"") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    within(Duration::from_secs(10), || async {
+        gw.metrics().await.contains("route=\"rc\"")
+    })
+    .await;
     assert_eq!(get(gw.url("/a")).await.status(), 200);
     let m = gw.metrics().await;
     assert_eq!(
@@ -365,12 +363,7 @@ async fn sigusr1_reopens_the_access_log_after_a_rotation_and_loses_no_line() {
         .args(["-USR1", &pid.to_string()])
         .status();
     // The new file appears at the path once the writer thread reopens it.
-    for _ in 0..400 {
-        if log.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    within(Duration::from_secs(10), || async { log.exists() }).await;
     assert!(log.exists(), "no new file after SIGUSR1");
     for i in 50..100 {
         let r = c
@@ -491,12 +484,10 @@ async fn reload_switches_the_access_log_off_on_and_to_another_file() {
     gw.sighup();
     applied(4).await;
     send("reload-on-3").await;
-    for _ in 0..400 {
-        if gw.logs().contains("request_id=\"reload-on-3\"") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    within(Duration::from_secs(10), || async {
+        gw.logs().contains("request_id=\"reload-on-3\"")
+    })
+    .await;
     assert!(
         gw.logs().contains("request_id=\"reload-on-3\""),
         "{}",
