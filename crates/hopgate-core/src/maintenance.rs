@@ -55,16 +55,6 @@ impl Kind {
             Kind::FailedOver => "FAILED_OVER",
         }
     }
-
-    /// Does this kind start a relaxed period?
-    pub fn relaxes(self) -> bool {
-        matches!(self, Kind::Migrating | Kind::FailingOver)
-    }
-
-    /// Does this kind end one?
-    pub fn ends(self) -> bool {
-        matches!(self, Kind::Migrated | Kind::FailedOver)
-    }
 }
 
 impl fmt::Display for Kind {

@@ -13,7 +13,8 @@
 //! next one. Disabled rules never match.
 //!
 //! Layout: this file holds the public types, the lookup and the reference
-//! [`linear_lookup`]; `route/compile.rs` builds the [`Router`],
+//! [`linear_lookup`]; `route/compile.rs` builds the [`Router`] out of the
+//! index types of `route/layout.rs` (spans, candidates, tiers),
 //! `route/table.rs` is the frozen hash table for hosts and exact paths,
 //! `route/trie.rs` the path-prefix radix tree, `route/predicate.rs` the
 //! precompiled method/header/query/source conditions, and `route/tests.rs`
@@ -23,6 +24,7 @@
 //! defined by `linear_lookup`; the compiled router may only be faster.
 
 mod compile;
+mod layout;
 mod normalize;
 mod predicate;
 mod table;
@@ -38,7 +40,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use ipnet::IpNet;
 use regex::Regex;
 
-use compile::{Cand, RegexRule, Span, Tier};
+use layout::{Cand, RegexRule, Span, Tier};
 use predicate::Predicates;
 use table::ByteMap;
 use trie::Trie;

@@ -1,8 +1,9 @@
 //! The snapshot: the immutable, precompiled runtime form of one config.
 //!
-//! Owns compilation ([`Snapshot::compile`]) and the per-request target
-//! selection that needs nothing but the snapshot and node state
-//! ([`Snapshot::select`]). A request loads one snapshot and keeps it until it
+//! Owns the compiled types, their compilation ([`Snapshot::compile`], in
+//! `snapshot/compile.rs`, one step per service and per route) and the
+//! per-request target selection that needs nothing but the snapshot and
+//! node state ([`Snapshot::select`]). A request loads one snapshot and keeps it until it
 //! ends, so everything it needs — routes, services, balancers, CIDR sets,
 //! prebuilt header values — lives here, behind one atomic pointer held by
 //! the control plane.
@@ -21,13 +22,16 @@
 //!
 //! The type parameter `U` is the data plane's per-node upstream handle
 //! (`hopgate-proxy`'s `Upstream`: the node's connection pool), carried
-//! from the [`NodeRegistry`] into every [`CompiledNode`] so the request
-//! path reaches it through a field; core never looks inside it. The
-//! default `()` serves core's tests and benchmarks.
+//! from the [`NodeRegistry`](crate::node::NodeRegistry) into every
+//! [`CompiledNode`] so the request path reaches it through a field; core
+//! never looks inside it. The default `()` serves core's tests and
+//! benchmarks.
 //!
 //! Must not touch: I/O, the swap itself (the control plane owns the single
 //! writer), live state other than through [`NodeState`], and live state of
 //! existing nodes at all while compiling.
+
+mod compile;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -35,14 +39,14 @@ use std::sync::Arc;
 use http::HeaderValue;
 
 use crate::access::AccessControl;
-use crate::balance::{Balancer, Member, PickCtx};
+use crate::balance::{Balancer, PickCtx};
 use crate::config::{
     CircuitConfig, Config, DrainConfig, HashOn, HealthConfig, OutlierConfig, PoolConfig,
-    ServiceMaintenance, Target, UpstreamProtocol,
+    ServiceMaintenance, UpstreamProtocol,
 };
-use crate::node::{Health, NodeRegistry, NodeState};
+use crate::node::{Health, NodeState};
 use crate::retry::RetryBudget;
-use crate::route::{Router, RuleSpec};
+use crate::route::Router;
 use crate::stats::RouteStats;
 
 /// The one pointer to the running snapshot. The control plane's single
@@ -273,172 +277,6 @@ impl<U> Snapshot<U> {
     }
 }
 
-impl<U: Default> Snapshot<U> {
-    /// Compiles a validated config. Node states and upstream handles come
-    /// from `registry` (so they outlive this snapshot); balancer counters
-    /// are carried over from `previous` for groups whose membership did not
-    /// change. Writes no live state (see the module doc); the writer calls
-    /// [`Snapshot::configure_nodes`] when it swaps the result in.
-    pub fn compile(
-        config: Arc<Config>,
-        version: u64,
-        registry: &NodeRegistry<U>,
-        previous: Option<&Snapshot<U>>,
-    ) -> Snapshot<U> {
-        let services: Vec<CompiledService<U>> = config
-            .services
-            .iter()
-            .map(|svc| {
-                let prev = previous.and_then(|p| p.services.iter().find(|s| s.name == svc.name));
-                let nodes: Vec<CompiledNode<U>> = svc
-                    .nodes
-                    .iter()
-                    .map(|n| {
-                        let addr = n.address.to_string();
-                        let live = registry.live(&svc.name, &n.id);
-                        CompiledNode {
-                            id: n.id.clone(),
-                            shared_id: Arc::from(n.id.as_str()),
-                            address: n.address,
-                            address_header: HeaderValue::from_str(&addr)
-                                .expect("a socket address is a valid header value"),
-                            authority: addr.parse().expect("a socket address is a valid authority"),
-                            version: n.version.clone(),
-                            weight: n.weight,
-                            state: live.state,
-                            upstream: live.upstream,
-                        }
-                    })
-                    .collect();
-                let make_group = |name: &str, idx: Vec<usize>, prev_group: Option<&Group>| {
-                    let members: Vec<Member> = idx
-                        .iter()
-                        .map(|&i| Member {
-                            state: Arc::clone(&nodes[i].state),
-                            weight: nodes[i].weight,
-                        })
-                        .collect();
-                    let same = prev_group.filter(|g| {
-                        g.balancer.members().len() == members.len()
-                            && g.balancer.members().iter().zip(&members).all(|(a, b)| {
-                                Arc::ptr_eq(&a.state, &b.state) && a.weight == b.weight
-                            })
-                    });
-                    Group {
-                        name: name.to_owned(),
-                        balancer: Balancer::build(svc.lb, members, same.map(|g| &g.balancer))
-                            .with_slow_start(svc.slow_start),
-                        nodes: idx,
-                    }
-                };
-                let all = make_group("", (0..nodes.len()).collect(), prev.map(|p| &p.all));
-                let mut names: Vec<&str> = Vec::new();
-                for n in &svc.nodes {
-                    if !n.version.is_empty() && !names.contains(&n.version.as_str()) {
-                        names.push(&n.version);
-                    }
-                }
-                let versions = names
-                    .iter()
-                    .map(|v| {
-                        let idx = (0..nodes.len())
-                            .filter(|&i| nodes[i].version == *v)
-                            .collect();
-                        let pg = prev.and_then(|p| p.versions.iter().find(|g| g.name == *v));
-                        make_group(v, idx, pg)
-                    })
-                    .collect();
-                CompiledService {
-                    name: svc.name.clone(),
-                    shared_name: Arc::from(svc.name.as_str()),
-                    protocol: svc.protocol,
-                    pool: svc.pool,
-                    hash_on: svc.hash_on.clone(),
-                    health: svc.health.clone(),
-                    outlier: svc.outlier,
-                    circuit: svc.circuit,
-                    drain: svc.drain,
-                    maintenance: svc.maintenance.clone(),
-                    retry_budget: prev
-                        .map_or_else(Default::default, |p| Arc::clone(&p.retry_budget)),
-                    retry_on: svc.retry_on,
-                    nodes,
-                    all,
-                    versions,
-                }
-            })
-            .collect();
-
-        let prev_route_stats: std::collections::HashMap<&str, &Arc<RouteStats>> = previous
-            .map(|p| p.routes.iter().map(|r| (r.id.as_str(), &r.stats)).collect())
-            .unwrap_or_default();
-        let routes = config
-            .routes
-            .iter()
-            .map(|r| {
-                let svc = &services[r.service];
-                let group_of = |v: &str| svc.versions.iter().position(|g| g.name == v);
-                let target = match &r.target {
-                    Target::Service => CompiledTarget::All,
-                    // Validation guarantees the version exists in the service.
-                    Target::Version(v) => {
-                        group_of(v).map_or(CompiledTarget::All, CompiledTarget::Version)
-                    }
-                    Target::Split(arms) => {
-                        let mut total = 0u32;
-                        let arms = arms
-                            .iter()
-                            .filter_map(|(v, w)| {
-                                total += *w;
-                                group_of(v).map(|g| (g, total))
-                            })
-                            .collect();
-                        CompiledTarget::Split { arms, total }
-                    }
-                };
-                CompiledRoute {
-                    id: r.id.clone(),
-                    id_header: HeaderValue::from_str(&r.id)
-                        .unwrap_or_else(|_| HeaderValue::from_static("invalid")),
-                    service: r.service,
-                    target,
-                    strict_version: r.strict_version,
-                    stats: prev_route_stats
-                        .get(r.id.as_str())
-                        .map_or_else(Default::default, |s| Arc::clone(s)),
-                    fallback_logged_ms: std::sync::atomic::AtomicU64::new(0),
-                    protocol_logged_ms: std::sync::atomic::AtomicU64::new(0),
-                }
-            })
-            .collect();
-
-        let router = Router::build(
-            config
-                .routes
-                .iter()
-                .map(|r| RuleSpec {
-                    matcher: r.matcher.clone(),
-                    priority: r.priority,
-                    enabled: r.enabled,
-                })
-                .collect(),
-        );
-        let access = AccessControl::new(
-            &config.access.allow,
-            &config.access.deny,
-            &config.access.trusted_proxies,
-        );
-        Snapshot {
-            version,
-            config,
-            router,
-            routes,
-            services,
-            access,
-        }
-    }
-}
-
 impl<U> Snapshot<U> {
     /// Resolves a matched route to the group to balance over. `roll` is a
     /// uniformly random number used for weighted splits. When the chosen
@@ -478,6 +316,7 @@ impl<U> Snapshot<U> {
 mod tests {
     use super::*;
     use crate::config::{self, Format};
+    use crate::node::NodeRegistry;
 
     fn config(threshold: u32, nodes: &[&str]) -> Arc<Config> {
         let nodes: Vec<String> = nodes

@@ -1,32 +1,33 @@
 //! Wiring: binds the listeners and the admin API of a config, runs them,
 //! keeps the set of listeners in step with reloads, and shuts everything
 //! down gracefully. Used by `hopgate run` and `hopgate demo`.
+//!
+//! Start-up's steps are in `gateway/start.rs` (their order) and
+//! `gateway/sessions.rs` (keys, store, sweep task); an upgrade's side is in
+//! `gateway/handover.rs`.
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context;
 use arc_swap::ArcSwap;
 use tokio::sync::{watch, Mutex};
 use tokio::task::JoinHandle;
 
 use hopgate_control::etcd::{Boot, EtcdHandle, EtcdSource};
-use hopgate_control::{
-    serve_admin, watch_file, watch_tls_files, Admin, Control, FileWatch, Fleet, Maintenance,
-    SharedStoreStatus, Source,
-};
+use hopgate_control::{Admin, Control, Fleet, Maintenance, SharedStoreStatus, Source};
 use hopgate_core::config::{Config, EtcdSourceConfig, ListenerConfig};
-use hopgate_core::session::unix_now;
-use hopgate_core::session::SessionKeys;
 use hopgate_proxy::{serve_listener, Forwarder, ListenerCtx, ListenerSettings};
-use hopgate_store::{MemoryStore, RedisOptions, RedisStore, SessionStore, Sessions};
+use hopgate_store::{MemoryStore, Sessions};
 
 use crate::listenfd::{obtain, Inherited, Kind};
 
 mod handover;
+mod sessions;
+mod start;
+
 pub(crate) use handover::HandoverSource;
 
 /// One running listener.
@@ -145,156 +146,6 @@ impl Listeners {
     }
 }
 
-/// Session keys (from the environment) and the store (the memory store,
-/// loaded from its file when `store.path` is set, or the redis store over
-/// a memory cache), plus the task that expires bindings and persists
-/// them. Keys and store are fixed at start; `sessions.enabled` and the
-/// cookie settings follow reloads.
-/// The shortest session secret accepted: 32 bytes, the output size of
-/// SHA-256, so the key is no weaker than the MAC.
-const MIN_SECRET_BYTES: usize = 32;
-
-async fn start_sessions(
-    cfg: &Config,
-    replica_id: &str,
-    mut stop: watch::Receiver<bool>,
-) -> anyhow::Result<(Arc<Sessions>, JoinHandle<()>, Option<Arc<MemoryStore>>)> {
-    let scfg = &cfg.sessions;
-    let previous: Vec<Vec<u8>> = scfg
-        .previous_secrets_env
-        .as_ref()
-        .and_then(|v| std::env::var(v).ok())
-        .map(|v| {
-            v.split(',')
-                .filter(|s| !s.is_empty())
-                .map(|s| s.as_bytes().to_vec())
-                .collect()
-        })
-        .unwrap_or_default();
-    for (i, old) in previous.iter().enumerate() {
-        if old.len() < MIN_SECRET_BYTES {
-            // Accepted, so a weak key can be rotated away without logging
-            // every client out; loud, because its tokens can be forged
-            // more easily than the new key's.
-            tracing::warn!(
-                env = scfg.previous_secrets_env.as_deref().unwrap_or_default(),
-                index = i,
-                bytes = old.len(),
-                "sessions: a previous secret is shorter than {MIN_SECRET_BYTES} bytes; tokens signed with it are still accepted (and re-signed with the current key) until you remove it"
-            );
-        }
-    }
-    let keys = match std::env::var(&scfg.secret_env) {
-        Ok(secret) if !secret.is_empty() => {
-            anyhow::ensure!(
-                secret.len() >= MIN_SECRET_BYTES,
-                "sessions: the secret in {} is {} bytes; it must be at least {MIN_SECRET_BYTES} bytes (an HMAC-SHA256 key; generate one with `openssl rand -base64 32`)",
-                scfg.secret_env,
-                secret.len()
-            );
-            let prev: Vec<&[u8]> = previous.iter().map(Vec::as_slice).collect();
-            SessionKeys::from_secrets(secret.as_bytes(), &prev)
-        }
-        _ => {
-            if scfg.enabled {
-                tracing::warn!(
-                    env = %scfg.secret_env,
-                    "sessions: no secret in the environment; using a random per-process key (tokens will not survive a restart)"
-                );
-            }
-            SessionKeys::random()
-        }
-    };
-    let now = unix_now();
-    let memory = match &cfg.store.path {
-        Some(path) => {
-            let (store, report) = MemoryStore::load_with_limit(path, now, cfg.store.max_sessions);
-            if report.warning.is_some() {
-                tracing::warn!("{report}");
-            } else {
-                tracing::info!("{report}");
-            }
-            store
-        }
-        None => MemoryStore::new(cfg.store.max_sessions),
-    };
-    // The file is saved only for the memory store (validation refuses
-    // `store.path` with redis).
-    type Stores = (
-        Arc<dyn SessionStore>,
-        Option<Arc<MemoryStore>>,
-        Option<Arc<RedisStore>>,
-    );
-    let (store, saved, shared): Stores = match &cfg.store.redis {
-        Some(r) => {
-            let mut opts = RedisOptions::new(r.url.clone(), replica_id);
-            opts.prefix = r.prefix.clone();
-            opts.max_queue = r.max_queue;
-            let redis = RedisStore::start(opts, memory)?;
-            if !redis.wait_loaded(std::time::Duration::from_secs(1)).await {
-                tracing::warn!(url = %r.url, "redis store: Redis not reached at start; serving local bindings until it is");
-            }
-            let redis = Arc::new(redis);
-            (
-                Arc::clone(&redis) as Arc<dyn SessionStore>,
-                None,
-                Some(redis),
-            )
-        }
-        None => {
-            let memory = Arc::new(memory);
-            (
-                Arc::clone(&memory) as Arc<dyn SessionStore>,
-                Some(memory),
-                None,
-            )
-        }
-    };
-    let sessions = Arc::new(Sessions {
-        keys,
-        store: Arc::clone(&store),
-    });
-    let path = cfg.store.path.clone();
-    let interval = cfg.store.persist_interval;
-    let handover = saved.clone();
-    let task = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(interval.min(std::time::Duration::from_secs(60)));
-        tick.tick().await;
-        loop {
-            let stopping = tokio::select! {
-                _ = tick.tick() => false,
-                _ = stop.wait_for(|s| *s) => true,
-            };
-            let expired = store.sweep(unix_now());
-            if expired > 0 {
-                tracing::debug!(expired, "expired session bindings removed");
-            }
-            if let (Some(p), Some(store)) = (&path, &saved) {
-                let store = Arc::clone(store);
-                let p = p.clone();
-                let saved = tokio::task::spawn_blocking(move || store.save(&p)).await;
-                match saved {
-                    Ok(Ok(n)) => tracing::debug!(bindings = n, "sessions persisted"),
-                    Ok(Err(e)) => tracing::warn!(error = %e, "cannot persist sessions"),
-                    Err(e) => tracing::warn!(error = %e, "session persistence task failed"),
-                }
-            }
-            if stopping {
-                if let Some(redis) = &shared {
-                    if !redis.flush(std::time::Duration::from_secs(1)).await {
-                        tracing::warn!(
-                            queued = redis.status().queued,
-                            "redis store: writes not sent to Redis at shutdown"
-                        );
-                    }
-                }
-                return;
-            }
-        }
-    });
-    Ok((sessions, task, handover))
-}
-
 /// This replica's id: `replica_id` from the config, else hostname and the
 /// bound admin port (`web-3-9901`), so two replicas on one host differ.
 pub(crate) fn replica_id(cfg: &Config, admin: SocketAddr) -> String {
@@ -379,176 +230,6 @@ impl OtlpTask {
 }
 
 impl Gateway {
-    /// Binds every listener and the admin API and starts serving.
-    pub(crate) async fn start(
-        cfg: Config,
-        source: Source,
-        config_file: Option<FileWatch>,
-        inherited: Inherited,
-    ) -> anyhow::Result<Gateway> {
-        let config_path = config_file.as_ref().map(|w| w.path().to_path_buf());
-        let token = match &cfg.admin.token_env {
-            Some(var) => Some(
-                std::env::var(var)
-                    .with_context(|| format!("admin.token_env names {var}, which is not set"))?,
-            ),
-            None => None,
-        };
-        crate::logwriter::configure(&cfg.access_log).with_context(|| {
-            let p = cfg.access_log.path.as_deref().unwrap_or(Path::new("-"));
-            format!("access_log.path: cannot open {}", p.display())
-        })?;
-        // The file's watch was armed before the file was read (`main`): an
-        // edit made since is always seen as one.
-        let file_watch = config_file;
-        let fds = crate::fdlimit::FdBudget::at_start();
-        fds.settle(&cfg.limits, cfg.listeners.len())
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let control = Control::new(cfg.clone(), source);
-        // TLS files are read before anything is bound: a bad one stops the
-        // start like any config error.
-        if let Err(errors) = control.start_tls(config_dir(config_path.as_deref())) {
-            for e in &errors {
-                eprintln!("config error: {e}");
-            }
-            anyhow::bail!("the config has {} error(s); not starting", errors.len());
-        }
-        inherited.apply_health(&control.snapshot().load());
-        let (shutdown, rx) = watch::channel(false);
-        // Sessions stop after the listeners have drained, so the final save
-        // includes the bindings of the last requests.
-        // The admin socket is bound first: its port names this replica.
-        let inherited = parking_lot::Mutex::new(inherited);
-        let (admin_sock, admin_fd) =
-            obtain(&inherited, Kind::Admin, "admin", cfg.admin.address).await?;
-        let admin_addr = admin_sock.local_addr()?;
-        let admin_configured = cfg.admin.address;
-        let (session_stop, session_rx) = watch::channel(false);
-        let (sessions, session_task, memory) =
-            start_sessions(&cfg, &replica_id(&cfg, admin_addr), session_rx).await?;
-        let pool_size = cfg
-            .services
-            .iter()
-            .map(|s| s.pool.max_idle)
-            .max()
-            .unwrap_or(64);
-        let maintenance =
-            Maintenance::new(Arc::clone(control.snapshot()), cfg.maintenance, pool_size);
-        let (maint_tx, mut maint_rx) = tokio::sync::mpsc::channel(1024);
-        let (tunnel_stop, tunnel_rx) = watch::channel(false);
-        let (otlp_stop, otlp_rx) = watch::channel(false);
-        let (exporter, otlp_task) =
-            hopgate_proxy::otlp::start(Arc::clone(control.snapshot()), otlp_rx);
-        let live = Arc::new(Listeners {
-            forwarder: Forwarder::new(Arc::clone(control.snapshot()), Some(Arc::clone(&sessions)))
-                .with_stopping(tunnel_rx)
-                .with_maintenance(maint_tx)
-                .with_canary(control.canary_slot())
-                .with_otlp(exporter),
-            tls: Arc::clone(control.tls_listeners()),
-            running: Mutex::new(Vec::new()),
-            inherited,
-            fds,
-        });
-        let mut listeners = Vec::new();
-        {
-            let mut running = live.running.lock().await;
-            for l in &cfg.listeners {
-                let r = live.start(l, &cfg).await?;
-                listeners.push((r.name.clone(), r.bound));
-                running.push(r);
-            }
-        }
-        live.inherited.lock().close_rest();
-        let admin = Admin::with_maintenance(
-            Arc::clone(&control),
-            token,
-            Some(Arc::clone(&sessions)),
-            Arc::clone(&maintenance),
-        );
-        // The admin API outlives the listeners' drain, so `/readyz` answers
-        // 503 to load balancers while in-flight work finishes.
-        let (admin_stop, admin_rx) = watch::channel(false);
-        let admin_task = tokio::spawn(serve_admin(admin_sock, Arc::clone(&admin), admin_rx));
-        let mut tasks = Vec::new();
-        // Notifications from backends' Hop-Maintenance headers.
-        let m = Arc::clone(&maintenance);
-        let mut stop = rx.clone();
-        tasks.push(tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    n = maint_rx.recv() => match n {
-                        Some(n) => { let _ = m.intake_in_band(n); }
-                        None => return,
-                    },
-                    _ = stop.wait_for(|s| *s) => return,
-                }
-            }
-        }));
-
-        // Keep listeners in step with applied configs.
-        let mut applied = control.subscribe();
-        let (c, l, mut stop) = (Arc::clone(&control), Arc::clone(&live), rx.clone());
-        let maint = Arc::clone(&maintenance);
-        tasks.push(tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    r = applied.changed() => if r.is_err() { return },
-                    _ = stop.wait_for(|s| *s) => return,
-                }
-                let snap = c.snapshot().load_full();
-                if snap.config.admin.address != cfg.admin.address
-                    && snap.config.admin.address.port() != 0
-                {
-                    tracing::warn!(
-                        "admin.address changed by reload: takes effect at the next restart"
-                    );
-                }
-                if let Err(e) = crate::logwriter::configure(&snap.config.access_log) {
-                    let p = snap.config.access_log.path.as_deref().unwrap_or(Path::new("-"));
-                    tracing::error!(path = %p.display(), error = %e, "access_log.path: cannot open the file; access lines still go where they went");
-                }
-                l.reconcile(&snap.config).await;
-                maint.set_config(snap.config.maintenance);
-            }
-        }));
-        tasks.push(tokio::spawn(watch_tls_files(
-            Arc::clone(&control),
-            rx.clone(),
-        )));
-        if let Some(armed) = file_watch {
-            tasks.push(tokio::spawn(watch_file(
-                Arc::clone(&control),
-                armed,
-                rx.clone(),
-            )));
-        }
-        Ok(Gateway {
-            control,
-            listeners,
-            admin_addr,
-            admin,
-            sessions,
-            maintenance,
-            config_path,
-            live,
-            shutdown,
-            tunnel_stop,
-            admin_fd: Arc::new(admin_fd),
-            memory,
-            tasks,
-            session_stop,
-            session_task,
-            admin_stop,
-            admin_task,
-            admin_configured,
-            otlp: OtlpTask {
-                stop: otlp_stop,
-                task: otlp_task,
-            },
-        })
-    }
-
     /// Fleet mode: installs the fleet view on the admin API and,
     /// with `sources.etcd`, starts the etcd source (config, discovery,
     /// fleet-wide actions). `boot` is what the gateway started from.

@@ -11,7 +11,7 @@
 //! Must not touch: candidate ordering and predicate evaluation (done by the
 //! router, `route.rs`); host handling.
 
-use super::compile::{Cand, Span};
+use super::layout::{Cand, Span};
 
 #[derive(Clone, Copy, Debug)]
 struct Node {

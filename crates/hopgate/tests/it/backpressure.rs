@@ -20,7 +20,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::harness::{client, config, h2_client, Gateway};
+use crate::harness::{client, config, h2_client, within, Gateway};
 
 /// A backend that answers `ok` after `delay` and counts its connections.
 struct CountingBackend {
@@ -178,14 +178,10 @@ async fn concurrent_http1_clients_share_max_connections_and_reload_applies() {
     gw.rewrite_config(&yaml(backend.addr, "{ max_connections: 8 }"));
     gw.sighup();
     // Wait (bounded) for the reload to be running.
-    let mut applied = false;
-    for _ in 0..400 {
-        if gw.admin_json("/admin/v1/config/versions").await["current"] != before {
-            applied = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let applied = within(Duration::from_secs(10), || async {
+        gw.admin_json("/admin/v1/config/versions").await["current"] != before
+    })
+    .await;
     assert!(applied, "reload not applied:\n{}", gw.logs());
     backend
         .peak
@@ -221,12 +217,10 @@ async fn a_full_queue_answers_503_and_never_charges_the_node() {
         })
     };
     // Wait (bounded) until the backend holds the first request.
-    for _ in 0..400 {
-        if backend.busy.load(Ordering::SeqCst) == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    within(Duration::from_secs(10), || async {
+        backend.busy.load(Ordering::SeqCst) == 1
+    })
+    .await;
     assert_eq!(backend.busy.load(Ordering::SeqCst), 1);
     let mut tasks = Vec::new();
     for _ in 0..5 {

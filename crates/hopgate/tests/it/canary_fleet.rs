@@ -8,52 +8,20 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::etcd_server::Etcd;
-use crate::harness::{client, dead_addr, json, temp_path, Backend, Gateway};
+use crate::harness::{client, dead_addr, json, within, Backend, Fleet, Gateway};
 use crate::redis_server::RedisServer;
 
 const SECRET: &str = "canary-fleet-secret-0123456789abcdef";
-const PREFIX: &str = "/it-canary/";
-
-fn bootstrap(replica: &str, etcd: &Etcd, redis: &RedisServer, cache: &std::path::Path) -> String {
-    format!(
-        "replica_id: {replica}\n\
-         listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\n\
-         admin: {{ address: 127.0.0.1:0 }}\n\
-         store: {{ kind: redis, url: \"{}\" }}\n\
-         canary: {{ min_requests: 20, interval: 1s, window: 10s, min_p99_delta: 2s }}\n\
-         sources:\n  file: {{ watch: false }}\n  etcd: {{ endpoints: [\"{}\"], prefix: \"{PREFIX}\", cache: \"{}\" }}\n",
-        redis.url(),
-        etcd.endpoint,
-        cache.display()
-    )
-}
 
 /// The shared runtime document: one service `shop` on one node.
 fn shared(node: &str, addr: std::net::SocketAddr) -> String {
     format!(
         "services:\n  - name: shop\n    nodes:\n      - {{ id: {node}, address: \"{addr}\" }}\nroutes:\n  - {{ id: all, match: {{ path_prefix: / }}, service: shop }}\nsessions: {{ ttl: 1h }}\ntimeouts: {{ shutdown: 5s }}\n"
     )
-}
-
-async fn within<Fut: std::future::Future<Output = bool>>(
-    bound: Duration,
-    mut check: impl FnMut() -> Fut,
-) -> bool {
-    let start = Instant::now();
-    loop {
-        if check().await {
-            return true;
-        }
-        if start.elapsed() > bound {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn status(gw: &Gateway) -> Value {
@@ -124,25 +92,19 @@ async fn stop_load(stop: &AtomicBool, l: Vec<tokio::task::JoinHandle<(u64, u64)>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canary_started_on_one_replica_is_judged_and_decided_the_same_on_all() {
-    let mut etcd = Etcd::start().await;
     let redis = RedisServer::start();
+    let mut f = Fleet::start()
+        .await
+        .redis(&redis)
+        .bootstrap_lines(
+            "canary: { min_requests: 20, interval: 1s, window: 10s, min_p99_delta: 2s }\n",
+        )
+        .env("HOPGATE_SESSION_SECRET", SECRET);
     let blue = Backend::start("blue").await;
     let green = Backend::start("green").await;
-    etcd.put(&format!("{PREFIX}config"), &shared("blue", blue.addr));
-    let caches = [temp_path("json"), temp_path("json")];
-    let mut replicas = Vec::new();
-    for (name, cache) in ["gw-a", "gw-b"].iter().zip(&caches) {
-        replicas.push(
-            Gateway::start_with_env(
-                &bootstrap(name, &etcd, &redis, cache),
-                &[("HOPGATE_SESSION_SECRET", SECRET)],
-            )
-            .await,
-        );
-    }
-    let [a, b] = &replicas[..] else {
-        unreachable!()
-    };
+    f.etcd.put(&f.key("config"), &shared("blue", blue.addr));
+    let replicas = f.replicas(["gw-a", "gw-b"]).await;
+    let [a, b] = &replicas;
     for gw in [a, b] {
         let up = within(Duration::from_secs(10), || async {
             gw.admin_json("/admin/v1/fleet").await["etcd"]["state"] == "connected"
@@ -174,7 +136,7 @@ async fn a_canary_started_on_one_replica_is_judged_and_decided_the_same_on_all()
     assert_eq!(va["reason"], vb["reason"], "one decision for the fleet");
     // The clients saw the canary's errors before the rollback.
     assert!(bad > 0);
-    let doc: Value = serde_json::from_str(&etcd.get(&format!("{PREFIX}canary")).unwrap()).unwrap();
+    let doc: Value = serde_json::from_str(&f.etcd.get(&f.key("canary")).unwrap()).unwrap();
     assert_eq!(doc["state"], "rolled_back");
     assert_eq!(doc["reason"], va["reason"]);
     for gw in [a, b] {
@@ -216,7 +178,7 @@ async fn a_canary_started_on_one_replica_is_judged_and_decided_the_same_on_all()
     }
     assert_eq!(va["reason"], vb["reason"]);
     assert_eq!(
-        etcd.get(&format!("{PREFIX}config")).unwrap().trim_end(),
+        f.etcd.get(&f.key("config")).unwrap().trim_end(),
         good.trim_end()
     );
     for gw in [a, b] {
@@ -246,7 +208,7 @@ async fn a_canary_started_on_one_replica_is_judged_and_decided_the_same_on_all()
     })
     .await;
     assert!(on_b);
-    etcd.kill();
+    f.etcd.kill();
     let (va, vb) = decided_on_both(a, b, Duration::from_secs(60)).await;
     for v in [&va, &vb] {
         assert_eq!(v["state"], "rolled_back", "{v}");
@@ -256,8 +218,5 @@ async fn a_canary_started_on_one_replica_is_judged_and_decided_the_same_on_all()
     for gw in [a, b] {
         let r = client().get(gw.url("/")).send().await.unwrap();
         assert_eq!(json(r).await["node"], "green", "the running config stays");
-    }
-    for c in &caches {
-        let _ = std::fs::remove_file(c);
     }
 }

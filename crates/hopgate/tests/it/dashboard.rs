@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::harness::{client, config, json, service, Backend, Gateway};
+use crate::harness::{backends, client, config, json, Backend, Gateway, ROUTE_ALL};
 
 /// Bound for waiting on one event (not a timing assertion).
 const EVENT_BOUND: Duration = Duration::from_secs(20);
@@ -104,12 +104,8 @@ impl Events {
 }
 
 async fn two_nodes(admin: &str) -> (Vec<Backend>, String) {
-    let b = vec![Backend::start("n0").await, Backend::start("n1").await];
-    let yaml = config(
-        &service("s", &[("n0", b[0].addr, ""), ("n1", b[1].addr, "")]),
-        "  - { id: r, match: { path_prefix: / }, service: s }",
-    )
-    .replace("admin: { address: 127.0.0.1:0 }", admin)
+    let (b, svc) = backends(2).await;
+    let yaml = config(&svc, ROUTE_ALL).replace("admin: { address: 127.0.0.1:0 }", admin)
         + "sessions: { enabled: true, secret_env: HG_SECRET }\n";
     (b, yaml)
 }

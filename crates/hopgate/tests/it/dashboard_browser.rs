@@ -17,7 +17,9 @@ use tokio::process::{Child, Command};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::dashboard::bound_session;
-use crate::harness::{client, config, json, service, temp_path, Backend, Gateway};
+use crate::harness::{
+    backends, client, config, json, service, temp_path, Backend, Gateway, ROUTE_ALL,
+};
 
 /// Bound on waiting for the browser or for the page to show something.
 const BOUND: Duration = Duration::from_secs(60);
@@ -248,12 +250,8 @@ fn base64(bytes: &[u8]) -> String {
 }
 
 async fn gateway(admin: &str, env: &[(&str, &str)]) -> (Vec<Backend>, Gateway) {
-    let b = vec![Backend::start("n0").await, Backend::start("n1").await];
-    let yaml = config(
-        &service("s", &[("n0", b[0].addr, ""), ("n1", b[1].addr, "")]),
-        "  - { id: r, match: { path_prefix: / }, service: s }",
-    )
-    .replace("admin: { address: 127.0.0.1:0 }", admin)
+    let (b, svc) = backends(2).await;
+    let yaml = config(&svc, ROUTE_ALL).replace("admin: { address: 127.0.0.1:0 }", admin)
         + "sessions: { enabled: true, secret_env: HG_SECRET }\n";
     let mut all = vec![("HG_SECRET", "browser-secret-0123456789abcdefghijkl")];
     all.extend_from_slice(env);

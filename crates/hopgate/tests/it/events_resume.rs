@@ -14,21 +14,12 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::dashboard::Events;
-use crate::harness::{client, config, json, service, Backend, Gateway};
+use crate::harness::{backends, client, json, session_gateway, Gateway};
 
 const SECRET: (&str, &str) = ("HG_SECRET", "events-resume-secret-0123456789abcdef");
+const SESSIONS: &str = "sessions: { enabled: true, secret_env: HG_SECRET }\n";
 /// The journal's ring (`hopgate-control/src/events/journal.rs`).
 const RING: usize = 512;
-
-async fn gateway() -> (Vec<Backend>, Gateway) {
-    let b = vec![Backend::start("n0").await, Backend::start("n1").await];
-    let yaml = config(
-        &service("s", &[("n0", b[0].addr, ""), ("n1", b[1].addr, "")]),
-        "  - { id: r, match: { path_prefix: / }, service: s }",
-    ) + "sessions: { enabled: true, secret_env: HG_SECRET }\n";
-    let gw = Gateway::start_with_env(&yaml, &[SECRET]).await;
-    (b, gw)
-}
 
 async fn admin_post(gw: &Gateway, path: &str) {
     let r = client().post(gw.admin_url(path)).send().await.unwrap();
@@ -97,7 +88,8 @@ async fn read_through(ev: &mut Events, until: &str) -> Vec<(u64, String, Value)>
 
 #[tokio::test]
 async fn a_reconnect_with_last_event_id_gets_exactly_the_missed_events_then_the_live_ones() {
-    let (_b, gw) = gateway().await;
+    let (_b, svc) = backends(2).await;
+    let gw = session_gateway(&svc, SESSIONS, SECRET.1, &[]).await;
     let tokens = sessions_about_to_hop(&gw, 5).await;
     let url = gw.admin_url("/admin/v1/events");
 
@@ -221,7 +213,8 @@ impl Drop for Curl {
 
 #[tokio::test]
 async fn an_id_older_than_the_ring_gets_lagged_with_the_count_then_the_state_and_live_events() {
-    let (_b, gw) = gateway().await;
+    let (_b, svc) = backends(2).await;
+    let gw = session_gateway(&svc, SESSIONS, SECRET.1, &[]).await;
     let tokens = sessions_about_to_hop(&gw, RING + 20).await;
     let url = gw.admin_url("/admin/v1/events");
     let mut ev = Events::open(&url, None).await;

@@ -2,26 +2,14 @@
 //! etcd share their runtime config, discovered nodes and operator actions,
 //! and keep serving when etcd goes away.
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::etcd_server::Etcd;
-use crate::harness::{client, node_of, service, temp_path, Backend, Gateway};
-
-/// A replica's local file: bootstrap sections only.
-fn bootstrap(replica: &str, etcd: &Etcd, prefix: &str, cache: &std::path::Path) -> String {
-    format!(
-        "replica_id: {replica}\nlisteners:\n  - {{ name: public, address: 127.0.0.1:0, debug_headers: true }}\nadmin: {{ address: 127.0.0.1:0 }}\nsources:\n  file: {{ watch: false }}\n  etcd: {{ endpoints: [\"{}\"], prefix: \"{prefix}\", cache: \"{}\" }}\n",
-        etcd.endpoint,
-        cache.display()
-    )
-}
+use crate::harness::{client, node_of, service, temp_path, within, Backend, Fleet, Gateway};
 
 /// A shared document: one service `api` with `nodes`, every path to it.
 fn shared(nodes: &[(&str, SocketAddr, &str)]) -> String {
@@ -29,33 +17,6 @@ fn shared(nodes: &[(&str, SocketAddr, &str)]) -> String {
         "services:\n{}routes:\n  - {{ id: default, match: {{ path_prefix: / }}, service: api }}\ntimeouts: {{ shutdown: 5s }}\n",
         service("api", nodes)
     )
-}
-
-fn prefix() -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "/it-{}-{}/",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// Polls `check` until it holds or `bound` passes; whether it held.
-async fn within<F, Fut>(bound: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    loop {
-        if check().await {
-            return true;
-        }
-        if start.elapsed() > bound {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn served_by(gw: &Gateway) -> String {
@@ -101,60 +62,14 @@ async fn on_every(replicas: &[&Gateway], id: &str, check: impl Fn(&Value) -> boo
     .await
 }
 
-struct Fleet {
-    etcd: Etcd,
-    prefix: String,
-    caches: Vec<PathBuf>,
-}
-
-impl Fleet {
-    async fn start() -> Fleet {
-        Fleet {
-            etcd: Etcd::start().await,
-            prefix: prefix(),
-            caches: Vec::new(),
-        }
-    }
-
-    fn key(&self, rest: &str) -> String {
-        format!("{}{rest}", self.prefix)
-    }
-
-    fn cache(&mut self) -> PathBuf {
-        let p = temp_path("json");
-        self.caches.push(p.clone());
-        p
-    }
-
-    async fn replica(&self, name: &str, cache: &std::path::Path) -> Gateway {
-        Gateway::start(&bootstrap(name, &self.etcd, &self.prefix, cache)).await
-    }
-
-    /// Puts `doc` as the shared config and starts replicas gw-a and gw-b.
-    async fn pair(&mut self, doc: &str) -> (Gateway, Gateway) {
-        self.etcd.put(&self.key("config"), doc);
-        let (ca, cb) = (self.cache(), self.cache());
-        (
-            self.replica("gw-a", &ca).await,
-            self.replica("gw-b", &cb).await,
-        )
-    }
-}
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        for c in &self.caches {
-            let _ = std::fs::remove_file(c);
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_config_applies_on_every_replica_and_a_bad_one_nowhere() {
-    let mut f = Fleet::start().await;
+    let mut f = Fleet::start().await.debug_headers();
     let b1 = Backend::start("b1").await;
     let b2 = Backend::start("b2").await;
-    let (a, b) = f.pair(&shared(&[("n1", b1.addr, "v1")])).await;
+    f.etcd
+        .put(&f.key("config"), &shared(&[("n1", b1.addr, "v1")]));
+    let [a, b] = f.replicas(["gw-a", "gw-b"]).await;
     for gw in [&a, &b] {
         assert_eq!(served_by(gw).await, "b1");
         let versions = gw.admin_json("/admin/v1/config/versions").await;
@@ -223,10 +138,12 @@ async fn shared_config_applies_on_every_replica_and_a_bad_one_nowhere() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovered_nodes_and_operator_actions_reach_every_replica() {
-    let mut f = Fleet::start().await;
+    let mut f = Fleet::start().await.debug_headers();
     let b1 = Backend::start("b1").await;
     let b2 = Backend::start("b2").await;
-    let (a, b) = f.pair(&shared(&[("s1", b1.addr, "")])).await;
+    f.etcd
+        .put(&f.key("config"), &shared(&[("s1", b1.addr, "")]));
+    let [a, b] = f.replicas(["gw-a", "gw-b"]).await;
 
     // A backend registers itself on a lease: both replicas serve it.
     let lease = f.etcd.lease_grant(30);
@@ -296,7 +213,7 @@ async fn discovered_nodes_and_operator_actions_reach_every_replica() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_loss_keeps_serving_and_a_restart_boots_from_the_cache() {
-    let mut f = Fleet::start().await;
+    let mut f = Fleet::start().await.debug_headers();
     let b1 = Backend::start("b1").await;
     f.etcd
         .put(&f.key("config"), &shared(&[("n1", b1.addr, "")]));
@@ -375,7 +292,7 @@ async fn etcd_loss_keeps_serving_and_a_restart_boots_from_the_cache() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deregistering_every_node_of_a_healthy_service_is_held_back() {
-    let mut f = Fleet::start().await;
+    let mut f = Fleet::start().await.debug_headers();
     let b1 = Backend::start("b1").await;
     let b2 = Backend::start("b2").await;
     // Discovery feeds the service alone.
@@ -441,7 +358,7 @@ fn validate_refuses_runtime_sections_in_a_fleet_bootstrap_file() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_that_falls_behind_a_compaction_re_reads_and_misses_nothing() {
-    let mut f = Fleet::start().await;
+    let mut f = Fleet::start().await.debug_headers();
     let b1 = Backend::start("b1").await;
     let b2 = Backend::start("b2").await;
     f.etcd

@@ -7,26 +7,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::harness::{client, config, json, service, Backend, Gateway};
+use crate::harness::{backends, client, json, session_gateway, Gateway};
 use crate::redis_server::RedisServer;
 
 const SECRET: &str = "fleet-secret-0123456789abcdefghijklmnop";
 
-async fn three_nodes() -> (Vec<Backend>, String) {
-    let mut b = Vec::new();
-    for i in 0..3 {
-        b.push(Backend::start(&format!("n{i}")).await);
-    }
-    let nodes: Vec<_> = b.iter().map(|b| (b.id.as_str(), b.addr, "")).collect();
-    let svc = service("s", &nodes);
-    (b, svc)
-}
-
+/// A replica sharing `redis` as its session store.
 async fn replica(redis: &RedisServer, svc: &str) -> Gateway {
-    let yaml = config(svc, "  - { id: r, match: { path_prefix: / }, service: s }")
-        + "sessions: { secret_env: HG_SECRET, ttl: 1h }\n"
-        + &format!("store: {{ kind: redis, url: \"{}\" }}\n", redis.url());
-    Gateway::start_with_env(&yaml, &[("HG_SECRET", SECRET)]).await
+    let rest = format!(
+        "sessions: {{ secret_env: HG_SECRET, ttl: 1h }}\nstore: {{ kind: redis, url: \"{}\" }}\n",
+        redis.url()
+    );
+    session_gateway(svc, &rest, SECRET, &[]).await
 }
 
 /// The node a request with `token` was served by.
@@ -75,7 +67,7 @@ async fn binding_shows(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_and_its_hop_are_shared_by_every_replica() {
     let redis = RedisServer::start();
-    let (_b, svc) = three_nodes().await;
+    let (_b, svc) = backends(3).await;
     let a = replica(&redis, &svc).await;
     let b = replica(&redis, &svc).await;
     // Minted on A. Not bound anywhere yet (bindings are made when the
@@ -121,7 +113,7 @@ async fn a_session_and_its_hop_are_shared_by_every_replica() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_redis_under_load_fails_no_request() {
     let mut redis = RedisServer::start();
-    let (_b, svc) = three_nodes().await;
+    let (_b, svc) = backends(3).await;
     let gws = Arc::new([replica(&redis, &svc).await, replica(&redis, &svc).await]);
     let failures = Arc::new(AtomicU64::new(0));
     let sent = Arc::new(AtomicU64::new(0));
@@ -204,7 +196,7 @@ async fn a_session_unknown_here_is_looked_up_in_redis_before_binding() {
     };
 
     let redis = RedisServer::start();
-    let (_b, svc) = three_nodes().await;
+    let (_b, svc) = backends(3).await;
     let gw = replica(&redis, &svc).await;
     let fleet = gw.admin_json("/admin/v1/fleet").await;
     assert_eq!(fleet["redis"]["state"], "connected", "{fleet}");

@@ -12,28 +12,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::etcd_server::Etcd;
-use crate::harness::{client, json, service, temp_path, Backend, Gateway};
+use crate::harness::{client, json, service, within, Backend, Fleet, Gateway};
 use crate::redis_server::RedisServer;
 
 /// At least 32 bytes, shared by every replica.
 const SECRET: &str = "fleet-three-secret-0123456789abcdef";
-const PREFIX: &str = "/it-three/";
-
-/// A replica's local file: bootstrap sections only (no services, no
-/// sessions: those come from etcd).
-fn bootstrap(replica: &str, etcd: &Etcd, redis: &RedisServer, cache: &std::path::Path) -> String {
-    format!(
-        "replica_id: {replica}\n\
-         listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\n\
-         admin: {{ address: 127.0.0.1:0 }}\n\
-         store: {{ kind: redis, url: \"{}\" }}\n\
-         sources:\n  file: {{ watch: false }}\n  etcd: {{ endpoints: [\"{}\"], prefix: \"{PREFIX}\", cache: \"{}\" }}\n",
-        redis.url(),
-        etcd.endpoint,
-        cache.display()
-    )
-}
 
 /// The node a request carrying `token` through `gw` was served by.
 async fn node_via(gw: &Gateway, token: &str) -> String {
@@ -62,28 +45,13 @@ async fn binding(gw: &Gateway, token: &str) -> Option<(String, u64)> {
     Some((b["node"].as_str()?.to_owned(), b["hops"].as_u64()?))
 }
 
-/// Polls `check` every 20 ms until it holds or `bound` passes; whether it
-/// held.
-async fn within<Fut: std::future::Future<Output = bool>>(
-    bound: Duration,
-    mut check: impl FnMut() -> Fut,
-) -> bool {
-    let start = Instant::now();
-    loop {
-        if check().await {
-            return true;
-        }
-        if start.elapsed() > bound {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_share_config_sessions_and_a_drain() {
-    let mut etcd = Etcd::start().await;
     let redis = RedisServer::start();
+    let mut f = Fleet::start()
+        .await
+        .redis(&redis)
+        .env("HOPGATE_SESSION_SECRET", SECRET);
     let backends = [
         Backend::start("n0").await,
         Backend::start("n1").await,
@@ -97,21 +65,9 @@ async fn three_replicas_share_config_sessions_and_a_drain() {
         "services:\n{}routes:\n  - {{ id: default, match: {{ path_prefix: / }}, service: api }}\nsessions: {{ ttl: 1h }}\ntimeouts: {{ shutdown: 5s }}\n",
         service("api", &nodes)
     );
-    etcd.put(&format!("{PREFIX}config"), &shared);
-    let caches = [temp_path("json"), temp_path("json"), temp_path("json")];
-    let mut replicas = Vec::new();
-    for (name, cache) in ["gw-a", "gw-b", "gw-c"].iter().zip(&caches) {
-        replicas.push(
-            Gateway::start_with_env(
-                &bootstrap(name, &etcd, &redis, cache),
-                &[("HOPGATE_SESSION_SECRET", SECRET)],
-            )
-            .await,
-        );
-    }
-    let [a, b, c] = &replicas[..] else {
-        unreachable!()
-    };
+    f.etcd.put(&f.key("config"), &shared);
+    let replicas = f.replicas(["gw-a", "gw-b", "gw-c"]).await;
+    let [a, b, c] = &replicas;
     for gw in [a, b, c] {
         let fleet = gw.admin_json("/admin/v1/fleet").await;
         assert_eq!(fleet["redis"]["state"], "connected", "{fleet}");
@@ -223,7 +179,7 @@ async fn three_replicas_share_config_sessions_and_a_drain() {
         }));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    etcd.kill();
+    f.etcd.kill();
     for gw in [a, b, c] {
         let degraded = within(Duration::from_secs(10), || async {
             gw.admin_json("/admin/v1/fleet").await["etcd"]["state"] == "degraded"
@@ -248,7 +204,4 @@ async fn three_replicas_share_config_sessions_and_a_drain() {
         assert!(gw.metrics().await.contains("hopgate_fleet_redis_up 1"));
     }
     drop(replicas);
-    for p in &caches {
-        let _ = std::fs::remove_file(p);
-    }
 }

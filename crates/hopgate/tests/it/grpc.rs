@@ -30,7 +30,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status, Streaming};
 use tonic_prost::ProstCodec;
 
-use crate::harness::{client, config, service, Gateway};
+use crate::harness::{client, config, service, within, Gateway};
 
 // ---------------------------------------------------------------- messages
 
@@ -608,12 +608,10 @@ async fn grpc_timeout_ends_a_slow_call_and_the_gateway_keeps_serving() {
     // The deadline travelled to the backend, which gave up on the call.
     let seen = a.state.deadlines.lock().clone();
     assert_eq!(seen.len(), 1, "the backend saw grpc-timeout: {seen:?}");
-    for _ in 0..200 {
-        if a.state.abandoned.load(Ordering::SeqCst) == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    within(Duration::from_secs(10), || async {
+        a.state.abandoned.load(Ordering::SeqCst) == 1
+    })
+    .await;
     assert_eq!(
         a.state.abandoned.load(Ordering::SeqCst),
         1,
@@ -710,29 +708,23 @@ impl Load {
 
     /// Waits (bounded) until `n` calls have completed.
     async fn until_done(&self, n: usize) {
-        for _ in 0..800 {
-            if self.done.load(Ordering::SeqCst) >= n {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("the load never reached {n} calls");
+        let reached = within(Duration::from_secs(20), || async {
+            self.done.load(Ordering::SeqCst) >= n
+        })
+        .await;
+        assert!(reached, "the load never reached {n} calls");
     }
 
     /// Waits (bounded) until `node` has answered a call.
     async fn until_served_by(&self, node: &str) {
-        for _ in 0..400 {
-            if self
-                .log
+        let answered = within(Duration::from_secs(20), || async {
+            self.log
                 .lock()
                 .iter()
                 .any(|c| c.result.as_deref() == Ok(node))
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("{node} never answered a call");
+        })
+        .await;
+        assert!(answered, "{node} never answered a call");
     }
 
     /// Stops the callers (bounded) and returns every call.

@@ -1,6 +1,11 @@
 //! Test harness: handles for `hopgate backend` and `hopgate run` child
 //! processes on ephemeral loopback ports. Every handle kills its process on
 //! drop, so a failing test leaves nothing behind. No fixed ports, no pkill.
+//!
+//! Besides the process handles it holds the one copy of what every test
+//! file needs: the polling helper ([`within`]), the Prometheus text reader
+//! ([`metric`]) and the fleet handle ([`Fleet`], in `harness/fleet.rs`:
+//! replicas on one etcd prefix). Test files keep only what is theirs.
 
 #![allow(dead_code)]
 
@@ -12,6 +17,12 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+
+mod fleet;
+mod metrics;
+
+pub use fleet::Fleet;
+pub use metrics::metric;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_hopgate");
 
@@ -230,13 +241,16 @@ impl Gateway {
 
     /// Waits (bounded) for a later stdout line containing `needle`.
     pub async fn wait_stdout(&self, needle: &str) -> String {
-        for _ in 0..400 {
-            if let Some(l) = self.stdout.lock().iter().find(|l| l.contains(needle)) {
-                return l.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("no stdout line with {needle:?}");
+        let line = || {
+            self.stdout
+                .lock()
+                .iter()
+                .find(|l| l.contains(needle))
+                .cloned()
+        };
+        let seen = within(Duration::from_secs(10), || async { line().is_some() }).await;
+        assert!(seen, "no stdout line with {needle:?}");
+        line().unwrap_or_default()
     }
 
     /// Rewrites the config file the way editors do: a new file renamed over
@@ -366,6 +380,36 @@ pub fn service(name: &str, nodes: &[(&str, SocketAddr, &str)]) -> String {
     s
 }
 
+/// The route of single-service tests: every path to the service `s`.
+pub const ROUTE_ALL: &str = "  - { id: r, match: { path_prefix: / }, service: s }";
+
+/// `n` backends `n0`, `n1`, … and the service `s` with one node per
+/// backend, named like it.
+pub async fn backends(n: usize) -> (Vec<Backend>, String) {
+    let mut b = Vec::with_capacity(n);
+    for i in 0..n {
+        b.push(Backend::start(&format!("n{i}")).await);
+    }
+    let nodes: Vec<_> = b.iter().map(|b| (b.id.as_str(), b.addr, "")).collect();
+    let svc = service("s", &nodes);
+    (b, svc)
+}
+
+/// A gateway with sessions: the [`config`] of `services` and [`ROUTE_ALL`],
+/// then `rest` (the `sessions` section, which names `HG_SECRET`, and any
+/// other lines); `secret` is `HG_SECRET`'s value, `env` more variables.
+pub async fn session_gateway(
+    services: &str,
+    rest: &str,
+    secret: &str,
+    env: &[(&str, &str)],
+) -> Gateway {
+    let yaml = config(services, ROUTE_ALL) + rest;
+    let mut all = vec![("HG_SECRET", secret)];
+    all.extend_from_slice(env);
+    Gateway::start_with_env(&yaml, &all).await
+}
+
 /// A port that nothing listens on (bound, then released).
 pub fn dead_addr() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -390,4 +434,24 @@ pub async fn session_served_by(gw: &Gateway, backend: &str) -> String {
         }
     }
     panic!("no new session landed on {backend}");
+}
+
+/// Polls `check` every 20 ms until it holds or `bound` passes; whether it
+/// held. The bound is a guard against hangs, not a timing assertion: the
+/// caller asserts on the answer with a message saying what never happened.
+pub async fn within<F, Fut>(bound: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        if check().await {
+            return true;
+        }
+        if start.elapsed() > bound {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

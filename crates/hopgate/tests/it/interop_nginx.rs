@@ -6,7 +6,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::harness::{config, temp_path, Gateway};
+use crate::harness::{config, temp_path, within, Gateway};
 
 /// An nginx serving `root` on a free loopback port, one process
 /// (`master_process off`, so killing it leaves no worker behind); killed
@@ -62,12 +62,10 @@ impl Nginx {
             .spawn()
             .expect("nginx (Debian nginx-light) is installed by scripts/deps.sh");
         let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        for _ in 0..200 {
-            if tokio::net::TcpStream::connect(addr).await.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        within(Duration::from_secs(10), || async {
+            tokio::net::TcpStream::connect(addr).await.is_ok()
+        })
+        .await;
         Nginx {
             addr,
             dir,

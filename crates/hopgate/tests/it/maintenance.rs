@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::harness::{client, config, json, service, session_served_by, Backend, Gateway};
+use crate::harness::{client, config, json, service, session_served_by, within, Backend, Gateway};
 
 pub(crate) async fn notify(gw: &Gateway, body: serde_json::Value) -> (u16, serde_json::Value) {
     let r = client()
@@ -152,14 +152,10 @@ async fn a_backend_header_announces_maintenance_and_is_stripped() {
         r.headers().get("hop-maintenance").is_none(),
         "the client never sees the header"
     );
-    let mut relaxed = false;
-    for _ in 0..200 {
-        if node(&gw, "a").await["maintenance"]["relaxed"] == true {
-            relaxed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let relaxed = within(Duration::from_secs(10), || async {
+        node(&gw, "a").await["maintenance"]["relaxed"] == true
+    })
+    .await;
     assert!(relaxed, "the header's notification was applied");
     let r = c
         .get(gw.url("/x?maint=FAILING%20nonsense"))
@@ -242,14 +238,10 @@ async fn an_unreachable_new_address_makes_the_sessions_hop() {
     let dead = crate::harness::dead_addr();
     let (s, _) = notify(&gw, serde_json::json!({"service": "s", "node": "a", "kind": "MOVING", "seq": 1, "to": dead.to_string(), "in": 1})).await;
     assert_eq!(s, 200);
-    let mut unreachable = false;
-    for _ in 0..300 {
-        if node(&gw, "a").await["maintenance"]["unreachable"] == true {
-            unreachable = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let unreachable = within(Duration::from_secs(10), || async {
+        node(&gw, "a").await["maintenance"]["unreachable"] == true
+    })
+    .await;
     assert!(unreachable, "retries exhausted: the node is unreachable");
     let r = c
         .get(gw.url("/"))

@@ -8,17 +8,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::harness::{client, config, service, temp_path, Backend, Gateway};
-
-/// `name{labels} value` → value, for one exact series.
-fn sample(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no {series} in:\n{metrics}"))
-        .parse()
-        .unwrap()
-}
+use crate::harness::{client, config, metric, service, temp_path, within, Backend, Gateway};
 
 /// The commit `hopgate --version` names (the binary's build stamp).
 fn build_commit() -> String {
@@ -147,7 +137,7 @@ async fn route_and_service_metrics_count_what_was_sent_and_promtool_accepts_them
             1.0,
         ),
     ] {
-        assert_eq!(sample(&m, &series), want, "{series}");
+        assert_eq!(metric(&m, &series, &[]).unwrap(), want, "{series}");
     }
     // Buckets are cumulative and end at the count.
     let mut last = 0.0;
@@ -161,16 +151,19 @@ async fn route_and_service_metrics_count_what_was_sent_and_promtool_accepts_them
     }
     assert_eq!(last, 10.0);
     assert!(
-        sample(
+        metric(
             &m,
-            "hopgate_request_duration_seconds_sum{route=\"ra\",service=\"sa\"}"
-        ) > 0.0
+            "hopgate_request_duration_seconds_sum{route=\"ra\",service=\"sa\"}",
+            &[]
+        )
+        .unwrap()
+            > 0.0
     );
     // Connections and bytes: reqwest keeps its connections, so at least
     // one was accepted and bytes flowed both ways.
-    assert!(sample(&m, "hopgate_connections_accepted_total") >= 1.0);
-    assert!(sample(&m, "hopgate_client_bytes_received_total") > 15.0 * 20.0);
-    assert!(sample(&m, "hopgate_client_bytes_sent_total") > 15.0 * 100.0);
+    assert!(metric(&m, "hopgate_connections_accepted_total", &[]).unwrap() >= 1.0);
+    assert!(metric(&m, "hopgate_client_bytes_received_total", &[]).unwrap() > 15.0 * 20.0);
+    assert!(metric(&m, "hopgate_client_bytes_sent_total", &[]).unwrap() > 15.0 * 100.0);
     // Every name users already scrape is still there.
     for name in [
         "hopgate_requests_total",
@@ -190,26 +183,28 @@ async fn route_and_service_metrics_count_what_was_sent_and_promtool_accepts_them
         &format!("{routes}\n  - {{ id: rc, match: {{ path_prefix: /c }}, service: sb }}"),
     ));
     gw.sighup();
-    for _ in 0..400 {
-        if gw.metrics().await.contains("route=\"rc\"") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    within(Duration::from_secs(10), || async {
+        gw.metrics().await.contains("route=\"rc\"")
+    })
+    .await;
     assert_eq!(get(gw.url("/a")).await.status(), 200);
     let m = gw.metrics().await;
     assert_eq!(
-        sample(
+        metric(
             &m,
-            &format!("hopgate_request_duration_seconds_count{{{ra}}}")
-        ),
+            &format!("hopgate_request_duration_seconds_count{{{ra}}}"),
+            &[]
+        )
+        .unwrap(),
         11.0
     );
     assert_eq!(
-        sample(
+        metric(
             &m,
-            "hopgate_request_duration_seconds_count{route=\"rc\",service=\"sb\"}"
-        ),
+            "hopgate_request_duration_seconds_count{route=\"rc\",service=\"sb\"}",
+            &[]
+        )
+        .unwrap(),
         0.0
     );
     promtool_check(&m);
@@ -230,18 +225,18 @@ async fn gateway_logging(b: &Backend, block: &str) -> Gateway {
 /// Waits (bounded) until `path` holds a line containing `needle`; returns
 /// the file's lines.
 async fn wait_for_line(path: &Path, needle: &str) -> Vec<String> {
-    for _ in 0..400 {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.contains(needle) {
-            return text.lines().map(str::to_owned).collect();
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!(
-        "no line with {needle:?} in {}:\n{}",
-        path.display(),
-        std::fs::read_to_string(path).unwrap_or_default()
+    let read = || std::fs::read_to_string(path).unwrap_or_default();
+    let seen = within(Duration::from_secs(10), || async {
+        read().contains(needle)
+    })
+    .await;
+    let text = read();
+    assert!(
+        seen,
+        "no line with {needle:?} in {}:\n{text}",
+        path.display()
     );
+    text.lines().map(str::to_owned).collect()
 }
 
 #[tokio::test]
@@ -368,12 +363,7 @@ async fn sigusr1_reopens_the_access_log_after_a_rotation_and_loses_no_line() {
         .args(["-USR1", &pid.to_string()])
         .status();
     // The new file appears at the path once the writer thread reopens it.
-    for _ in 0..400 {
-        if log.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    within(Duration::from_secs(10), || async { log.exists() }).await;
     assert!(log.exists(), "no new file after SIGUSR1");
     for i in 50..100 {
         let r = c
@@ -494,12 +484,10 @@ async fn reload_switches_the_access_log_off_on_and_to_another_file() {
     gw.sighup();
     applied(4).await;
     send("reload-on-3").await;
-    for _ in 0..400 {
-        if gw.logs().contains("request_id=\"reload-on-3\"") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    within(Duration::from_secs(10), || async {
+        gw.logs().contains("request_id=\"reload-on-3\"")
+    })
+    .await;
     assert!(
         gw.logs().contains("request_id=\"reload-on-3\""),
         "{}",

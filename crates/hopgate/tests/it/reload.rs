@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::harness::{addr_after, client, config, json, service, Backend, Gateway};
+use crate::harness::{addr_after, client, config, json, service, within, Backend, Gateway};
 
 fn two_service_config(a: &Backend, b: &Backend, target: &str, extra: &str) -> String {
     let services = format!(
@@ -222,12 +222,10 @@ async fn file_watch_and_sighup_apply_changes() {
     // from then on only SIGHUP applies the file.
     let watch_off = "sources: { file: { watch: false, interval: 50ms } }\n";
     gw.rewrite_config(&two_service_config(&a, &b, "sb", watch_off));
-    for _ in 0..400 {
-        if versions(&gw).await["current"] == 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    within(Duration::from_secs(10), || async {
+        versions(&gw).await["current"] == 3
+    })
+    .await;
     assert_eq!(versions(&gw).await["current"], 3);
     gw.rewrite_config(&two_service_config(&a, &b, "sa", watch_off));
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -391,14 +389,10 @@ async fn listeners_are_added_and_removed_without_touching_the_others() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let mut gone = false;
-    for _ in 0..400 {
-        if tokio::net::TcpStream::connect(second).await.is_err() {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let gone = within(Duration::from_secs(10), || async {
+        tokio::net::TcpStream::connect(second).await.is_err()
+    })
+    .await;
     assert!(gone, "the removed listener stopped accepting");
     assert_eq!(
         keep.get(gw.url("/")).send().await.unwrap().status(),

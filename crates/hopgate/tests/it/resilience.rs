@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::harness::{client, config, json, service, temp_path, Backend, Gateway};
+use crate::harness::{client, config, json, service, temp_path, within, Backend, Gateway};
 
 async fn nodes(gw: &Gateway) -> HashMap<String, serde_json::Value> {
     let v: serde_json::Value = gw.admin_json("/admin/v1/nodes").await;
@@ -25,19 +25,20 @@ async fn wait_for_node(
     id: &str,
     cond: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    for _ in 0..300 {
-        let all = nodes(gw).await;
-        if let Some(n) = all.get(id) {
-            if cond(n) {
-                return n.clone();
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "node {id} never reached the expected state: {:?}",
-        nodes(gw).await.get(id)
+    let (cond, found) = (&cond, &parking_lot::Mutex::new(None));
+    let reached = within(Duration::from_secs(15), || async move {
+        let n = nodes(gw).await.remove(id);
+        let hit = n.as_ref().is_some_and(cond);
+        *found.lock() = n;
+        hit
+    })
+    .await;
+    let last = found.lock().take();
+    assert!(
+        reached,
+        "node {id} never reached the expected state: {last:?}"
     );
+    last.unwrap_or_default()
 }
 
 #[tokio::test]

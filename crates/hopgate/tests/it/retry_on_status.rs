@@ -135,7 +135,11 @@ async fn a_draining_backends_503s_are_retried_and_no_post_runs_twice() {
     for (id, n) in &counts {
         assert_eq!(*n, 1, "POST {id} reached a backend {n} times");
     }
-    assert_eq!(counts.len() as u64, served, "a 200 without a processed POST");
+    assert_eq!(
+        counts.len() as u64,
+        served,
+        "a 200 without a processed POST"
+    );
     let metrics = gw.metrics().await;
     let retried = metric(
         &metrics,

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hopgate_core::session::{mint, SessionId, SessionKeys};
 
-use crate::harness::{client, config, json, service, temp_path, Backend, Gateway, BIN};
+use crate::harness::{backends, client, config, json, session_gateway, temp_path, Gateway, BIN};
 
 const OLD_SECRET: &str = "old-secret-0123456789abcdefghijklmnopq";
 const NEW_SECRET: &str = "new-secret-0123456789abcdefghijklmnopq";
@@ -22,16 +22,6 @@ fn now() -> u64 {
 
 fn sessions_yaml(extra: &str) -> String {
     format!("sessions: {{ secret_env: HG_SECRET, previous_secrets_env: HG_PREVIOUS, ttl: 1h{extra} }}\n")
-}
-
-async fn gateway(services: &str, extra: &str, env: &[(&str, &str)]) -> Gateway {
-    let yaml = config(
-        services,
-        "  - { id: r, match: { path_prefix: / }, service: s }",
-    ) + &sessions_yaml(extra);
-    let mut all = vec![("HG_SECRET", SECRET)];
-    all.extend_from_slice(env);
-    Gateway::start_with_env(&yaml, &all).await
 }
 
 /// A request carrying `token` in the Hop-Session header.
@@ -57,26 +47,10 @@ fn issued(headers: &reqwest::header::HeaderMap) -> Option<String> {
         .map(|v| v.to_str().unwrap().to_owned())
 }
 
-async fn three_nodes() -> (Vec<Backend>, String) {
-    let mut b = Vec::new();
-    for i in 0..3 {
-        b.push(Backend::start(&format!("n{i}")).await);
-    }
-    let svc = service(
-        "s",
-        &[
-            ("n0", b[0].addr, ""),
-            ("n1", b[1].addr, ""),
-            ("n2", b[2].addr, ""),
-        ],
-    );
-    (b, svc)
-}
-
 #[tokio::test]
 async fn a_session_sticks_to_its_node_and_sessionless_traffic_spreads() {
-    let (_b, svc) = three_nodes().await;
-    let gw = gateway(&svc, "", &[]).await;
+    let (_b, svc) = backends(3).await;
+    let gw = session_gateway(&svc, &sessions_yaml(""), SECRET, &[]).await;
     let (first, headers, _) = get(&gw, "/", None).await;
     let token = issued(&headers).expect("a new session is issued");
     let cookie = headers
@@ -115,8 +89,8 @@ async fn a_session_sticks_to_its_node_and_sessionless_traffic_spreads() {
 
 #[tokio::test]
 async fn a_session_hops_with_its_context_when_its_node_dies() {
-    let (mut b, svc) = three_nodes().await;
-    let gw = gateway(&svc, "", &[]).await;
+    let (mut b, svc) = backends(3).await;
+    let gw = session_gateway(&svc, &sessions_yaml(""), SECRET, &[]).await;
     // The backend asks the gateway to keep a context for this session.
     let (bound, headers, _) = get(&gw, "/login?context=cart%3D3", None).await;
     assert!(
@@ -168,8 +142,8 @@ async fn a_session_hops_with_its_context_when_its_node_dies() {
 
 #[tokio::test]
 async fn drain_migrate_moves_sessions_and_lets_in_flight_finish() {
-    let (_b, svc) = three_nodes().await;
-    let gw = gateway(&svc, "", &[]).await;
+    let (_b, svc) = backends(3).await;
+    let gw = session_gateway(&svc, &sessions_yaml(""), SECRET, &[]).await;
     let (bound, headers, _) = get(&gw, "/", None).await;
     let token = issued(&headers).unwrap();
     // A slow request in flight on the node about to drain.
@@ -197,13 +171,13 @@ async fn drain_migrate_moves_sessions_and_lets_in_flight_finish() {
 
 #[tokio::test]
 async fn drain_finish_keeps_sessions_until_the_deadline() {
-    let (_b, svc) = three_nodes().await;
+    let (_b, svc) = backends(3).await;
     let svc = svc.replacen(
         "  - name: s\n",
         "  - name: s\n    drain: { mode: finish, deadline: 1s }\n",
         1,
     );
-    let gw = gateway(&svc, "", &[]).await;
+    let gw = session_gateway(&svc, &sessions_yaml(""), SECRET, &[]).await;
     let (bound, headers, _) = get(&gw, "/", None).await;
     let token = issued(&headers).unwrap();
     client()
@@ -229,8 +203,8 @@ async fn drain_finish_keeps_sessions_until_the_deadline() {
 
 #[tokio::test]
 async fn forged_tampered_expired_and_garbage_tokens_are_replaced_and_counted() {
-    let (_b, svc) = three_nodes().await;
-    let gw = gateway(&svc, "", &[]).await;
+    let (_b, svc) = backends(3).await;
+    let gw = session_gateway(&svc, &sessions_yaml(""), SECRET, &[]).await;
     let (bound, headers, _) = get(&gw, "/", None).await;
     let token = issued(&headers).unwrap();
     // Bound when the client comes back with its token.
@@ -287,7 +261,7 @@ async fn forged_tampered_expired_and_garbage_tokens_are_replaced_and_counted() {
 
 #[tokio::test]
 async fn bindings_survive_a_restart_and_rotated_keys_are_honoured() {
-    let (_b, svc) = three_nodes().await;
+    let (_b, svc) = backends(3).await;
     let store = temp_path("sessions");
     let store_yaml = format!(
         "{}store: {{ path: \"{}\" }}\n",
@@ -340,8 +314,8 @@ async fn bindings_survive_a_restart_and_rotated_keys_are_honoured() {
 
 #[tokio::test]
 async fn an_oversized_context_is_not_stored_and_is_counted() {
-    let (_b, svc) = three_nodes().await;
-    let gw = gateway(&svc, ", context_max: 64", &[]).await;
+    let (_b, svc) = backends(3).await;
+    let gw = session_gateway(&svc, &sessions_yaml(", context_max: 64"), SECRET, &[]).await;
     let (_, headers, _) = get(&gw, "/?context=small", None).await;
     let token = issued(&headers).unwrap();
     let big = "x".repeat(100);

@@ -6,30 +6,10 @@
 
 use hopgate_core::session::{mint, SessionId, SessionKeys, HINTED_TOKEN_LEN};
 
-use crate::harness::{client, config, json, service, Backend, Gateway};
+use crate::harness::{backends, client, json, metric, session_gateway, Gateway};
 
 const SECRET: &str = "lazy-binding-secret-0123456789-abcdef";
-
-async fn gateway(services: &str, extra: &str) -> Gateway {
-    let yaml = config(
-        services,
-        "  - { id: r, match: { path_prefix: / }, service: s }",
-    ) + "sessions: { secret_env: HG_SECRET, ttl: 1h }\n"
-        + extra;
-    Gateway::start_with_env(&yaml, &[("HG_SECRET", SECRET)]).await
-}
-
-async fn nodes(n: usize) -> (Vec<Backend>, String) {
-    let mut b = Vec::new();
-    for i in 0..n {
-        b.push(Backend::start(&format!("n{i}")).await);
-    }
-    let list: Vec<(String, std::net::SocketAddr)> =
-        b.iter().map(|x| (x.id.clone(), x.addr)).collect();
-    let refs: Vec<(&str, std::net::SocketAddr, &str)> =
-        list.iter().map(|(i, a)| (i.as_str(), *a, "")).collect();
-    (b, service("s", &refs))
-}
+const SESSIONS: &str = "sessions: { secret_env: HG_SECRET, ttl: 1h }\n";
 
 /// One request, with `token` in the `Hop-Session` header when given: the
 /// node that answered and the token the answer issued, if any.
@@ -57,16 +37,10 @@ async fn binding(gw: &Gateway, token: &str) -> (u16, serde_json::Value) {
     (r.status().as_u16(), r.json().await.unwrap())
 }
 
-fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
-}
-
 #[tokio::test]
 async fn cookieless_requests_create_no_bindings_and_a_returned_token_binds_to_the_first_node() {
-    let (_b, svc) = nodes(3).await;
-    let gw = gateway(&svc, "").await;
+    let (_b, svc) = backends(3).await;
+    let gw = session_gateway(&svc, SESSIONS, SECRET, &[]).await;
     let mut first = Vec::new();
     for _ in 0..30 {
         let (node, token) = get(&gw, None).await;
@@ -75,8 +49,15 @@ async fn cookieless_requests_create_no_bindings_and_a_returned_token_binds_to_th
         first.push((node, token));
     }
     let m = gw.metrics().await;
-    assert_eq!(metric(&m, "hopgate_sessions"), 0, "no binding yet");
-    assert_eq!(metric(&m, "hopgate_sessions_created_total"), 30);
+    assert_eq!(
+        metric(&m, "hopgate_sessions", &[]).unwrap(),
+        0.0,
+        "no binding yet"
+    );
+    assert_eq!(
+        metric(&m, "hopgate_sessions_created_total", &[]).unwrap(),
+        30.0
+    );
     for (_, token) in first.iter().take(3) {
         assert_eq!(binding(&gw, token).await.0, 404);
     }
@@ -93,7 +74,10 @@ async fn cookieless_requests_create_no_bindings_and_a_returned_token_binds_to_th
         assert_eq!(v["bindings"][0]["node"], node.as_str(), "{v}");
         assert_eq!(v["bindings"][0]["hops"], 0, "{v}");
     }
-    assert_eq!(metric(&gw.metrics().await, "hopgate_sessions"), 30);
+    assert_eq!(
+        metric(&gw.metrics().await, "hopgate_sessions", &[]).unwrap(),
+        30.0
+    );
     // A token of the format before hints (v1) still verifies; with no node
     // named, it is balanced and bound on the spot (its client came back).
     let keys = SessionKeys::from_secrets(SECRET.as_bytes(), &[]);
@@ -111,8 +95,8 @@ async fn cookieless_requests_create_no_bindings_and_a_returned_token_binds_to_th
 
 #[tokio::test]
 async fn a_token_naming_a_node_that_cannot_serve_hops_and_binds_elsewhere() {
-    let (_b, svc) = nodes(2).await;
-    let gw = gateway(&svc, "").await;
+    let (_b, svc) = backends(2).await;
+    let gw = session_gateway(&svc, SESSIONS, SECRET, &[]).await;
     let (first, token) = get(&gw, None).await;
     let token = token.unwrap();
     let r = client()
@@ -141,8 +125,14 @@ async fn a_token_naming_a_node_that_cannot_serve_hops_and_binds_elsewhere() {
 
 #[tokio::test]
 async fn a_full_store_evicts_the_least_recently_used_and_a_new_user_still_binds() {
-    let (_b, svc) = nodes(2).await;
-    let gw = gateway(&svc, "store: { max_sessions: 3 }\n").await;
+    let (_b, svc) = backends(2).await;
+    let gw = session_gateway(
+        &svc,
+        &format!("{SESSIONS}store: {{ max_sessions: 3 }}\n"),
+        SECRET,
+        &[],
+    )
+    .await;
     let mut tokens = Vec::new();
     for _ in 0..3 {
         let (_, t) = get(&gw, None).await;
@@ -151,8 +141,11 @@ async fn a_full_store_evicts_the_least_recently_used_and_a_new_user_still_binds(
         tokens.push(t);
     }
     let m = gw.metrics().await;
-    assert_eq!(metric(&m, "hopgate_sessions"), 3);
-    assert_eq!(metric(&m, "hopgate_session_evictions_total"), 0);
+    assert_eq!(metric(&m, "hopgate_sessions", &[]).unwrap(), 3.0);
+    assert_eq!(
+        metric(&m, "hopgate_session_evictions_total", &[]).unwrap(),
+        0.0
+    );
     // A fourth user, in a full store.
     let (node, t) = get(&gw, None).await;
     let t = t.unwrap();
@@ -161,8 +154,11 @@ async fn a_full_store_evicts_the_least_recently_used_and_a_new_user_still_binds(
     assert_eq!(status, 200, "the new user is bound: {v}");
     assert_eq!(v["bindings"][0]["node"], node.as_str());
     let m = gw.metrics().await;
-    assert_eq!(metric(&m, "hopgate_sessions"), 3);
-    assert_eq!(metric(&m, "hopgate_session_evictions_total"), 1);
+    assert_eq!(metric(&m, "hopgate_sessions", &[]).unwrap(), 3.0);
+    assert_eq!(
+        metric(&m, "hopgate_session_evictions_total", &[]).unwrap(),
+        1.0
+    );
     let mut gone = 0;
     for old in &tokens {
         if binding(&gw, old).await.0 == 404 {

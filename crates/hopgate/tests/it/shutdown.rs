@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::harness::{client, config, service, Backend, Gateway};
+use crate::harness::{client, config, service, within, Backend, Gateway};
 
 #[tokio::test]
 async fn sigterm_lets_a_slow_request_finish() {
@@ -132,12 +132,10 @@ async fn shutdown_delay_keeps_serving_while_readyz_says_503() {
         assert_eq!(r.status(), 200);
     }
     // The second-signal handler is in place once the delay is announced.
-    for _ in 0..250 {
-        if gw.logs().contains("/readyz answers 503") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    within(Duration::from_secs(10), || async {
+        gw.logs().contains("/readyz answers 503")
+    })
+    .await;
     // The second signal ends the (hour-long) delay; the exit is clean.
     gw.sigterm();
     assert_eq!(gw.wait().await, Some(0), "logs:\n{}", gw.logs());

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::harness::{Backend, Gateway, BIN};
+use crate::harness::{metric, within, Backend, Gateway, BIN};
 use crate::tls_pki::{curl, get_on, presented, rustls_client, tls_connect, Pki};
 
 /// A gateway config whose one listener terminates TLS with `certs` (a
@@ -32,26 +32,6 @@ fn cert_entry(cert: &Path, key: &Path, sni: &str) -> String {
         cert.display(),
         key.display()
     )
-}
-
-fn metric(text: &str, line_start: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(line_start))
-        .unwrap_or_else(|| panic!("no {line_start} in metrics"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// Polls (bounded, generously) until `f` holds.
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..200 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("not within 20 s: {what}");
 }
 
 #[tokio::test]
@@ -116,31 +96,30 @@ async fn https_picks_the_certificate_by_sni_and_speaks_h2_and_http1() {
     assert!(plain.is_err() || !plain.unwrap().status().is_success());
 
     // Counted once the connection's task has seen the failure.
-    let mut m = gw.metrics().await;
-    for _ in 0..200 {
-        if metric(
-            &m,
-            "hopgate_tls_handshake_failures_total{reason=\"protocol\"} ",
-        ) >= 1.0
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        m = gw.metrics().await;
-    }
-    assert!(
+    let protocol = |m: &str| {
         metric(
-            &m,
-            "hopgate_tls_handshake_failures_total{reason=\"protocol\"} "
-        ) >= 1.0,
+            m,
+            "hopgate_tls_handshake_failures_total",
+            &[("reason", "protocol")],
+        )
+    };
+    within(Duration::from_secs(20), || async {
+        protocol(&gw.metrics().await) >= Some(1.0)
+    })
+    .await;
+    let m = gw.metrics().await;
+    assert!(protocol(&m).unwrap() >= 1.0, "{m}");
+    assert!(
+        metric(&m, "hopgate_tls_handshakes_total", &[]).unwrap() >= 5.0,
         "{m}"
     );
-    assert!(metric(&m, "hopgate_tls_handshakes_total ") >= 5.0, "{m}");
     for i in 0..3 {
         let expiry = metric(
             &m,
-            &format!("hopgate_tls_certificate_expiry_timestamp_seconds{{listener=\"public\",certificate=\"{i}\"}} "),
-        );
+            "hopgate_tls_certificate_expiry_timestamp_seconds",
+            &[("listener", "public"), ("certificate", &i.to_string())],
+        )
+        .unwrap();
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -171,10 +150,14 @@ async fn rotated_certificate_files_are_picked_up_while_connections_stay_up() {
     let (site2, site2_key) = pki.issue("site2", "DNS:example.com");
     pki.replace(&site2_key, live_key);
     pki.replace(&site2, live_cert);
-    eventually("new connections get the rotated certificate", || {
+    let rotated = within(Duration::from_secs(20), || async {
         curl(Some(&pki.path("ca.pem")), "example.com", port, "/", &[]).subject == "CN=site2"
     })
     .await;
+    assert!(
+        rotated,
+        "not within 20 s: new connections get the rotated certificate"
+    );
 
     // The connection made before the rotation still works.
     assert_eq!(get_on(&mut old, "example.com", "/after").await.0, 200);
@@ -200,19 +183,21 @@ async fn rotated_certificate_files_are_picked_up_while_connections_stay_up() {
 /// one of `needles` (the counter moves before the line is written), and
 /// returns the logs.
 async fn wait_failures(gw: &Gateway, n: f64, needles: &[&str]) -> String {
-    for _ in 0..200 {
-        if metric(&gw.metrics().await, "hopgate_config_reload_failures_total ") >= n {
-            let logs = gw.logs();
-            if needles.iter().all(|x| logs.contains(x)) {
-                return logs;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!(
+    let logged = within(Duration::from_secs(20), || async {
+        let failures = metric(
+            &gw.metrics().await,
+            "hopgate_config_reload_failures_total",
+            &[],
+        );
+        failures.unwrap() >= n && needles.iter().all(|x| gw.logs().contains(x))
+    })
+    .await;
+    assert!(
+        logged,
         "no reload failure #{n} logged with {needles:?}; logs:\n{}",
         gw.logs()
     );
+    gw.logs()
 }
 
 #[tokio::test]
@@ -385,10 +370,14 @@ async fn a_reload_turns_tls_on_and_adds_certificates() {
         cert_entry(&wild, &wild_key, "\"*.wild.test\"")
     );
     gw.rewrite_config(&tls_config(&two, &backend));
-    eventually("the added certificate answers its names", || {
+    let rotated = within(Duration::from_secs(20), || async {
         curl(None, "api.wild.test", port, "/", &[]).subject == "CN=wild"
     })
     .await;
+    assert!(
+        rotated,
+        "not within 20 s: the added certificate answers its names"
+    );
     assert_eq!(
         curl(Some(&ca), "example.com", port, "/", &[]).subject,
         "CN=site"
@@ -432,28 +421,24 @@ async fn failed_handshakes_are_counted_by_reason_and_bounded_in_time() {
         .unwrap();
 
     let want = [("timeout", 1.0), ("closed", 1.0), ("protocol", 1.0)];
-    let mut m = String::new();
-    for _ in 0..200 {
-        m = gw.metrics().await;
-        let all = want.iter().all(|(r, n)| {
-            metric(
-                &m,
-                &format!("hopgate_tls_handshake_failures_total{{reason=\"{r}\"}} "),
-            ) >= *n
-        });
-        if all {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let failures = |m: &str, r: &str| {
+        metric(m, "hopgate_tls_handshake_failures_total", &[("reason", r)]).unwrap()
+    };
+    within(Duration::from_secs(20), || async {
+        let m = gw.metrics().await;
+        want.iter().all(|(r, n)| failures(&m, r) >= *n)
+    })
+    .await;
+    let m = gw.metrics().await;
     for (r, n) in want {
-        let got = metric(
-            &m,
-            &format!("hopgate_tls_handshake_failures_total{{reason=\"{r}\"}} "),
-        );
+        let got = failures(&m, r);
         assert!(got >= n, "{r}: {got}\n{m}");
     }
-    assert_eq!(metric(&m, "hopgate_tls_handshakes_total "), 0.0, "{m}");
+    assert_eq!(
+        metric(&m, "hopgate_tls_handshakes_total", &[]),
+        Some(0.0),
+        "{m}"
+    );
     // The gateway still serves.
     assert_eq!(
         curl(
@@ -477,10 +462,14 @@ async fn rotated_certificates_are_seen_by_the_kernel_not_the_interval() {
     let (site2, site2_key) = r.pki.issue("site2", "DNS:example.com");
     r.pki.replace(&site2_key, &r.live_key);
     r.pki.replace(&site2, &r.live_cert);
-    eventually("new connections get the rotated certificate", || {
+    let rotated = within(Duration::from_secs(20), || async {
         curl(Some(&r.pki.path("ca.pem")), "example.com", port, "/", &[]).subject == "CN=site2"
     })
     .await;
+    assert!(
+        rotated,
+        "not within 20 s: new connections get the rotated certificate"
+    );
 }
 
 /// A gateway serving `example.com` from copies (`live.pem`, `live.key`) of

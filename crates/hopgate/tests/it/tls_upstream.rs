@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::harness::{addr_after, client, Gateway, BIN};
+use crate::harness::{addr_after, client, metric, within, Gateway, BIN};
 use crate::tls_pki::{curl, rustls_client, tls_connect, Pki};
 
 /// `hopgate backend` serving TLS; killed on drop.
@@ -67,15 +67,6 @@ fn config(node: std::net::SocketAddr, protocol: &str, tls: &[String]) -> String 
     )
 }
 
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name))
-        .unwrap_or_else(|| panic!("no {name}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 #[tokio::test]
 async fn upstream_tls_with_a_private_ca_checks_the_name_and_pools() {
     let pki = Pki::new();
@@ -107,7 +98,7 @@ async fn upstream_tls_with_a_private_ca_checks_the_name_and_pools() {
     let m = gw.metrics().await;
     // Five sequential requests, one connection: pooled like plain ones.
     assert_eq!(
-        metric(&m, "hopgate_tls_upstream_handshakes_total "),
+        metric(&m, "hopgate_tls_upstream_handshakes_total", &[]).unwrap(),
         1.0,
         "{m}"
     );
@@ -118,18 +109,19 @@ async fn upstream_tls_with_a_private_ca_checks_the_name_and_pools() {
         "retries: { attempts: 1 }",
         "retries: { attempts: 1, budget: 0.5 }",
     ));
-    for _ in 0..200 {
-        if metric(&gw.metrics().await, "hopgate_config_version ") >= 2.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(metric(&gw.metrics().await, "hopgate_config_version "), 2.0);
+    within(Duration::from_secs(20), || async {
+        metric(&gw.metrics().await, "hopgate_config_version", &[]).unwrap() >= 2.0
+    })
+    .await;
+    assert_eq!(
+        metric(&gw.metrics().await, "hopgate_config_version", &[]).unwrap(),
+        2.0
+    );
     let r = c.get(gw.url("/s0/x")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let m = gw.metrics().await;
     assert_eq!(
-        metric(&m, "hopgate_tls_upstream_handshakes_total "),
+        metric(&m, "hopgate_tls_upstream_handshakes_total", &[]).unwrap(),
         1.0,
         "{m}"
     );
@@ -141,7 +133,7 @@ async fn upstream_tls_with_a_private_ca_checks_the_name_and_pools() {
     }
     let m = gw.metrics().await;
     assert!(
-        metric(&m, "hopgate_tls_upstream_handshake_failures_total ") >= 2.0,
+        metric(&m, "hopgate_tls_upstream_handshake_failures_total", &[]).unwrap() >= 2.0,
         "{m}"
     );
     assert!(gw.logs().contains("tls"), "{}", gw.logs());
@@ -304,7 +296,7 @@ async fn grpc_over_tls_end_to_end_with_grpcio() {
     assert_eq!(seen["unary_fail"]["code"], "FAILED_PRECONDITION");
     assert_eq!(seen["unary_fail"]["details"], "the cart is locked");
     let m = gw.metrics().await;
-    assert!(metric(&m, "hopgate_tls_upstream_handshakes_total ") >= 1.0);
+    assert!(metric(&m, "hopgate_tls_upstream_handshakes_total", &[]).unwrap() >= 1.0);
 }
 
 #[tokio::test]

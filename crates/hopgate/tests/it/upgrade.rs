@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::harness::{addr_after, client, temp_path, Backend, BIN};
+use crate::harness::{addr_after, client, temp_path, within, Backend, BIN};
 
 /// A `hopgate run` process started on a config file.
 struct Proc {
@@ -445,12 +445,10 @@ async fn a_new_process_that_fails_leaves_the_old_one_serving() {
         .err()
         .expect("cannot bind");
     assert!(e.contains("cannot listen on"), "{e}");
-    for _ in 0..100 {
-        if old.logs().contains("upgrade aborted") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    within(Duration::from_secs(10), || async {
+        old.logs().contains("upgrade aborted")
+    })
+    .await;
     let logs = old.logs();
     assert!(
         logs.contains("upgrade aborted")
@@ -677,12 +675,7 @@ async fn sigusr2_starts_the_new_process_itself() {
     let status = r.map(|r| r.status().as_u16());
     assert!(kill("TERM"), "the new process runs");
     assert_eq!(status.ok(), Some(200));
-    for _ in 0..200 {
-        if !kill("0") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    within(Duration::from_secs(10), || async { !kill("0") }).await;
     assert!(!kill("0"), "the new process exits on SIGTERM");
     let _ = std::fs::remove_file(&config);
 }
@@ -793,12 +786,10 @@ async fn node_health_moves_to_the_new_process() {
             .map(|n| n["health"].as_str().unwrap().to_owned())
             .unwrap()
     };
-    for _ in 0..200 {
-        if health_of(old.admin, "n2").await == "unhealthy" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    within(Duration::from_secs(10), || async {
+        health_of(old.admin, "n2").await == "unhealthy"
+    })
+    .await;
     assert_eq!(health_of(old.admin, "n2").await, "unhealthy");
     // The new process checks every hour (its first check in about 15
     // minutes) and says `initial: healthy`: what it knows at once came
