@@ -34,6 +34,8 @@
 //! Must not touch: the request path (it only reads the node state this
 //! module writes) and the snapshot (read only).
 
+pub(crate) mod notice;
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -46,7 +46,7 @@ struct Running {
 /// The listeners, reconciled with every applied config.
 struct Listeners {
     forwarder: Forwarder,
-    tls: Arc<hopgate_proxy::tls::TlsListeners>,
+    tls: Arc<hopgate_proxy::TlsListeners>,
     running: Mutex<Vec<Running>>,
     /// Sockets from systemd or the previous process, claimed at start.
     inherited: parking_lot::Mutex<Inherited>,
@@ -431,7 +431,7 @@ impl Gateway {
         let (tunnel_stop, tunnel_rx) = watch::channel(false);
         let (otlp_stop, otlp_rx) = watch::channel(false);
         let (exporter, otlp_task) =
-            hopgate_proxy::otlp::start(Arc::clone(control.snapshot()), otlp_rx);
+            hopgate_proxy::start_otlp_export(Arc::clone(control.snapshot()), otlp_rx);
         let live = Arc::new(Listeners {
             forwarder: Forwarder::new(Arc::clone(control.snapshot()), Some(Arc::clone(&sessions)))
                 .with_stopping(tunnel_rx)
