@@ -395,11 +395,6 @@ impl Maintenance {
             action,
         })
     }
-
-    /// Handoff figures for the admin API and metrics.
-    pub fn handoff_sizing(&self) -> (usize, usize) {
-        (self.handoff.max_workers, self.handoff.capacity)
-    }
 }
 
 /// Jobs moving one node's connections share this.
@@ -459,7 +454,6 @@ struct Handoff {
     tx: mpsc::Sender<Job>,
     rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
     max_workers: usize,
-    capacity: usize,
     stats: Arc<MaintStats>,
     breakers: Arc<Breakers>,
 }
@@ -474,7 +468,6 @@ impl Handoff {
             tx,
             rx: Arc::new(tokio::sync::Mutex::new(rx)),
             max_workers,
-            capacity,
             stats,
             breakers: Arc::new(Mutex::new(HashMap::new())),
         }
