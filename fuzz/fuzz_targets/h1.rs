@@ -6,7 +6,7 @@
 //! same body, trailers and verdict however its input is split.
 #![no_main]
 
-use hopgate_proxy::http1::{
+use hopgate_proxy::fuzzing::http1::{
     parse_request, parse_response, request_body, request_from_head, response_kind,
     ChunkedDecoder, Head, Step,
 };

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use hopgate_core::config::SessionsConfig;
 use hopgate_core::session::SessionKeys;
-use hopgate_proxy::{append_forwarded_for, scan_request, scan_response, strip_request};
-use hopgate_proxy::identify;
+use hopgate_proxy::fuzzing::{append_forwarded_for, scan_request, scan_response, strip_request};
+use hopgate_proxy::fuzzing::identify;
 use hopgate_store::Sessions;
 use hopgate_store::MemoryStore;
 use http::header::CONNECTION;

@@ -4,7 +4,7 @@
 //! gateway starts is marked sampled only when span export would pick it.
 #![no_main]
 
-use hopgate_proxy::trace::{parse, propagate, Sampler, TRACEPARENT};
+use hopgate_proxy::fuzzing::trace::{parse, propagate, Sampler, TRACEPARENT};
 use http::{HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;
 

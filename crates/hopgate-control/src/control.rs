@@ -4,6 +4,10 @@
 //! registry whose live state outlives snapshots, the writer lock held across
 //! validate → compile → swap, the last N applied versions (with content
 //! hash, source and time), the reload failure counter and the last error.
+//! Its child [`canary`] is the other way a config reaches the data plane:
+//! beside the running snapshot for a share of the clients, started and
+//! ended under the same writer lock (an apply ends a baking canary, a
+//! promotion is an apply), so the two know each other as parent and child.
 //! Must not touch: sockets (the admin API and file watcher call in here).
 
 use std::collections::{HashSet, VecDeque};
@@ -18,11 +22,12 @@ use sha2::{Digest, Sha256};
 
 use hopgate_core::config::{self, Config, ConfigError, Format, RawConfig};
 use hopgate_core::node::NodeKey;
-use hopgate_proxy::tls::{TlsListeners, TlsMaterial};
-use hopgate_proxy::{NodeRegistry, SharedSnapshot, Snapshot};
+use hopgate_proxy::{NodeRegistry, SharedSnapshot, Snapshot, TlsListeners, TlsMaterial};
 
-use crate::canary::CanaryState;
 use crate::health::HealthChecker;
+use canary::CanaryState;
+
+pub(crate) mod canary;
 
 /// How many applied versions are kept for listing and rollback.
 pub(crate) const KEEP_VERSIONS: usize = 20;
@@ -191,7 +196,7 @@ impl Control {
 
     /// Where the data plane finds a baking config canary
     /// ([`hopgate_proxy::Forwarder::with_canary`]).
-    pub fn canary_slot(&self) -> hopgate_proxy::canary::CanarySlot {
+    pub fn canary_slot(&self) -> hopgate_proxy::CanarySlot {
         self.canary.slot()
     }
 
@@ -435,7 +440,7 @@ impl Control {
             });
         }
         // A normal apply during a bake ends the canary first.
-        crate::canary::end_for_apply(self, &hash, &source.to_string());
+        canary::end_for_apply(self, &hash, &source.to_string());
         let version = self.next_version.fetch_add(1, Ordering::Relaxed);
         let raw = config.raw.clone();
         let snap = Snapshot::compile(Arc::new(config), version, &self.registry, Some(&current));

@@ -37,6 +37,9 @@ use hopgate_core::config::EtcdSourceConfig;
 pub use discovery::boot_layer;
 pub use source::{boot, Boot, EtcdSource};
 
+/// The fleet canary's key under the prefix (`control/canary/fleet.rs`).
+pub(crate) const CANARY_KEY: &str = "canary";
+
 /// Dial and per-call timeout towards etcd.
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -215,7 +218,7 @@ pub(crate) fn classify<'a>(prefix: &str, key: &'a str) -> KeyKind<'a> {
     };
     if rest == "config" {
         KeyKind::Config
-    } else if rest == crate::canary::fleet::KEY {
+    } else if rest == CANARY_KEY {
         KeyKind::Canary
     } else if let Some(r) = rest.strip_prefix("nodes/") {
         KeyKind::Node(r)

@@ -8,7 +8,7 @@
 //! are read at scrape time. Nothing here runs on the request path.
 //!
 //! Must not touch: metric names and values (the collectors in
-//! [`crate::metrics`], `hopgate_proxy::tls::metrics` and [`crate::canary`]
+//! [`crate::metrics`], `hopgate_proxy::tls::metrics` and [`crate::control::canary`]
 //! own them).
 
 use std::fmt;

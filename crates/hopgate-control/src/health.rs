@@ -26,8 +26,7 @@ use tokio::task::JoinHandle;
 
 use hopgate_core::config::HealthConfig;
 use hopgate_core::node::{Health, NodeKey, NodeState};
-use hopgate_proxy::tls::UpstreamConnector;
-use hopgate_proxy::{Snapshot, Upstream};
+use hopgate_proxy::{Snapshot, Upstream, UpstreamConnector};
 
 /// The running checks, keyed by node identity.
 #[derive(Default)]

@@ -18,11 +18,8 @@
 //! snapshot this crate stores.
 
 mod admin;
-mod canary;
 mod control;
-mod dashboard;
 pub mod etcd;
-mod events;
 mod exposition;
 mod fleet;
 mod health;

@@ -34,6 +34,8 @@
 //! Must not touch: the request path (it only reads the node state this
 //! module writes) and the snapshot (read only).
 
+pub(crate) mod notice;
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -393,11 +395,6 @@ impl Maintenance {
             action,
         })
     }
-
-    /// Handoff figures for the admin API and metrics.
-    pub fn handoff_sizing(&self) -> (usize, usize) {
-        (self.handoff.max_workers, self.handoff.capacity)
-    }
 }
 
 /// Jobs moving one node's connections share this.
@@ -457,7 +454,6 @@ struct Handoff {
     tx: mpsc::Sender<Job>,
     rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
     max_workers: usize,
-    capacity: usize,
     stats: Arc<MaintStats>,
     breakers: Arc<Breakers>,
 }
@@ -472,7 +468,6 @@ impl Handoff {
             tx,
             rx: Arc::new(tokio::sync::Mutex::new(rx)),
             max_workers,
-            capacity,
             stats,
             breakers: Arc::new(Mutex::new(HashMap::new())),
         }

@@ -5,11 +5,11 @@
 //! (requests, errors, sessions, hops, nodes, pools, maintenance, config,
 //! build, connections and bytes, per-route responses and duration
 //! histograms, fleet) as a [`Collector`] that reads, at scrape time, the data
-//! plane's atomics ([`hopgate_proxy::metrics::METRICS`] and the route stats
-//! the running snapshot carries), node live state, pool stats, the control
+//! plane's counters (through its door, [`hopgate_proxy::telemetry`], and
+//! the route stats the running snapshot carries), node live state, pool stats, the control
 //! plane's reload counters, the session store size and the fleet engines.
 //! The registry ([`registry`]) also holds the TLS collector
-//! (`hopgate_proxy::tls::metrics`) and the canary's ([`crate::canary`]);
+//! ([`hopgate_proxy::TlsCollector`]) and the canary's (`control::canary`);
 //! [`crate::exposition`] encodes it. Counter names are given without
 //! `_total`, which the encoder appends.
 //!
@@ -17,6 +17,7 @@
 //! registration or lookup happens there: the hot path bumps plain atomics).
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use prometheus_client::collector::Collector;
@@ -26,8 +27,8 @@ use prometheus_client::registry::{Registry, Unit};
 
 use hopgate_core::error::Side;
 use hopgate_core::node::{now_ms, CircuitState, Health};
-use hopgate_proxy::metrics::{
-    get, TokenRejection, ERROR_KIND_LIST, HOP_BUCKETS, METRICS, QUEUE_WAIT_BUCKETS,
+use hopgate_proxy::telemetry::{
+    self, TokenRejection, ERROR_KIND_LIST, HOP_BUCKETS, QUEUE_WAIT_BUCKETS,
 };
 use hopgate_store::Sessions;
 
@@ -54,8 +55,8 @@ pub(crate) fn registry(
         maintenance,
         fleet,
     }));
-    r.register_collector(Box::new(hopgate_proxy::tls::metrics::TlsCollector));
-    r.register_collector(Box::new(crate::canary::CanaryCollector(control)));
+    r.register_collector(Box::new(hopgate_proxy::TlsCollector));
+    r.register_collector(Box::new(crate::control::canary::CanaryCollector(control)));
     r
 }
 
@@ -117,14 +118,19 @@ impl Collector for Gateway {
     }
 }
 
+/// A control-plane or route counter now.
+fn get(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
 /// Requests, responses, errors, retries and the access log.
 fn requests(enc: &mut DescriptorEncoder) -> fmt::Result {
-    let m = &*METRICS;
+    let m = telemetry::counters();
     counter(
         enc,
         "hopgate_requests",
         "Client requests handled.",
-        get(&m.requests),
+        m.requests,
     )?;
     counters(
         enc,
@@ -133,7 +139,7 @@ fn requests(enc: &mut DescriptorEncoder) -> fmt::Result {
         CLASSES
             .iter()
             .enumerate()
-            .map(|(i, class)| ([("class", *class)], get(&m.responses[i + 1]))),
+            .map(|(i, class)| ([("class", *class)], m.responses[i + 1])),
     )?;
     counters(
         enc,
@@ -141,8 +147,8 @@ fn requests(enc: &mut DescriptorEncoder) -> fmt::Result {
         "Requests that ended in an error the gateway answered, by kind.",
         ERROR_KIND_LIST
             .iter()
-            .zip(&m.upstream_errors)
-            .map(|(k, n)| ([("kind", k.label())], get(n))),
+            .zip(m.upstream_errors)
+            .map(|(k, n)| ([("kind", k.label())], n)),
     )?;
     counters(
         enc,
@@ -150,49 +156,46 @@ fn requests(enc: &mut DescriptorEncoder) -> fmt::Result {
         "Requests the client got wrong (the subset of hopgate_errors_total on the client's side); never charged to a node.",
         ERROR_KIND_LIST
             .iter()
-            .zip(&m.upstream_errors)
+            .zip(m.upstream_errors)
             .filter(|(k, _)| k.side() == Side::Downstream)
-            .map(|(k, n)| ([("kind", k.label())], get(n))),
+            .map(|(k, n)| ([("kind", k.label())], n)),
     )?;
     counter(
         enc,
         "hopgate_retries",
         "Attempts after the first, on another node.",
-        get(&m.retries),
+        m.retries,
     )?;
     counter(
         enc,
         "hopgate_last_resort_picks",
         "Attempts on nodes only passive verdicts kept out, when nothing else was left.",
-        get(&m.last_resort_picks),
+        m.last_resort_picks,
     )?;
     counter(
         enc,
         "hopgate_access_log_dropped",
         "Access log lines dropped because the log's buffer was full (its destination, stderr or access_log.path, slower than the traffic); requests never wait for the log.",
-        get(&m.access_log_dropped),
+        m.access_log_dropped,
     )
 }
 
 /// Sessions: minted, refused tokens, the store, contexts.
 fn sessions(enc: &mut DescriptorEncoder, sessions: Option<&Sessions>) -> fmt::Result {
-    let m = &*METRICS;
+    let m = telemetry::counters();
     counter(
         enc,
         "hopgate_sessions_created",
         "Sessions minted.",
-        get(&m.sessions_created),
+        m.sessions_created,
     )?;
     counters(
         enc,
         "hopgate_session_tokens_rejected",
         "Session tokens not trusted (replaced by a new session), by reason.",
-        TokenRejection::ALL.iter().map(|r| {
-            (
-                [("reason", r.label())],
-                get(&m.tokens_rejected[*r as usize]),
-            )
-        }),
+        TokenRejection::ALL
+            .iter()
+            .map(|r| ([("reason", r.label())], m.tokens_rejected[*r as usize])),
     )?;
     gauge(
         enc,
@@ -211,18 +214,17 @@ fn sessions(enc: &mut DescriptorEncoder, sessions: Option<&Sessions>) -> fmt::Re
         "hopgate_session_contexts",
         "Hop-Session-Context headers stored, refused as oversized, and delivered after a hop.",
         [
-            ("stored", &m.contexts_stored),
-            ("oversized", &m.contexts_oversized),
-            ("delivered", &m.contexts_delivered),
+            ("stored", m.contexts_stored),
+            ("oversized", m.contexts_oversized),
+            ("delivered", m.contexts_delivered),
         ]
-        .map(|(event, n)| ([("event", event)], get(n))),
+        .map(|(event, n)| ([("event", event)], n)),
     )
 }
 
 /// Hops by service and reason, and their duration.
 fn hops(enc: &mut DescriptorEncoder) -> fmt::Result {
-    let m = &*METRICS;
-    let by_reason = m.hops_by_reason();
+    let by_reason = telemetry::hops_by_reason();
     counters(
         enc,
         "hopgate_hops",
@@ -231,7 +233,7 @@ fn hops(enc: &mut DescriptorEncoder) -> fmt::Result {
             .iter()
             .map(|(svc, reason, n)| ([("service", svc.as_str()), ("reason", reason)], *n)),
     )?;
-    let (buckets, count, sum) = m.hop_histogram();
+    let (buckets, count, sum) = telemetry::hop_histogram();
     let me = enc.encode_descriptor(
         "hopgate_hop_duration",
         "From the hop decision to the new node's answer.",
@@ -360,8 +362,8 @@ fn nodes(enc: &mut DescriptorEncoder, snap: &hopgate_proxy::Snapshot) -> fmt::Re
                 .map(|(reason, v)| ((l, [("reason", reason)]), v))
         }),
     )?;
-    let m = &*METRICS;
-    let cumulative = m.queue_wait_buckets.each_ref().map(get);
+    let m = telemetry::counters();
+    let cumulative = m.queue_wait_buckets;
     let me = enc.encode_descriptor(
         "hopgate_pool_queue_wait",
         "Time requests spent waiting for an upstream connection, admitted or not.",
@@ -371,8 +373,8 @@ fn nodes(enc: &mut DescriptorEncoder, snap: &hopgate_proxy::Snapshot) -> fmt::Re
     Cumulative {
         bounds: &QUEUE_WAIT_BUCKETS,
         cumulative: &cumulative,
-        count: get(&m.queue_wait_count),
-        sum: get(&m.queue_wait_sum_us) as f64 / 1e6,
+        count: m.queue_wait_count,
+        sum: m.queue_wait_sum_us as f64 / 1e6,
     }
     .encode(me)
 }
@@ -397,18 +399,18 @@ fn maintenance(enc: &mut DescriptorEncoder, mt: Option<&Maintenance>) -> fmt::Re
             .iter()
             .map(|((kind, result), n)| ([("kind", kind.as_str()), ("result", result)], *n)),
     )?;
-    let m = &*METRICS;
+    let m = telemetry::counters();
     counters(
         enc,
         "hopgate_maintenance_headers_ignored",
         "Hop-Maintenance headers ignored, by reason.",
         [
-            ("malformed", &m.maintenance_malformed),
-            ("queue_full", &m.maintenance_dropped),
-            ("in_band_off", &m.maintenance_in_band_off),
-            ("request_carried", &m.maintenance_request_carried),
+            ("malformed", m.maintenance_malformed),
+            ("queue_full", m.maintenance_dropped),
+            ("in_band_off", m.maintenance_in_band_off),
+            ("request_carried", m.maintenance_request_carried),
         ]
-        .map(|(reason, n)| ([("reason", reason)], get(n))),
+        .map(|(reason, n)| ([("reason", reason)], n)),
     )?;
     let Some(mt) = mt else { return Ok(()) };
     let st = &mt.stats;
@@ -447,7 +449,7 @@ pub fn set_build_commit(commit: &'static str) {
 /// route stats of the running snapshot, labelled with the route and its
 /// service).
 fn traffic(enc: &mut DescriptorEncoder, snap: &hopgate_proxy::Snapshot) -> fmt::Result {
-    let m = &*METRICS;
+    let m = telemetry::counters();
     // An info metric: `hopgate_build_info` in both formats (typed `info`
     // in OpenMetrics, `gauge` in Prometheus text).
     enc.encode_descriptor(
@@ -464,25 +466,25 @@ fn traffic(enc: &mut DescriptorEncoder, snap: &hopgate_proxy::Snapshot) -> fmt::
         enc,
         "hopgate_connections_accepted",
         "Client connections accepted by the listeners.",
-        get(&m.connections_accepted),
+        m.connections_accepted,
     )?;
     counter(
         enc,
         "hopgate_client_bytes_received",
         "Bytes read from client connections (listeners and the admin API), as sent.",
-        get(&m.client_bytes_received),
+        m.client_bytes_received,
     )?;
     counter(
         enc,
         "hopgate_client_bytes_sent",
         "Bytes written to client connections (listeners and the admin API).",
-        get(&m.client_bytes_sent),
+        m.client_bytes_sent,
     )?;
     gauge(
         enc,
         "hopgate_connections_open",
         "Client connections of the listeners open now.",
-        i64::try_from(get(&m.connections_open)).unwrap_or(i64::MAX),
+        i64::try_from(m.connections_open).unwrap_or(i64::MAX),
     )?;
 
     let routes = || {

@@ -32,9 +32,6 @@ use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
-/// The target the access log is filtered by.
-pub const TARGET: &str = "hopgate::access";
-
 static SINK: OnceLock<fn(&[u8])> = OnceLock::new();
 static JSON: AtomicBool = AtomicBool::new(false);
 
@@ -44,16 +41,11 @@ pub fn set_sink(sink: fn(&[u8])) {
     let _ = SINK.set(sink);
 }
 
-/// Whether a sink is registered.
-pub fn has_sink() -> bool {
-    SINK.get().is_some()
-}
-
 /// Whether access lines are made at all: a sink is registered and the
 /// `tracing` filter lets the target through at INFO. The filter is fixed
 /// when the process sets up its subscriber, before it serves a request, so
 /// it is asked once (asking costs ~100 instructions a time).
-pub fn wanted() -> bool {
+pub(crate) fn wanted() -> bool {
     const UNKNOWN: u8 = 0;
     const ON: u8 = 1;
     const OFF: u8 = 2;
@@ -82,7 +74,7 @@ pub fn set_json(json: bool) {
 /// Fields marked *made by the gateway* are written without an escape
 /// check: they must hold only printable ASCII other than `"` and `\`
 /// (checked in debug builds).
-pub struct Line<'a> {
+pub(crate) struct Line<'a> {
     pub listener: &'a str,
     /// Made by the gateway (a socket address).
     pub peer: &'a str,
@@ -135,7 +127,7 @@ thread_local! {
 }
 
 /// Formats `line` and hands it to the sink (nothing without one).
-pub fn write(line: &Line<'_>) {
+pub(crate) fn write(line: &Line<'_>) {
     let Some(sink) = SINK.get() else { return };
     let json = JSON.load(Ordering::Relaxed);
     SCRATCH.with(|cell| {

@@ -7,7 +7,7 @@
 //! loads only while a flag says a canary bakes), the side choice (one
 //! keyed hash of the session id or client address and one comparison)
 //! and [`SideStats`]: requests, 5xx answers and gateway errors, and a
-//! lock-free latency histogram, all atomics.
+//! latency histogram (the one `latency::Histogram`), all atomics.
 //! Must not touch: the judge (the control plane reads the counters and
 //! decides), locks, allocation on the request path.
 
@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 
+use crate::latency::{Histogram, Reading};
 use crate::upstream::Snapshot;
 use hopgate_core::balance::hash_key;
 
@@ -57,65 +58,23 @@ impl CanaryCell {
     }
 }
 
-/// Latency buckets: 4 per power of two of microseconds, up to 2^32 µs
-/// (about 71 minutes; anything longer lands in the last bucket).
-pub const BUCKETS: usize = 128;
-
-/// The bucket of a latency in microseconds.
-fn bucket_of(us: u64) -> usize {
-    if us < 4 {
-        return us as usize;
-    }
-    let msb = 63 - us.leading_zeros() as usize; // ≥ 2
-    let sub = ((us >> (msb - 2)) & 3) as usize;
-    (msb * 4 + sub - 4).min(BUCKETS - 1)
-}
-
-/// The upper bound, in microseconds, of bucket `i`.
-pub fn bucket_upper_us(i: usize) -> u64 {
-    if i < 4 {
-        return i as u64 + 1;
-    }
-    let msb = (i + 4) / 4;
-    let sub = ((i + 4) % 4) as u64;
-    (4 + sub + 1) << (msb - 2)
-}
-
 /// One side's counters since the canary started. Cumulative: the judge
 /// takes differences between two readings for its sliding window.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct SideStats {
     requests: AtomicU64,
     errors: AtomicU64,
-    buckets: [AtomicU64; BUCKETS],
+    latency: Histogram,
 }
 
-impl Default for SideStats {
-    fn default() -> SideStats {
-        SideStats {
-            requests: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-        }
-    }
-}
-
-/// A reading of [`SideStats`] (or the difference of two).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A reading of [`SideStats`] (or the difference of two, or the sum of
+/// the replicas' readings).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SideCounts {
     pub requests: u64,
     pub errors: u64,
-    pub buckets: [u64; BUCKETS],
-}
-
-impl Default for SideCounts {
-    fn default() -> SideCounts {
-        SideCounts {
-            requests: 0,
-            errors: 0,
-            buckets: [0; BUCKETS],
-        }
-    }
+    /// The latencies, in the data plane's one histogram layout.
+    pub latency: Reading,
 }
 
 impl SideCounts {
@@ -124,7 +83,7 @@ impl SideCounts {
         SideCounts {
             requests: self.requests.saturating_sub(earlier.requests),
             errors: self.errors.saturating_sub(earlier.errors),
-            buckets: std::array::from_fn(|i| self.buckets[i].saturating_sub(earlier.buckets[i])),
+            latency: self.latency.since(&earlier.latency),
         }
     }
 
@@ -132,9 +91,7 @@ impl SideCounts {
     pub fn add(&mut self, other: &SideCounts) {
         self.requests += other.requests;
         self.errors += other.errors;
-        for (a, b) in self.buckets.iter_mut().zip(other.buckets.iter()) {
-            *a += b;
-        }
+        self.latency.add(&other.latency);
     }
 
     /// Errors per request (0 with no requests).
@@ -149,20 +106,7 @@ impl SideCounts {
     /// The 99th percentile latency: the upper bound of the bucket holding
     /// it (zero with no requests).
     pub fn p99(&self) -> Duration {
-        let total: u64 = self.buckets.iter().sum();
-        if total == 0 {
-            return Duration::ZERO;
-        }
-        // The smallest latency at or above which 1 % of requests lie.
-        let rank = total - total / 100;
-        let mut seen = 0;
-        for (i, n) in self.buckets.iter().enumerate() {
-            seen += n;
-            if seen >= rank {
-                return Duration::from_micros(bucket_upper_us(i));
-            }
-        }
-        Duration::from_micros(bucket_upper_us(BUCKETS - 1))
+        self.latency.quantile(0.99).unwrap_or(Duration::ZERO)
     }
 }
 
@@ -175,15 +119,14 @@ impl SideStats {
         if status >= 500 {
             self.errors.fetch_add(1, Ordering::Relaxed);
         }
-        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
-        self.buckets[bucket_of(us)].fetch_add(1, Ordering::Relaxed);
+        self.latency.record(latency);
     }
 
     pub fn read(&self) -> SideCounts {
         SideCounts {
             requests: self.requests.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
-            buckets: std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
+            latency: self.latency.read(),
         }
     }
 }
@@ -264,39 +207,6 @@ impl CanaryArm {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn buckets_are_ordered_and_bound_their_values() {
-        let mut last = 0;
-        for us in [
-            0u64,
-            1,
-            3,
-            4,
-            5,
-            7,
-            8,
-            9,
-            100,
-            1000,
-            12_345,
-            1 << 20,
-            1 << 31,
-        ] {
-            let b = bucket_of(us);
-            assert!(b >= last, "{us}");
-            last = b;
-            assert!(
-                bucket_upper_us(b) > us,
-                "{us} in bucket {b} bounded by {}",
-                bucket_upper_us(b)
-            );
-            if b > 0 {
-                assert!(bucket_upper_us(b - 1) <= us, "{us}");
-            }
-        }
-        assert_eq!(bucket_of(u64::MAX), BUCKETS - 1);
-    }
 
     #[test]
     fn p99_and_error_rate() {

@@ -1,24 +1,23 @@
-//! The live feed of hops, for the admin API's event stream.
+//! A live feed that costs nothing while nobody listens (the hop feed,
+//! `metrics::HOPS`, is one).
 //!
-//! Owns [`HOPS`]: a bounded broadcast of [`HopRecord`]s and the count of
-//! its subscribers. Publishing costs one atomic load while nobody listens;
-//! a subscriber that falls more than [`FEED_CAPACITY`] hops behind is told
-//! how many it missed (tokio's `Lagged`).
+//! Owns [`Feed`]: a bounded broadcast and the count of its subscribers.
+//! Publishing costs one atomic load while nobody listens; a subscriber
+//! that falls more than [`FEED_CAPACITY`] items behind is told how many it
+//! missed (tokio's `Lagged`).
 //!
-//! Must not touch: formats (the admin API renders events), I/O.
+//! Must not touch: what is fed (it knows no record type), formats, I/O.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
-use crate::metrics::HopRecord;
-
-/// Hops a subscriber may fall behind before it misses some.
-pub const FEED_CAPACITY: usize = 256;
+/// Items a subscriber may fall behind before it misses some.
+pub(crate) const FEED_CAPACITY: usize = 256;
 
 /// A broadcast that does nothing while nobody listens.
-pub struct Feed<T> {
+pub(crate) struct Feed<T> {
     tx: broadcast::Sender<Arc<T>>,
     listeners: AtomicUsize,
 }
@@ -35,11 +34,8 @@ impl<T> Drop for Subscription<T> {
     }
 }
 
-/// Every hop the data plane records, as it happens.
-pub static HOPS: LazyLock<Feed<HopRecord>> = LazyLock::new(Feed::new);
-
 impl<T> Feed<T> {
-    pub fn new() -> Feed<T> {
+    pub(crate) fn new() -> Feed<T> {
         Feed {
             tx: broadcast::channel(FEED_CAPACITY).0,
             listeners: AtomicUsize::new(0),
@@ -47,18 +43,18 @@ impl<T> Feed<T> {
     }
 
     /// Whether anyone listens.
-    pub fn active(&self) -> bool {
+    pub(crate) fn active(&self) -> bool {
         self.listeners.load(Ordering::Relaxed) > 0
     }
 
     /// Sends `make()` to every subscriber; `make` runs only when there is one.
-    pub fn publish(&self, make: impl FnOnce() -> T) {
+    pub(crate) fn publish(&self, make: impl FnOnce() -> T) {
         if self.active() {
             let _ = self.tx.send(Arc::new(make()));
         }
     }
 
-    pub fn subscribe(&'static self) -> Subscription<T> {
+    pub(crate) fn subscribe(&'static self) -> Subscription<T> {
         self.listeners.fetch_add(1, Ordering::Relaxed);
         Subscription {
             rx: self.tx.subscribe(),
@@ -66,7 +62,8 @@ impl<T> Feed<T> {
         }
     }
 
-    pub fn subscribers(&self) -> usize {
+    #[cfg(test)]
+    fn subscribers(&self) -> usize {
         self.listeners.load(Ordering::Relaxed)
     }
 }
@@ -80,6 +77,7 @@ impl<T> Default for Feed<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::LazyLock;
 
     static FEED: LazyLock<Feed<u32>> = LazyLock::new(Feed::new);
 

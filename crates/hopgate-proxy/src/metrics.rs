@@ -4,8 +4,10 @@
 //! status class, upstream failures by kind, retries, last-resort picks,
 //! session tokens accepted or replaced (and why), hops by service and
 //! reason with their duration, context handoffs, and the ring of recent
-//! hops the admin API shows. Request-path counters are plain atomics (no
-//! lock); hop accounting takes a short lock, but hops are rare by nature.
+//! hops the admin API shows, and the live hop feed ([`HOPS`]).
+//! Request-path counters are plain atomics (no lock); hop accounting takes
+//! a short lock, but hops are rare by nature. Other crates read all of
+//! this through `telemetry`, never through these statics.
 //!
 //! Must not touch: exposition formats (the admin API renders these), I/O.
 
@@ -17,6 +19,8 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use hopgate_core::error::ErrorKind;
+
+use crate::events::Feed;
 
 /// Upper bounds (seconds) of the hop-duration histogram buckets.
 pub const HOP_BUCKETS: [f64; 10] = [
@@ -85,42 +89,42 @@ struct HopStats {
 
 /// All data-plane counters.
 #[derive(Default)]
-pub struct Metrics {
-    pub requests: AtomicU64,
+pub(crate) struct Metrics {
+    pub(crate) requests: AtomicU64,
     /// Index: status / 100 (1..=5); 0 unused.
-    pub responses: [AtomicU64; 6],
-    pub upstream_errors: [AtomicU64; ERROR_KINDS],
-    pub retries: AtomicU64,
-    pub last_resort_picks: AtomicU64,
-    pub sessions_created: AtomicU64,
-    pub tokens_rejected: [AtomicU64; 4],
-    pub contexts_stored: AtomicU64,
-    pub contexts_oversized: AtomicU64,
-    pub contexts_delivered: AtomicU64,
+    pub(crate) responses: [AtomicU64; 6],
+    pub(crate) upstream_errors: [AtomicU64; ERROR_KINDS],
+    pub(crate) retries: AtomicU64,
+    pub(crate) last_resort_picks: AtomicU64,
+    pub(crate) sessions_created: AtomicU64,
+    pub(crate) tokens_rejected: [AtomicU64; 4],
+    pub(crate) contexts_stored: AtomicU64,
+    pub(crate) contexts_oversized: AtomicU64,
+    pub(crate) contexts_delivered: AtomicU64,
     /// `Hop-Maintenance` headers that could not be parsed.
-    pub maintenance_malformed: AtomicU64,
+    pub(crate) maintenance_malformed: AtomicU64,
     /// Parsed ones the intake queue had no room for.
-    pub maintenance_dropped: AtomicU64,
+    pub(crate) maintenance_dropped: AtomicU64,
     /// `Hop-Maintenance` from a service without `maintenance.in_band`.
-    pub maintenance_in_band_off: AtomicU64,
+    pub(crate) maintenance_in_band_off: AtomicU64,
     /// `Hop-Maintenance` in the answer to a request that carried one.
-    pub maintenance_request_carried: AtomicU64,
+    pub(crate) maintenance_request_carried: AtomicU64,
     /// Waits for an upstream connection in a node's queue (admitted or
     /// not): cumulative bucket counts, count and sum in microseconds.
-    pub queue_wait_buckets: [AtomicU64; QUEUE_WAIT_BUCKETS.len()],
-    pub queue_wait_count: AtomicU64,
-    pub queue_wait_sum_us: AtomicU64,
+    pub(crate) queue_wait_buckets: [AtomicU64; QUEUE_WAIT_BUCKETS.len()],
+    pub(crate) queue_wait_count: AtomicU64,
+    pub(crate) queue_wait_sum_us: AtomicU64,
     /// Access log lines dropped because the log's buffer was full (stderr
     /// slower than the traffic); counted by the binary's log writer.
-    pub access_log_dropped: AtomicU64,
+    pub(crate) access_log_dropped: AtomicU64,
     /// Client connections accepted (all listeners).
-    pub connections_accepted: AtomicU64,
+    pub(crate) connections_accepted: AtomicU64,
     /// Client connections open now.
-    pub connections_open: AtomicU64,
+    pub(crate) connections_open: AtomicU64,
     /// Bytes read from clients' sockets (heads and bodies, as sent).
-    pub client_bytes_received: AtomicU64,
+    pub(crate) client_bytes_received: AtomicU64,
     /// Bytes written to clients' sockets.
-    pub client_bytes_sent: AtomicU64,
+    pub(crate) client_bytes_sent: AtomicU64,
     hops: Mutex<HopStats>,
 }
 
@@ -158,20 +162,24 @@ fn error_index(kind: ErrorKind) -> usize {
 }
 
 /// The process-wide counters.
-pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::default);
+pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::default);
+
+/// Every hop the data plane records, as it happens (the admin API's event
+/// stream and the demo's narrator subscribe).
+pub(crate) static HOPS: LazyLock<Feed<HopRecord>> = LazyLock::new(Feed::new);
 
 impl Metrics {
-    pub fn response(&self, status: u16) {
+    pub(crate) fn response(&self, status: u16) {
         let class = usize::from(status / 100).min(5);
         self.responses[class].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn error(&self, kind: ErrorKind) {
+    pub(crate) fn error(&self, kind: ErrorKind) {
         self.upstream_errors[error_index(kind)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Times one wait in a node's connection queue.
-    pub fn queue_wait(&self, waited: std::time::Duration) {
+    pub(crate) fn queue_wait(&self, waited: std::time::Duration) {
         let secs = waited.as_secs_f64();
         for (i, le) in QUEUE_WAIT_BUCKETS.iter().enumerate() {
             if secs <= *le {
@@ -183,15 +191,15 @@ impl Metrics {
         self.queue_wait_sum_us.fetch_add(us, Ordering::Relaxed);
     }
 
-    pub fn token_rejected(&self, why: TokenRejection) {
+    pub(crate) fn token_rejected(&self, why: TokenRejection) {
         self.tokens_rejected[why as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts, times and remembers one hop.
-    pub fn hop(&self, record: HopRecord) {
+    pub(crate) fn hop(&self, record: HopRecord) {
         let secs = record.duration_us as f64 / 1e6;
         // To the live feed after the ring: what a subscriber got, the ring has.
-        let live = crate::events::HOPS.active().then(|| record.clone());
+        let live = HOPS.active().then(|| record.clone());
         let mut h = self.hops.lock();
         *h.by_reason
             .entry((record.service.clone(), record.reason))
@@ -209,12 +217,12 @@ impl Metrics {
         h.recent.push_back(record);
         drop(h);
         if let Some(record) = live {
-            crate::events::HOPS.publish(|| record);
+            HOPS.publish(|| record);
         }
     }
 
     /// The most recent hops, newest first.
-    pub fn recent_hops(&self, limit: usize) -> Vec<HopRecord> {
+    pub(crate) fn recent_hops(&self, limit: usize) -> Vec<HopRecord> {
         self.hops
             .lock()
             .recent
@@ -226,7 +234,7 @@ impl Metrics {
     }
 
     /// `(service, reason, count)` for every hop counter.
-    pub fn hops_by_reason(&self) -> Vec<(String, &'static str, u64)> {
+    pub(crate) fn hops_by_reason(&self) -> Vec<(String, &'static str, u64)> {
         self.hops
             .lock()
             .by_reason
@@ -236,12 +244,8 @@ impl Metrics {
     }
 
     /// Cumulative bucket counts, total count and sum of hop durations.
-    pub fn hop_histogram(&self) -> ([u64; HOP_BUCKETS.len()], u64, f64) {
+    pub(crate) fn hop_histogram(&self) -> ([u64; HOP_BUCKETS.len()], u64, f64) {
         let h = self.hops.lock();
         (h.buckets, h.count, h.sum_seconds)
     }
-}
-
-pub fn get(c: &AtomicU64) -> u64 {
-    c.load(Ordering::Relaxed)
 }

@@ -4,7 +4,9 @@
 //! bound-at, hop count, opaque context, expiry), the embedded
 //! [`MemoryStore`] with its optional persistence file, the fleet's
 //! [`RedisStore`] (a `MemoryStore` cache kept in sync with Redis by its own
-//! tasks), and the [`conformance`] suite every implementation must pass.
+//! tasks), the counters a fleet sums in Redis ([`SharedCounters`], for the
+//! control plane's canary judge: this is the workspace's only Redis
+//! client), and the [`conformance`] suite every implementation must pass.
 //!
 //! Must not touch the request path's I/O: every trait method is synchronous
 //! and answers from memory, so the hot path never awaits a store. A store
@@ -26,7 +28,9 @@ mod redis;
 mod sessions;
 
 pub use memory::{LoadReport, LoadWarning, MemoryStore, DEFAULT_MAX_SESSIONS};
-pub use redis::{RedisOptions, RedisState, RedisStatus, RedisStore, RedisStoreError};
+pub use redis::{
+    RedisOptions, RedisState, RedisStatus, RedisStore, RedisStoreError, SharedCounters,
+};
 pub use sessions::Sessions;
 
 /// The answer of [`SessionStore::fetch`]: resolves to the binding the

@@ -5,7 +5,9 @@
 //! Owns the Redis layout ([`wire`]: keys, hash fields, change notices, the
 //! compare-and-set script), the task ([`sync`]: connections, write queue,
 //! change feed, reload, miss lookup) and the connection state
-//! ([`RedisStatus`]). Must not touch: the request path's waiting. No trait
+//! ([`RedisStatus`]); also [`SharedCounters`] (`counters`), the counters a
+//! fleet sums in Redis for the control plane's canary judge, so that no
+//! other crate holds a Redis client. Must not touch: the request path's waiting. No trait
 //! method awaits or takes a lock; `put` and `remove` change the cache and
 //! push one entry onto a lock-free bounded queue.
 //!
@@ -108,10 +110,13 @@ use serde::Serialize;
 
 use crate::{Binding, FetchFuture, MemoryStore, SessionId, SessionStore};
 
+mod counters;
 mod sync;
 mod wire;
 
 use sync::{Dirty, Shared};
+
+pub use counters::SharedCounters;
 
 /// What a [`RedisStore`] needs to start.
 #[derive(Clone, Debug)]

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use hopgate_store::conformance::{self, id};
 use hopgate_store::{
     Binding, MemoryStore, RedisOptions, RedisState, RedisStore, SessionId, SessionStore,
+    SharedCounters,
 };
 
 #[path = "redis/server.rs"]
@@ -69,6 +70,40 @@ async fn raw(r: &RedisServer) -> redis::aio::MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_counters_sum_every_replicas_increase_and_redial_after_a_failure() {
+    let mut redis = RedisServer::start();
+    let prefix = fresh_prefix();
+    let open = |r: &RedisServer| {
+        SharedCounters::canary(&r.url(), &prefix, 7, Duration::from_secs(2)).expect("url")
+    };
+    let (mut a, mut b) = (open(&redis), open(&redis));
+    let f = |k: &str, n: u64| (k.to_owned(), n);
+    let sums = a.add_and_read(&[f("c:r", 3), f("c:e", 0)]).await.unwrap();
+    assert_eq!(
+        sums,
+        HashMap::from([("c:r".to_owned(), 3)]),
+        "zeros are not written"
+    );
+    let sums = b.add_and_read(&[f("c:r", 2), f("b:5", 4)]).await.unwrap();
+    assert_eq!(sums["c:r"], 5);
+    assert_eq!(sums["b:5"], 4);
+    // The hash is per canary and expires a day after its last update.
+    let mut raw = raw(&redis).await;
+    let ttl: i64 = redis::cmd("TTL")
+        .arg(format!("{prefix}canary:0000000000000007"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!((86_000..=86_400).contains(&ttl), "{ttl}");
+    // Redis gone: an error; back: the next call dials again.
+    redis.kill();
+    assert!(a.add_and_read(&[f("c:r", 1)]).await.is_err());
+    redis.restart();
+    let sums = a.add_and_read(&[f("c:r", 1)]).await.unwrap();
+    assert!(sums["c:r"] >= 1, "{sums:?}");
 }
 
 #[test]

@@ -22,8 +22,7 @@ use tokio::sync::oneshot;
 
 use hopgate_control::Source;
 use hopgate_core::config;
-use hopgate_proxy::events::HOPS;
-use hopgate_proxy::metrics::{HopRecord, METRICS};
+use hopgate_proxy::telemetry::{self, HopRecord};
 
 use crate::backend;
 use crate::gateway::{wait_for_signals, Gateway};
@@ -174,7 +173,7 @@ async fn story(
     nodes: &mut [DemoNode],
 ) -> anyhow::Result<()> {
     let (told, all_told) = oneshot::channel();
-    let narrator = tokio::spawn(narrate(HOPS.subscribe(), all_told));
+    let narrator = tokio::spawn(narrate(telemetry::subscribe_hops(), all_told));
     let progress = Arc::new(Progress::default());
     let per = args.requests / args.sessions;
     let extra = args.requests % args.sessions;
@@ -210,7 +209,7 @@ async fn story(
     // in the feed now.
     let _ = told.send(());
     let _ = narrator.await;
-    let hops = METRICS.hop_histogram().1;
+    let hops = telemetry::hop_histogram().1;
     println!(
         "{} requests, {} errors, {} hops",
         thousands(progress.done.load(Ordering::Relaxed)),
@@ -233,10 +232,7 @@ async fn story(
 
 /// Prints each hop the gateway records, as it happens, until `done` and
 /// the feed is empty.
-async fn narrate(
-    mut sub: hopgate_proxy::events::Subscription<HopRecord>,
-    mut done: oneshot::Receiver<()>,
-) {
+async fn narrate(mut sub: telemetry::Subscription<HopRecord>, mut done: oneshot::Receiver<()>) {
     use tokio::sync::broadcast::error::{RecvError, TryRecvError};
     let mut told = 0u64;
     let mut finishing = false;

@@ -47,7 +47,7 @@ struct Running {
 /// The listeners, reconciled with every applied config.
 struct Listeners {
     forwarder: Forwarder,
-    tls: Arc<hopgate_proxy::tls::TlsListeners>,
+    tls: Arc<hopgate_proxy::TlsListeners>,
     running: Mutex<Vec<Running>>,
     /// Sockets from systemd or the previous process, claimed at start.
     inherited: parking_lot::Mutex<Inherited>,

@@ -43,7 +43,6 @@ use parking_lot::{Mutex, MutexGuard};
 use tracing_subscriber::fmt::MakeWriter;
 
 use hopgate_core::config::{AccessLogConfig, AccessLogFormat};
-use hopgate_proxy::metrics::METRICS;
 
 /// The most bytes of access lines waiting to be written; a line that does
 /// not fit is dropped and counted.
@@ -112,7 +111,7 @@ impl Shared {
         let before = p.len();
         if before + line.len() > CAPACITY {
             drop(p);
-            METRICS.access_log_dropped.fetch_add(1, Ordering::Relaxed);
+            hopgate_proxy::telemetry::access_log_dropped();
             return;
         }
         p.extend_from_slice(line);
@@ -224,8 +223,8 @@ impl Drop for Flusher {
 /// for the fmt subscriber, with the guard that flushes at exit.
 pub(crate) fn start(json: bool) -> (LogWriter, Flusher) {
     CLI_JSON.store(json, Ordering::Relaxed);
-    hopgate_proxy::access_log::set_json(json);
-    hopgate_proxy::access_log::set_sink(push_access);
+    hopgate_proxy::set_access_log_json(json);
+    hopgate_proxy::set_access_log_sink(push_access);
     let sh = shared();
     if sh.writer.get().is_none() {
         let spawned = std::thread::Builder::new()
@@ -265,7 +264,7 @@ fn push_access(line: &[u8]) {
 /// Applies a config's `access_log` format and path. An error (the file
 /// cannot be opened) leaves the destination as it was.
 pub(crate) fn configure(cfg: &AccessLogConfig) -> io::Result<()> {
-    hopgate_proxy::access_log::set_json(match cfg.format {
+    hopgate_proxy::set_access_log_json(match cfg.format {
         None => CLI_JSON.load(Ordering::Relaxed),
         Some(AccessLogFormat::Text) => false,
         Some(AccessLogFormat::Json) => true,

@@ -334,7 +334,7 @@ fn validate(file: &Path) -> ExitCode {
     });
     // The certificate, key and CA files the `tls` blocks name.
     let loaded = loaded.and_then(|cfg| {
-        hopgate_proxy::tls::TlsMaterial::load(&cfg, &gateway::config_dir(Some(file))).map(|_| cfg)
+        hopgate_proxy::TlsMaterial::load(&cfg, &gateway::config_dir(Some(file))).map(|_| cfg)
     });
     match loaded {
         Ok(cfg) => {

@@ -116,7 +116,7 @@ pub(crate) fn apply_drains(
 pub(crate) fn intake_notice(maintenance: &std::sync::Arc<Maintenance>, key: &str, value: &str) {
     let parsed = serde_json::from_str::<Value>(value)
         .map_err(|e| vec![hopgate_core::config::ConfigError::new("", e.to_string())])
-        .and_then(|v| crate::admin::parse_notification(&v));
+        .and_then(|v| crate::maintenance::notice::parse(&v));
     match parsed {
         Ok(n) => match maintenance.intake(n) {
             Ok(_) => tracing::debug!(key, "maintenance notice from etcd applied"),

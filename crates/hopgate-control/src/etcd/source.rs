@@ -394,7 +394,7 @@ impl EtcdSource {
                             (KeyKind::Maintenance(_), Some(v)) => {
                                 intake_notice(&self.maintenance, key, v);
                             }
-                            (KeyKind::Canary, Some(v)) => crate::canary::fleet::on_event(
+                            (KeyKind::Canary, Some(v)) => crate::control::canary::fleet::on_event(
                                 &self.control,
                                 &self.handle,
                                 v,

@@ -188,7 +188,7 @@ impl DataPlane {
         let (tunnel_stop, tunnel_rx) = watch::channel(false);
         let (otlp_stop, otlp_rx) = watch::channel(false);
         let (exporter, otlp_task) =
-            hopgate_proxy::otlp::start(Arc::clone(control.snapshot()), otlp_rx);
+            hopgate_proxy::start_otlp_export(Arc::clone(control.snapshot()), otlp_rx);
         let live = Arc::new(Listeners {
             forwarder: Forwarder::new(Arc::clone(control.snapshot()), Some(Arc::clone(sessions)))
                 .with_stopping(tunnel_rx)

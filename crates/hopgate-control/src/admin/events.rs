@@ -3,12 +3,12 @@
 //! Owns the per-subscriber stream: first a `retry:` (the reconnection
 //! delay), then on a new connection a `config` event and one `node` event
 //! per node (the state); then `hop` events as the data plane records hops
-//! (its broadcast, `hopgate_proxy::events::HOPS`), `config` when a version is
+//! (its broadcast, `hopgate_proxy::telemetry::subscribe_hops`), `config` when a version is
 //! applied, `node` when a node's state changes (compared every second),
 //! `stats` every second (request and error rates, p50/p99 of that second,
 //! in-flight requests, the fleet), a `: keep-alive` comment every 15 s.
 //! `hop`, `node` and `config` events carry an `id:` from the process's
-//! journal (`events/journal.rs`); a client that reconnects with
+//! journal (`admin/events/journal.rs`); a client that reconnects with
 //! `Last-Event-ID` (or `?last_event_id=`) gets exactly the events after that
 //! id, then the live stream, or a `lagged` event and the state when the id
 //! is older than the journal's ring. A subscriber that does not read fast
@@ -42,9 +42,10 @@ use sha2::Sha256;
 use tokio::sync::{broadcast, mpsc, watch};
 
 use hopgate_core::session::unix_now;
-use hopgate_proxy::latency::{self, REQUEST_LATENCY};
-use hopgate_proxy::metrics::{get, METRICS};
+use hopgate_proxy::telemetry::{self, Reading};
 
+use crate::admin::query::Query;
+use crate::admin::respond::{ok, AdminResponse};
 use crate::admin::Admin;
 
 pub(crate) mod journal;
@@ -123,8 +124,16 @@ pub(crate) fn ticket_valid(key: &[u8; 32], ticket: &str, now: u64) -> bool {
 }
 
 /// The `ticket` query parameter of a request target, if any.
-pub(crate) fn ticket_of(query: Option<&str>) -> Option<&str> {
-    query?.split('&').find_map(|kv| kv.strip_prefix("ticket="))
+pub(crate) fn ticket_of(query: &Query) -> Option<&str> {
+    query.first("ticket")
+}
+
+/// `POST /admin/v1/events/ticket`: a ticket for `?ticket=`.
+pub(crate) fn ticket(admin: &Admin) -> AdminResponse {
+    ok(&json!({
+        "ticket": mint_ticket(&admin.ticket_key, unix_now()),
+        "expires_in": TICKET_TTL_SECS,
+    }))
 }
 
 /// The body of an event stream: frames from the subscriber's task.
@@ -299,16 +308,17 @@ struct Window {
     at: Instant,
     requests: u64,
     errors: u64,
-    latency: latency::Snapshot,
+    latency: Reading,
 }
 
 impl Window {
     fn now() -> Window {
+        let counters = telemetry::counters();
         Window {
             at: Instant::now(),
-            requests: get(&METRICS.requests),
-            errors: get(&METRICS.responses[5]),
-            latency: REQUEST_LATENCY.snapshot(),
+            requests: counters.requests,
+            errors: counters.responses[5],
+            latency: telemetry::request_latency(),
         }
     }
 
@@ -316,7 +326,8 @@ impl Window {
     fn next(&mut self, admin: &Admin) -> Value {
         let now = Window::now();
         let secs = now.at.duration_since(self.at).as_secs_f64().max(1e-3);
-        let ms = |q| latency::quantile(&self.latency, &now.latency, q).map(|us| us as f64 / 1e3);
+        let window = now.latency.since(&self.latency);
+        let ms = |q| window.quantile(q).map(|d| d.as_micros() as f64 / 1e3);
         let snap = admin.control().snapshot().load();
         let in_flight: u64 = snap
             .services
@@ -460,8 +471,11 @@ mod tests {
         ] {
             assert!(!ticket_valid(&key, bad, 1000), "{bad:?}");
         }
-        assert_eq!(ticket_of(Some("a=1&ticket=abc")), Some("abc"));
-        assert_eq!(ticket_of(None), None);
+        assert_eq!(
+            ticket_of(&Query::parse(Some("a=1&ticket=abc"))),
+            Some("abc")
+        );
+        assert_eq!(ticket_of(&Query::default()), None);
     }
 
     #[tokio::test]

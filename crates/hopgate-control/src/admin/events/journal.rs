@@ -25,9 +25,10 @@ use parking_lot::{Mutex, MutexGuard};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch};
 
-use hopgate_proxy::events::HOPS;
+use hopgate_proxy::telemetry;
 
 use super::{applied_config, config_json, NodeWatch, SESSION_COUNT_TICKS, TICK};
+use crate::admin::query::Query;
 use crate::admin::Admin;
 
 /// Events kept for replay.
@@ -54,13 +55,10 @@ pub(crate) enum Resume {
 }
 
 /// `Last-Event-ID` (the header wins) or `?last_event_id=` → where to start.
-pub(crate) fn from_request(header: Option<&[u8]>, query: Option<&str>) -> Resume {
+pub(crate) fn from_request(header: Option<&[u8]>, query: &Query) -> Resume {
     let value = match header {
         Some(h) => Some(std::str::from_utf8(h).unwrap_or("?")),
-        None => query.and_then(|q| {
-            q.split('&')
-                .find_map(|kv| kv.strip_prefix("last_event_id="))
-        }),
+        None => query.first("last_event_id"),
     };
     match value.map(str::trim) {
         None | Some("") => Resume::Start,
@@ -222,7 +220,7 @@ pub(crate) fn start(admin: &Arc<Admin>, shutdown: &watch::Receiver<bool>) -> Arc
 /// Records hops as the data plane publishes them, each applied config, and
 /// node changes (compared every [`TICK`]) until shutdown.
 async fn record(admin: Arc<Admin>, journal: Arc<Journal>, mut shutdown: watch::Receiver<bool>) {
-    let mut hops = HOPS.subscribe();
+    let mut hops = telemetry::subscribe_hops();
     let mut applied = admin.control().subscribe();
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -272,23 +270,38 @@ mod tests {
 
     #[test]
     fn the_start_point_comes_from_the_header_or_the_query() {
-        assert_eq!(from_request(None, None), Resume::Start);
-        assert_eq!(from_request(Some(b"12"), None), Resume::After(12));
-        assert_eq!(from_request(Some(b" 7 "), None), Resume::After(7));
-        assert_eq!(from_request(Some(b""), None), Resume::Start);
-        assert_eq!(from_request(Some(b"x"), None), Resume::Unknown);
-        assert_eq!(from_request(Some(b"\xff"), None), Resume::Unknown);
-        assert_eq!(from_request(Some(b"-1"), None), Resume::Unknown);
+        assert_eq!(from_request(None, &Query::default()), Resume::Start);
         assert_eq!(
-            from_request(None, Some("ticket=t&last_event_id=9")),
+            from_request(Some(b"12"), &Query::default()),
+            Resume::After(12)
+        );
+        assert_eq!(
+            from_request(Some(b" 7 "), &Query::default()),
+            Resume::After(7)
+        );
+        assert_eq!(from_request(Some(b""), &Query::default()), Resume::Start);
+        assert_eq!(from_request(Some(b"x"), &Query::default()), Resume::Unknown);
+        assert_eq!(
+            from_request(Some(b"\xff"), &Query::default()),
+            Resume::Unknown
+        );
+        assert_eq!(
+            from_request(Some(b"-1"), &Query::default()),
+            Resume::Unknown
+        );
+        assert_eq!(
+            from_request(None, &Query::parse(Some("ticket=t&last_event_id=9"))),
             Resume::After(9)
         );
         assert_eq!(
-            from_request(Some(b"3"), Some("last_event_id=9")),
+            from_request(Some(b"3"), &Query::parse(Some("last_event_id=9"))),
             Resume::After(3),
             "the header wins"
         );
-        assert_eq!(from_request(None, Some("ticket=t")), Resume::Start);
+        assert_eq!(
+            from_request(None, &Query::parse(Some("ticket=t"))),
+            Resume::Start
+        );
     }
 
     fn admin() -> Arc<Admin> {

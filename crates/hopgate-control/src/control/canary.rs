@@ -26,8 +26,8 @@ use serde_json::{json, Value};
 use hopgate_core::config::{CanaryConfig, ConfigError, Format, RawConfig};
 use hopgate_core::node::Health;
 use hopgate_core::units;
-use hopgate_proxy::canary::{CanaryArm, CanarySlot, SideCounts};
 use hopgate_proxy::Snapshot;
+use hopgate_proxy::{CanaryArm, CanarySlot, SideCounts};
 
 use crate::control::{content_hash, CanaryNote, Control, VersionRecord};
 use crate::exposition::{counter, counters, gauge};
@@ -682,28 +682,6 @@ pub(crate) fn spawn_judge(control: Arc<Control>, started: Started) {
     });
 }
 
-/// `?canary=P&bake=D` of `PUT /admin/v1/config`: `None` without `canary`
-/// (a normal apply). `bake` defaults to 60s.
-pub(crate) fn from_query(query: Option<&str>) -> Result<Option<(f64, Duration)>, ConfigError> {
-    let (mut percent, mut bake) = (None, None);
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        match k {
-            "canary" => percent = Some(parse_percent(v)?),
-            "bake" => bake = Some(parse_bake(v)?),
-            _ => {}
-        }
-    }
-    match (percent, bake) {
-        (Some(p), b) => Ok(Some((p, b.unwrap_or(Duration::from_secs(60))))),
-        (None, Some(_)) => Err(ConfigError::new(
-            "bake",
-            "bake is only meaningful with canary=P",
-        )),
-        (None, None) => Ok(None),
-    }
-}
-
 /// Starts a canary from the admin API (validation and compilation off the
 /// runtime's threads) and its judge; the canary's status.
 pub(crate) async fn start_from_admin(
@@ -774,7 +752,7 @@ mod tests {
     use super::*;
 
     fn side(requests: u64, errors: u64, latency: Duration) -> SideCounts {
-        let s = hopgate_proxy::canary::SideStats::default();
+        let s = hopgate_proxy::SideStats::default();
         for i in 0..requests {
             s.record(if i < errors { 502 } else { 200 }, latency);
         }

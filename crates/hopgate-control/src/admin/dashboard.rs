@@ -18,7 +18,7 @@ use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use http::Response;
 use http_body_util::Full;
 
-use hopgate_proxy::metrics::METRICS;
+use hopgate_proxy::telemetry;
 
 use crate::admin::Admin;
 
@@ -88,7 +88,7 @@ fn esc(s: &str) -> String {
 
 /// The state as HTML: the config line, one table per service, recent hops.
 fn render_state(admin: &Admin) -> String {
-    let config = crate::events::config_json(admin);
+    let config = super::events::config_json(admin);
     let mut o = String::new();
     let _ = write!(
         o,
@@ -149,7 +149,7 @@ fn render_state(admin: &Admin) -> String {
         o.push_str("</tbody></table>");
     }
     o.push_str("</div><h2>Recent hops</h2><ol id=\"hops\">");
-    for h in METRICS.recent_hops(HOPS_SHOWN) {
+    for h in telemetry::recent_hops(HOPS_SHOWN) {
         let _ = write!(
             o,
             "<li data-session=\"{}\">session {}… hopped {} → {} ({}){}</li>",

@@ -6,7 +6,8 @@
 //! what a replica does when it changes ([`on_event`]: a new `baking`
 //! document starts the canary here, a decided one ends it here the same
 //! way), [`RedisCounts`] (each replica adds its counters' increase to one
-//! hash per canary with `HINCRBY` and reads the sums back), and the
+//! hash per canary and reads the sums back, through the store crate's
+//! `SharedCounters`: this crate holds no Redis client), and the
 //! decision ([`cas`]: one etcd transaction comparing the key's
 //! `mod_revision` with the one that started the bake; a promotion writes
 //! the document to `<prefix>config` in the same transaction). A replica
@@ -18,20 +19,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use redis::aio::MultiplexedConnection;
-use redis::AsyncConnectionConfig;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use hopgate_core::config::{self, Config, ConfigError};
-use hopgate_proxy::canary::{CanaryArm, SideCounts, BUCKETS};
+use hopgate_proxy::{CanaryArm, SideCounts};
+use hopgate_store::SharedCounters;
 
 use super::{decide, judge, start_with, status_json, unix_ms, Counts, Decision, FleetRun, Started};
 use crate::control::Control;
-use crate::etcd::{EtcdHandle, CALL_TIMEOUT};
-
-/// The key under the prefix.
-pub(crate) const KEY: &str = "canary";
+use crate::etcd::{EtcdHandle, CALL_TIMEOUT, CANARY_KEY as KEY};
 
 /// What `<prefix>canary` holds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -341,11 +338,12 @@ pub(crate) async fn decide_from_admin(
 }
 
 /// The fleet's counts: this replica's increase since its last push added to
-/// one Redis hash per canary, and the sums read back.
+/// one Redis hash per canary (through the store crate's
+/// [`SharedCounters`]), and the sums read back. Fields: `c:` (canary) or
+/// `b:` (baseline), then `r` (requests), `e` (errors) or a latency bucket's
+/// index.
 struct RedisCounts {
-    client: redis::Client,
-    conn: Option<MultiplexedConnection>,
-    key: String,
+    counters: SharedCounters,
     etcd: Arc<EtcdHandle>,
     pushed: (SideCounts, SideCounts),
 }
@@ -353,9 +351,7 @@ struct RedisCounts {
 impl RedisCounts {
     fn new(url: &str, prefix: &str, id: u64, etcd: Arc<EtcdHandle>) -> Result<RedisCounts, String> {
         Ok(RedisCounts {
-            client: redis::Client::open(url).map_err(|e| e.to_string())?,
-            conn: None,
-            key: format!("{prefix}canary:{id:016x}"),
+            counters: SharedCounters::canary(url, prefix, id, CALL_TIMEOUT)?,
             etcd,
             pushed: Default::default(),
         })
@@ -366,39 +362,22 @@ impl RedisCounts {
         c: &SideCounts,
         b: &SideCounts,
     ) -> Result<(SideCounts, SideCounts), String> {
-        let conn = match &mut self.conn {
-            Some(c) => c,
-            None => {
-                let cfg = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(CALL_TIMEOUT))
-                    .set_response_timeout(Some(CALL_TIMEOUT));
-                let conn = self
-                    .client
-                    .get_multiplexed_async_connection_with_config(&cfg)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                self.conn.insert(conn)
-            }
-        };
-        let mut pipe = redis::pipe();
+        let mut increases = Vec::new();
         for (side, now, before) in [("c", c, &self.pushed.0), ("b", b, &self.pushed.1)] {
             let d = now.since(before);
-            if d.requests > 0 {
-                pipe.hincr(&self.key, format!("{side}:r"), d.requests)
-                    .ignore();
-            }
-            if d.errors > 0 {
-                pipe.hincr(&self.key, format!("{side}:e"), d.errors)
-                    .ignore();
-            }
-            for (i, n) in d.buckets.iter().enumerate().filter(|(_, n)| **n > 0) {
-                pipe.hincr(&self.key, format!("{side}:{i}"), *n).ignore();
+            increases.push((format!("{side}:r"), d.requests));
+            increases.push((format!("{side}:e"), d.errors));
+            for (i, n) in d
+                .latency
+                .buckets()
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| **n > 0)
+            {
+                increases.push((format!("{side}:{i}"), *n));
             }
         }
-        pipe.expire(&self.key, 86_400).ignore();
-        pipe.hgetall(&self.key);
-        let (all,): (std::collections::HashMap<String, u64>,) =
-            pipe.query_async(conn).await.map_err(|e| e.to_string())?;
+        let all = self.counters.add_and_read(&increases).await?;
         self.pushed = (c.clone(), b.clone());
         Ok(sums(&all))
     }
@@ -420,8 +399,8 @@ fn sums(all: &std::collections::HashMap<String, u64>) -> (SideCounts, SideCounts
             "r" => s.requests = *n,
             "e" => s.errors = *n,
             i => {
-                if let Some(slot) = i.parse::<usize>().ok().filter(|i| *i < BUCKETS) {
-                    s.buckets[slot] = *n;
+                if let Ok(slot) = i.parse::<usize>() {
+                    s.latency.set(slot, *n);
                 }
             }
         }
@@ -441,7 +420,6 @@ impl Counts for RedisCounts {
             Ok(s) => Some(s),
             Err(e) => {
                 tracing::warn!(error = %e, "fleet canary: redis counts unavailable this round");
-                self.conn = None;
                 None
             }
         }
@@ -463,8 +441,12 @@ mod tests {
         all.insert("b:128".to_owned(), 1);
         all.insert("junk".to_owned(), 1);
         let (c, b) = sums(&all);
-        assert_eq!((c.requests, c.errors, c.buckets[5]), (10, 3, 10));
-        assert_eq!((b.requests, b.errors, b.buckets[127]), (40, 0, 40));
+        assert_eq!((c.requests, c.errors, c.latency.buckets()[5]), (10, 3, 10));
+        assert_eq!(
+            (b.requests, b.errors, b.latency.buckets()[127]),
+            (40, 0, 40)
+        );
+        assert_eq!(b.latency.count(), 40, "b:128 is past the last bucket");
     }
 
     #[test]
