@@ -79,6 +79,7 @@ impl Collector for Gateway {
         requests(&mut enc)?;
         sessions(&mut enc, self.sessions.as_deref())?;
         hops(&mut enc)?;
+        retries_on_status(&mut enc)?;
         let snap = self.control.snapshot().load();
         nodes(&mut enc, &snap)?;
         maintenance(&mut enc, self.maintenance.as_deref())?;
@@ -247,6 +248,23 @@ fn hops(enc: &mut DescriptorEncoder) -> fmt::Result {
         sum,
     }
     .encode(me)
+}
+
+/// Answers a service lists as "not processed", retried on another node.
+fn retries_on_status(enc: &mut DescriptorEncoder) -> fmt::Result {
+    let rows = telemetry::retries_on_status();
+    let statuses: Vec<String> = rows
+        .iter()
+        .map(|(_, status, _)| status.to_string())
+        .collect();
+    counters(
+        enc,
+        "hopgate_retries_on_status",
+        "Answers whose status the service lists as not processed (services[].retries), retried on another node, by service and status.",
+        rows.iter()
+            .zip(&statuses)
+            .map(|((svc, _, n), status)| ([("service", svc.as_str()), ("status", status.as_str())], *n)),
+    )
 }
 
 /// One node's state and pool, read once per scrape.

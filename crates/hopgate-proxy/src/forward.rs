@@ -176,10 +176,10 @@ impl Forwarder {
             }
         }
         // Phase 12: the body, and the copy it can be replayed from.
-        let (how, replay_safe, request, body) = trip.capture(&snap, request, body);
+        let (how, (replay_safe, keep_unsafe), request, body) = trip.capture(&snap, request, body);
         let taken = match how {
-            Capture::Empty => Ok(replay::empty(body, replay_safe)),
-            Capture::Buffer => Box::pin(replay::buffer(body, &snap.config)).await,
+            Capture::Empty => Ok(replay::empty(body, replay_safe, keep_unsafe)),
+            Capture::Buffer => Box::pin(replay::buffer(body, &snap.config, replay_safe)).await,
             Capture::Arrived { wait } => {
                 Ok(Box::pin(replay::arrived(body, &snap.config, wait)).await)
             }

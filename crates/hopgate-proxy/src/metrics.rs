@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -126,6 +126,10 @@ pub(crate) struct Metrics {
     /// Bytes written to clients' sockets.
     pub(crate) client_bytes_sent: AtomicU64,
     hops: Mutex<HopStats>,
+    /// Answers retried because their service lists the status as "not
+    /// processed" (`services[].retries`): (service, status) → count. Rare
+    /// (a backend refusing work while it drains), so behind a mutex.
+    retried_on_status: Mutex<BTreeMap<(Arc<str>, u16), u64>>,
 }
 
 /// Number of [`ErrorKind`]s tracked (index = `error_index`).
@@ -219,6 +223,24 @@ impl Metrics {
         if let Some(record) = live {
             HOPS.publish(|| record);
         }
+    }
+
+    /// Counts one "not processed" answer retried on another node.
+    pub(crate) fn retried_on_status(&self, service: &Arc<str>, status: u16) {
+        *self
+            .retried_on_status
+            .lock()
+            .entry((Arc::clone(service), status))
+            .or_insert(0) += 1;
+    }
+
+    /// `(service, status, count)` for every "not processed" retry counter.
+    pub(crate) fn retries_on_status(&self) -> Vec<(String, u16, u64)> {
+        self.retried_on_status
+            .lock()
+            .iter()
+            .map(|((s, status), n)| (s.to_string(), *status, *n))
+            .collect()
     }
 
     /// The most recent hops, newest first.

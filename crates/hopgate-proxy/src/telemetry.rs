@@ -107,6 +107,12 @@ pub fn hops_by_reason() -> Vec<(String, &'static str, u64)> {
     METRICS.hops_by_reason()
 }
 
+/// `(service, status, count)`: answers retried on another node because the
+/// service lists their status as "not processed".
+pub fn retries_on_status() -> Vec<(String, u16, u64)> {
+    METRICS.retries_on_status()
+}
+
 /// Cumulative bucket counts (bounds: [`HOP_BUCKETS`]), total count and sum
 /// (seconds) of hop durations.
 pub fn hop_histogram() -> ([u64; HOP_BUCKETS.len()], u64, f64) {

@@ -36,6 +36,10 @@ pub(super) enum Class {
     /// A gRPC call answered UNAVAILABLE (trailers-only, `grpc-status: 14`)
     /// before any response byte: the backend did not process it.
     GrpcUnavailable,
+    /// An answer whose status the service lists as "not processed"
+    /// (`services[].retries.on_status`, or `on_status_idempotent` for a
+    /// replay-safe request): a backend refusing work while it drains.
+    NotProcessed,
     /// The client's fault, seen by its body while the send ran: a
     /// malformed or aborted body, one over the size limit, or a send that
     /// timed out waiting on the client.
@@ -164,25 +168,35 @@ pub(super) fn decide(f: Facts) -> Decision {
             observe: true,
             hop: false,
         },
+        // Nothing left to try it with: the answer goes to the client as
+        // the backend gave it.
+        Class::NotProcessed
+            if !(f.attempts_left && f.budget_left) || f.copy == CopyKind::Absent =>
+        {
+            Decision {
+                next: Next::Deliver,
+                observe: false,
+                hop: false,
+            }
+        }
+        // Not processed, whatever the method: sent again elsewhere. The
+        // node is not failing (it refuses work while it drains): it backs
+        // off, and a session bound to it moves.
+        Class::NotProcessed => Decision {
+            next: Next::Replay,
+            observe: false,
+            hop: true,
+        },
     }
 }
 
-/// A failed attempt: a send that failed, or a gRPC UNAVAILABLE answer
-/// (rare, so boxed: the common answer stays unboxed).
+/// A failed attempt: a send that failed, a gRPC UNAVAILABLE answer, or a
+/// "not processed" answer (rare, so boxed: the common answer stays
+/// unboxed).
 pub(super) enum Failed {
     Send(SendFailure),
     GrpcUnavailable(Box<Response<ProxyBody>>),
-}
-
-impl From<Result<Box<Response<ProxyBody>>, SendFailure>> for Failed {
-    /// A send's result the driver did not take as an answer: an `Ok` is
-    /// a gRPC UNAVAILABLE answer before any response byte.
-    fn from(result: Result<Box<Response<ProxyBody>>, SendFailure>) -> Failed {
-        match result {
-            Ok(resp) => Failed::GrpcUnavailable(resp),
-            Err(f) => Failed::Send(f),
-        }
-    }
+    NotProcessed(Box<Response<ProxyBody>>),
 }
 
 /// What the driver does after a failed attempt.
@@ -234,6 +248,13 @@ impl Failed {
                 sent_head: None,
                 answer: Some(resp),
             },
+            Failed::NotProcessed(resp) => Handed {
+                class: Class::NotProcessed,
+                error: None,
+                request: None,
+                sent_head: None,
+                answer: Some(resp),
+            },
         }
     }
 }
@@ -273,8 +294,9 @@ pub(super) fn on_failure(
         kind,
         copy: Replay::kind(replay),
         attempts_left: at.attempts_left,
-        // Read only for the one class that asks.
-        budget_left: class == Class::GrpcUnavailable && at.svc.retry_budget.available() > 0,
+        // Read only for the classes that ask.
+        budget_left: matches!(class, Class::GrpcUnavailable | Class::NotProcessed)
+            && at.svc.retry_budget.available() > 0,
         bound_here: req
             .flight
             .prior
@@ -290,12 +312,45 @@ pub(super) fn on_failure(
     if decision.observe {
         at.account(Observation::Failure);
     }
+    let reason = if p.class == Class::NotProcessed {
+        back_off(at, &p);
+        HopReason::Draining
+    } else {
+        HopReason::Unhealthy
+    };
     if decision.hop {
         let prior = req.flight.prior.as_ref();
-        begin_hop_if_bound(hop, prior, &at.node.shared_id, HopReason::Unhealthy);
+        begin_hop_if_bound(hop, prior, &at.node.shared_id, reason);
     }
     *last = kind;
     after(decision.next, p, replay, kind, out)
+}
+
+/// The longest `Retry-After` a "not processed" answer makes its node back
+/// off for; without one, [`DEFAULT_BACK_OFF_MS`].
+const MAX_BACK_OFF_MS: u64 = 60_000;
+const DEFAULT_BACK_OFF_MS: u64 = 1_000;
+
+/// A "not processed" answer being retried: counted by status, and its
+/// node backs off for the answer's `Retry-After` (seconds, at most a
+/// minute; one second without it): new requests and sessions go to the
+/// other nodes meanwhile, as from a draining node. No failure is charged
+/// to the node.
+#[cold]
+fn back_off(at: &Attempted<'_>, p: &Handed) {
+    let Some(resp) = &p.answer else { return };
+    let status = resp.status().as_u16();
+    crate::metrics::METRICS.retried_on_status(&at.svc.shared_name, status);
+    let ms = resp
+        .headers()
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_BACK_OFF_MS, |s| {
+            s.saturating_mul(1000).min(MAX_BACK_OFF_MS)
+        });
+    at.node.state.eject_until(at.answered_ms.saturating_add(ms));
+    tracing::info!(service = %at.svc.name, node = %at.node.id, status, back_off_ms = ms, attempt = at.number, "answer means not processed; retrying on another node");
 }
 
 /// The failure's log line: `debug` for the client's fault and a busy
@@ -312,7 +367,7 @@ fn log_failure(at: &Attempted<'_>, p: &Handed, kind: ErrorKind, next: Next) {
             tracing::debug!(service = %at.svc.name, node = %at.node.id, error = kind.label(), "node busy; not charged to the node");
         }
         Some(error) => log_upstream_failure(at, error, p.class != Class::Sent),
-        None if next == Next::Replay => {
+        None if next == Next::Replay && p.class == Class::GrpcUnavailable => {
             tracing::warn!(service = %at.svc.name, node = %at.node.id, "gRPC UNAVAILABLE before any response byte; retrying elsewhere");
         }
         None => {}
@@ -443,6 +498,39 @@ mod tests {
             });
             assert_eq!(
                 (shown(d.next, grpc).as_str(), d.observe, d.hop),
+                (next, observe, hop),
+                "row {i}: {row:?}"
+            );
+        }
+    }
+
+    /// A "not processed" answer (a draining backend's 503) goes again
+    /// elsewhere, for any method, when a copy was kept (a plain POST's
+    /// copy may follow only an unprocessed failure: this one), another
+    /// attempt is allowed and the budget has a token; the node is not
+    /// charged. Otherwise the answer passes through as it came.
+    #[test]
+    fn a_not_processed_answer_is_replayed_or_passed_through() {
+        // copy, attempts left, budget left -> next, observed, hop
+        let table = [
+            (CopyKind::Unprocessed, true, true, "replay", false, true),
+            (CopyKind::Any, true, true, "replay", false, true),
+            (CopyKind::Absent, true, true, "answer", false, false),
+            (CopyKind::Unprocessed, false, true, "answer", false, false),
+            (CopyKind::Any, true, false, "answer", false, false),
+        ];
+        for (i, row) in table.into_iter().enumerate() {
+            let (copy, attempts_left, budget_left, next, observe, hop) = row;
+            let d = decide(Facts {
+                class: Class::NotProcessed,
+                kind: ConnectionLost,
+                copy,
+                attempts_left,
+                budget_left,
+                bound_here: true,
+            });
+            assert_eq!(
+                (shown(d.next, false).as_str(), d.observe, d.hop),
                 (next, observe, hop),
                 "row {i}: {row:?}"
             );

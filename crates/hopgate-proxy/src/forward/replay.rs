@@ -43,12 +43,16 @@ pub(super) enum Capture {
 }
 
 /// Decides how to take the body (checked in this order: empty, buffered,
-/// already arrived, streamed).
+/// already arrived, streamed). `keep_unsafe`: the service retries "not
+/// processed" answers for every method (`services[].retries.on_status`),
+/// so a small body is kept whatever the method.
 #[inline]
+#[allow(clippy::too_many_arguments)]
 pub(super) fn capture(
     body: &RequestBody,
     headers: &HeaderMap,
     replay_safe: bool,
+    keep_unsafe: bool,
     buffer_body: u64,
     protocol: UpstreamProtocol,
     upgrade: bool,
@@ -57,7 +61,10 @@ pub(super) fn capture(
     use http_body::Body;
     capture_for(
         body.is_end_stream(),
-        || replay_safe && content_length(headers).is_some_and(|n| n <= buffer_body),
+        || {
+            (replay_safe || keep_unsafe)
+                && content_length(headers).is_some_and(|n| n <= buffer_body)
+        },
         protocol == UpstreamProtocol::Http2 && !upgrade,
         grpc,
     )
@@ -102,29 +109,36 @@ pub(super) struct Taken {
 }
 
 /// [`Capture::Empty`]: nothing to read (the ended body is dropped); the
-/// empty copy exists when the request is replay-safe.
+/// empty copy exists when the request is replay-safe (then it may follow
+/// any failure), or when `keep_unsafe` (then only an unprocessed one).
 #[inline]
-pub(super) fn empty(body: RequestBody, replay_safe: bool) -> Taken {
+pub(super) fn empty(body: RequestBody, replay_safe: bool, keep_unsafe: bool) -> Taken {
     drop(body);
     Taken {
         body: ProxyBody::Empty,
-        kept: replay_safe.then(|| (Bytes::new(), true)),
+        kept: (replay_safe || keep_unsafe).then(|| (Bytes::new(), replay_safe)),
         watch: None,
     }
 }
 
 /// [`Capture::Buffer`]: the body read whole, bounded by
-/// `timeouts.request`, before any node is chosen, and kept. A read that
-/// fails is the client's fault (**400**), one that outlasts the bound
-/// **408**. The driver boxes this future: it runs for few requests.
-pub(super) async fn buffer(body: RequestBody, config: &Config) -> Result<Taken, ErrorKind> {
+/// `timeouts.request`, before any node is chosen, and kept (a copy that
+/// may follow any failure when `replay_safe`, else only an unprocessed
+/// one). A read that fails is the client's fault (**400**), one that
+/// outlasts the bound **408**. The driver boxes this future: it runs for
+/// few requests.
+pub(super) async fn buffer(
+    body: RequestBody,
+    config: &Config,
+    replay_safe: bool,
+) -> Result<Taken, ErrorKind> {
     let read = ProxyBody::limited(body, config.retries.buffer_body).collect();
     match tokio::time::timeout(config.timeouts.request, read).await {
         Ok(Ok(b)) => {
             let b = b.to_bytes();
             Ok(Taken {
                 body: ProxyBody::full(b.clone()),
-                kept: Some((b, true)),
+                kept: Some((b, replay_safe)),
                 watch: None,
             })
         }

@@ -118,24 +118,28 @@ impl Trip {
 
     /// Phase 12's first step: the request's deposit into its service's
     /// retry budget, and how its body is taken ([`replay::capture`]), with
-    /// whether the request is replay-safe. The request and its body are
-    /// handed back: borrowed in the driver, they would keep room in the
-    /// request's future across every send.
+    /// whether the request is replay-safe and whether its copy is kept
+    /// whatever the method (the service retries "not processed" answers
+    /// for every method). The request and its body are handed back:
+    /// borrowed in the driver, they would keep room in the request's
+    /// future across every send.
     #[inline]
     pub(super) fn capture(
         &mut self,
         snap: &Snapshot,
         request: Box<Request<ProxyBody>>,
         body: RequestBody,
-    ) -> (Capture, bool, Box<Request<ProxyBody>>, RequestBody) {
+    ) -> (Capture, (bool, bool), Box<Request<ProxyBody>>, RequestBody) {
         let svc = &snap.services[self.flight.selection.service];
         let policy = &snap.config.retries;
         svc.retry_budget.deposit(policy.budget);
         let replay_safe = hopgate_core::retry::replay_safe(request.method(), request.headers());
+        let keep_unsafe = !svc.retry_on.any.is_empty();
         let how = replay::capture(
             &body,
             request.headers(),
             replay_safe,
+            keep_unsafe,
             policy.buffer_body,
             svc.protocol,
             self.upgrade.is_some(),
@@ -144,7 +148,7 @@ impl Trip {
         if matches!(how, Capture::Buffer | Capture::Arrived { .. }) {
             self.waited = true;
         }
-        (how, replay_safe, request, body)
+        (how, (replay_safe, keep_unsafe), request, body)
     }
 }
 
@@ -159,6 +163,10 @@ pub(super) struct Tries {
     client_body: Option<Arc<ClientBody>>,
     /// An answer's head may stay as the backend's bytes.
     pub(super) raw_head: bool,
+    /// The service retries "not processed" answers
+    /// (`services[].retries`), and whether this request is replay-safe
+    /// (for `on_status_idempotent`): `None` when it retries none.
+    retry_on: Option<bool>,
     /// `retries.attempts`, at most [`attempt::MAX_TRACKED`].
     attempts: usize,
     tried: Tried,
@@ -221,8 +229,14 @@ impl Tries {
         };
         let svc = &snap.services[trip.flight.selection.service];
         let grpc = trip.grpc;
-        let handed_back =
-            (svc.protocol == UpstreamProtocol::Http1 || trip.upgrade.is_some()) && !grpc;
+        // A "not processed" answer hands no head back: such a service's
+        // copy keeps one (only gRPC, upgrades and these services pay for
+        // the copied head).
+        let retry_on = (!svc.retry_on.is_empty() && !grpc && trip.upgrade.is_none())
+            .then(|| hopgate_core::retry::replay_safe(request.method(), request.headers()));
+        let handed_back = (svc.protocol == UpstreamProtocol::Http1 || trip.upgrade.is_some())
+            && !grpc
+            && retry_on.is_none();
         let replay = taken.kept.map(|(b, after_sent)| {
             if handed_back {
                 Replay::handed_back(b, after_sent)
@@ -238,6 +252,7 @@ impl Tries {
             replay,
             client_body: taken.watch,
             raw_head,
+            retry_on,
             attempts: attempts.min(attempt::MAX_TRACKED),
             tried: Tried::default(),
             refused: 0,
@@ -255,6 +270,7 @@ impl Tries {
             replay: None,
             client_body: None,
             raw_head: false,
+            retry_on: None,
             attempts: 0,
             tried: Tried::default(),
             refused: 0,
@@ -378,10 +394,22 @@ impl Tries {
         };
         let resp = match result {
             // The common case: an answer, handled in place.
-            Ok(resp) if !(trip.grpc && grpc::unavailable_at_once(&resp)) => resp,
+            Ok(resp)
+                if !(trip.grpc && grpc::unavailable_at_once(&resp))
+                    && !self.not_processed(at.svc, &resp) =>
+            {
+                resp
+            }
             failed => {
                 let (replay, last) = (self.replay.as_ref(), &mut self.last);
-                let failed = Failed::from(failed);
+                // An answer here is a gRPC UNAVAILABLE before any byte, or
+                // a "not processed" one (never both: gRPC calls retry on
+                // no status).
+                let failed = match failed {
+                    Ok(resp) if trip.grpc => Failed::GrpcUnavailable(resp),
+                    Ok(resp) => Failed::NotProcessed(resp),
+                    Err(f) => Failed::Send(f),
+                };
                 let out = &mut trip.done.out;
                 match failure::on_failure(failed, req, &at, &mut trip.hop, replay, last, out) {
                     AfterFailure::Next(request) => {
@@ -396,6 +424,14 @@ impl Tries {
         let (hop, upgrade) = (trip.hop.as_ref(), trip.upgrade.take());
         let out = &mut trip.done.out;
         ControlFlow::Break(Ok(answer::answer(resp, req, &at, hop, upgrade, out)))
+    }
+
+    /// Is `resp` one of the service's "not processed" answers for this
+    /// request (`services[].retries`)? One branch for a service without.
+    #[inline]
+    fn not_processed(&self, svc: &CompiledService, resp: &Response<ProxyBody>) -> bool {
+        self.retry_on
+            .is_some_and(|safe| svc.retry_on.retries(resp.status().as_u16(), safe))
     }
 
     /// The attempt's times, once its send ended (the node's in-flight
