@@ -336,7 +336,9 @@ impl State {
     async fn remember(&self, request_id: &str) {
         if let Some(file) = &self.record {
             let mut f = file.lock().await;
-            let _ = writeln!(f, "{request_id}");
+            // One write per line: backends sharing a record file append
+            // whole lines (`writeln!` may split the id and its newline).
+            let _ = f.write_all(format!("{request_id}\n").as_bytes());
         }
         let mut seen = self.seen.lock().await;
         if seen.len() >= SEEN_CAP {
