@@ -7,6 +7,7 @@
 //! the embedded default. Must not touch: files, sockets, live node state.
 
 mod bound;
+pub mod discovery;
 pub mod fleet;
 pub mod raw;
 pub mod summary;
@@ -554,6 +555,9 @@ pub struct ServiceConfig {
     pub maintenance: ServiceMaintenance,
     /// TLS to the nodes, when configured.
     pub tls: Option<UpstreamTls>,
+    /// Nodes from DNS (`discovery.dns`), resolved by the control plane and
+    /// merged into `nodes` before validation.
+    pub discovery: Option<discovery::DnsDiscovery>,
     pub nodes: Vec<NodeConfig>,
 }
 

@@ -125,11 +125,13 @@ impl Validator {
             .as_ref()
             .map(|t| self.upstream_tls(&format!("{p}.tls"), t));
 
-        if s.nodes.is_empty() && !fleet {
+        let discovery = self.discovery(&format!("{p}.discovery"), s.discovery.as_ref());
+        let dns = s.discovery.as_ref().is_some_and(|d| d.dns.is_some());
+        if s.nodes.is_empty() && !fleet && !dns {
             self.err(
                 format!("{p}.nodes"),
                 "a service needs at least one node (an empty list is allowed only with \
-                 sources.etcd, whose discovery adds nodes)",
+                 discovery.dns or sources.etcd, whose discovery adds nodes)",
             );
         }
         let mut ids: HashMap<&str, usize> = HashMap::new();
@@ -162,6 +164,7 @@ impl Validator {
             drain,
             maintenance,
             tls,
+            discovery,
             nodes,
         }
     }

@@ -1699,6 +1699,16 @@ fn nasty_values_never_panic() {
                     client_cert: Some(s.into()),
                     client_key: None,
                 }),
+                discovery: Some(crate::config::raw::RawDiscovery {
+                    dns: Some(crate::config::raw::RawDnsDiscovery {
+                        name: s.into(),
+                        port: t(),
+                        kind: Some(s.into()),
+                        resolvers: Some(vec![s.into()]),
+                        refresh_min: t(),
+                        refresh_max: t(),
+                    }),
+                }),
                 nodes: vec![RawNode {
                     id: s.into(),
                     address: s.into(),
@@ -1891,6 +1901,7 @@ fn random_documents_never_panic() {
                 drain: None,
                 maintenance: None,
                 tls: None,
+                discovery: None,
                 nodes: vec![RawNode {
                     id: v(),
                     address: v(),
