@@ -827,7 +827,7 @@ fn nodes_json(control: &Control, sessions: Option<&Sessions>) -> Value {
             })
         })
         .collect();
-    json!({ "version": snap.version, "nodes": nodes })
+    json!({ "version": snap.version, "nodes": nodes, "dns": crate::dns::admin_json(control) })
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

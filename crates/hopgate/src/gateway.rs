@@ -516,6 +516,8 @@ impl Gateway {
             Arc::clone(&control),
             rx.clone(),
         )));
+        // services[].discovery.dns: resolver tasks follow the applied configs.
+        tasks.push(hopgate_control::start_dns(Arc::clone(&control), rx.clone()));
         if let Some(armed) = file_watch {
             tasks.push(tokio::spawn(watch_file(
                 Arc::clone(&control),
