@@ -129,7 +129,7 @@ pub struct Control {
     /// The config canary, baking or last decided.
     pub(crate) canary: CanaryState,
     /// DNS discovery's last good sets, merged into every apply.
-    pub(crate) dns: crate::dns::Dns,
+    pub(crate) dns: crate::dns::state::Dns,
 }
 
 impl std::fmt::Debug for Control {
@@ -179,7 +179,7 @@ impl Control {
             tls_base: Mutex::new(std::path::PathBuf::from(".")),
             tls_files: Mutex::new(Vec::new()),
             canary: CanaryState::default(),
-            dns: crate::dns::Dns::default(),
+            dns: crate::dns::state::Dns::default(),
         };
         control.health.reconcile(&control.snapshot.load());
         control.versions.lock().push_back(VersionRecord {

@@ -1,10 +1,10 @@
 //! DNS discovery: nodes from `services[].discovery.dns` (docs/config.md,
 //! docs/fleet.md "Discover nodes by DNS").
 //!
-//! Owns [`Dns`], kept in [`Control`]: per service with `discovery.dns`, the
-//! last good set of resolved addresses, the last result and when it
-//! succeeded, and the `hopgate_dns_resolutions_total{service,result}`
-//! counts. [`start`] runs one task that follows every applied config and
+//! Owns the driver of the state kept in [`Control`] (`state::Dns`: per
+//! service with `discovery.dns` the last good set of resolved addresses,
+//! the last result and when it succeeded, and the
+//! `hopgate_dns_resolutions_total{service,result}` counts). [`start`] runs one task that follows every applied config and
 //! keeps one resolver task per such service (started, restarted when the
 //! block changes, stopped when it goes). A resolver task resolves, waits the
 //! answer's TTL clamped to `[refresh_min, refresh_max]` (after a failure:
@@ -26,116 +26,21 @@
 //! request path (everything here runs on the control plane's tasks).
 
 mod resolve;
+pub(crate) mod state;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use hopgate_core::config::discovery::{merge_dns, DnsDiscovery, Resolved};
+use hopgate_core::config::discovery::{merge_dns, DnsDiscovery};
 use hopgate_core::config::{self, Config, ConfigError};
 
 use crate::control::{unix_now, ApplyOutcome, Control, Source};
-use crate::exposition::{counters, gauges};
 use resolve::{Answer, Resolver};
-
-/// What DNS discovery knows, shared by the resolver tasks, the writer's
-/// merge, the admin API and `/metrics`.
-#[derive(Debug, Default)]
-pub(crate) struct Dns {
-    inner: Mutex<Inner>,
-}
-
-#[derive(Debug, Default)]
-struct Inner {
-    services: BTreeMap<String, ServiceDns>,
-    /// `(service, result)` → resolutions; kept across restarts of a task.
-    counts: BTreeMap<(String, &'static str), u64>,
-}
-
-#[derive(Debug)]
-struct ServiceDns {
-    config: DnsDiscovery,
-    /// The last good set; `None` before the first answer with an address.
-    set: Option<Vec<Resolved>>,
-    last_result: &'static str,
-    last_error: Option<String>,
-    last_attempt_at: Option<u64>,
-    last_success_at: Option<u64>,
-    /// Failed resolutions since the last good one.
-    failures_in_a_row: u64,
-}
-
-impl Dns {
-    /// The last good sets, keyed by service, each with the name it was
-    /// resolved for.
-    fn resolved(&self) -> BTreeMap<String, (String, Vec<Resolved>)> {
-        self.inner
-            .lock()
-            .services
-            .iter()
-            .filter_map(|(s, d)| Some((s.clone(), (d.config.name.clone(), d.set.clone()?))))
-            .collect()
-    }
-
-    /// Records one resolution; true when the set of addresses changed.
-    fn record(&self, service: &str, cfg: &DnsDiscovery, answer: &Answer) -> bool {
-        let mut inner = self.inner.lock();
-        let result = match answer {
-            Answer::Ok(..) => "ok",
-            Answer::Failed { result, .. } => result,
-        };
-        *inner
-            .counts
-            .entry((service.to_owned(), result))
-            .or_default() += 1;
-        let now = unix_now();
-        let entry = inner
-            .services
-            .entry(service.to_owned())
-            .or_insert_with(|| ServiceDns {
-                config: cfg.clone(),
-                set: None,
-                last_result: result,
-                last_error: None,
-                last_attempt_at: None,
-                last_success_at: None,
-                failures_in_a_row: 0,
-            });
-        entry.config = cfg.clone();
-        entry.last_result = result;
-        entry.last_attempt_at = Some(now);
-        match answer {
-            Answer::Ok(set, _) => {
-                entry.last_success_at = Some(now);
-                entry.last_error = None;
-                entry.failures_in_a_row = 0;
-                if entry.set.as_ref() == Some(set) {
-                    return false;
-                }
-                entry.set = Some(set.clone());
-                true
-            }
-            Answer::Failed { detail, .. } => {
-                entry.failures_in_a_row += 1;
-                entry.last_error = Some(detail.clone());
-                false
-            }
-        }
-    }
-
-    /// Forgets services that no longer have `discovery.dns`.
-    fn retain(&self, keep: &HashMap<String, DnsDiscovery>) {
-        self.inner
-            .lock()
-            .services
-            .retain(|s, _| keep.contains_key(s));
-    }
-}
 
 impl Control {
     /// The writer's hook: `result` with every service's last good DNS set
@@ -228,7 +133,7 @@ async fn resolve_loop(control: Arc<Control>, service: String, cfg: DnsDiscovery)
                     result: "error",
                     detail,
                 };
-                control.dns.record(&service, &cfg, &answer);
+                control.dns.record(&service, &cfg, &answer, unix_now());
                 tokio::time::sleep(cfg.refresh_max).await;
             }
         }
@@ -242,7 +147,7 @@ async fn resolve_loop(control: Arc<Control>, service: String, cfg: DnsDiscovery)
                 None
             }
         };
-        if control.dns.record(&service, &cfg, &answer) {
+        if control.dns.record(&service, &cfg, &answer, unix_now()) {
             if let Answer::Ok(set, _) = &answer {
                 let addrs: Vec<String> = set.iter().map(|r| r.addr.to_string()).collect();
                 tracing::info!(service = %service, name = %cfg.name, addresses = %addrs.join(","), "dns: the record set changed; applying");
@@ -262,25 +167,7 @@ async fn resolve_loop(control: Arc<Control>, service: String, cfg: DnsDiscovery)
 /// discovery, the name, type, last result (and error), when it last
 /// succeeded and was tried (Unix seconds), and the addresses in use.
 pub(crate) fn admin_json(control: &Control) -> Value {
-    let inner = control.dns.inner.lock();
-    let services: Vec<Value> = inner
-        .services
-        .iter()
-        .map(|(service, d)| {
-            json!({
-                "service": service,
-                "name": d.config.name,
-                "type": d.config.kind.as_str(),
-                "last_result": d.last_result,
-                "last_error": d.last_error,
-                "last_attempt_at": d.last_attempt_at,
-                "last_success_at": d.last_success_at,
-                "failures_in_a_row": d.failures_in_a_row,
-                "addresses": d.set.iter().flatten().map(|r| r.addr.to_string()).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    Value::Array(services)
+    control.dns.admin_json()
 }
 
 /// `hopgate_dns_*` for `/metrics`.
@@ -293,43 +180,7 @@ impl fmt::Debug for DnsCollector {
 }
 
 impl Collector for DnsCollector {
-    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
-        let inner = self.0.dns.inner.lock();
-        if inner.counts.is_empty() {
-            return Ok(());
-        }
-        counters(
-            &mut enc,
-            "hopgate_dns_resolutions",
-            "DNS discovery resolutions by service and result (ok, empty, nxdomain, servfail, refused, timeout, error); any but ok keeps the last good set.",
-            inner.counts.iter().map(|((s, r), n)| {
-                ([("service", s.clone()), ("result", (*r).to_owned())], *n)
-            }),
-        )?;
-        gauges(
-            &mut enc,
-            "hopgate_dns_nodes",
-            "Addresses in a service's last good DNS set.",
-            None,
-            inner.services.iter().map(|(s, d)| {
-                let n = d.set.as_ref().map_or(0, Vec::len);
-                (
-                    [("service", s.clone())],
-                    i64::try_from(n).unwrap_or(i64::MAX),
-                )
-            }),
-        )?;
-        gauges(
-            &mut enc,
-            "hopgate_dns_failures_in_a_row",
-            "Failed DNS resolutions of a service since its last good one.",
-            None,
-            inner.services.iter().map(|(s, d)| {
-                (
-                    [("service", s.clone())],
-                    i64::try_from(d.failures_in_a_row).unwrap_or(i64::MAX),
-                )
-            }),
-        )
+    fn encode(&self, enc: DescriptorEncoder) -> fmt::Result {
+        self.0.dns.encode(enc)
     }
 }
