@@ -60,6 +60,15 @@ impl Control {
         config::validate(&raw)
     }
 
+    /// How many addresses the last good DNS set of `service` holds (the
+    /// etcd burst rule counts them as nodes the service keeps).
+    pub(crate) fn dns_nodes_of(&self, service: &str) -> usize {
+        self.dns
+            .resolved()
+            .get(service)
+            .map_or(0, |(_, set)| set.len())
+    }
+
     /// Re-applies the running config with the DNS sets as they are now
     /// (source `dns`), under the writer lock.
     pub(crate) fn apply_dns(&self) -> Result<ApplyOutcome, Vec<ConfigError>> {

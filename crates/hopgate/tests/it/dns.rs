@@ -402,3 +402,78 @@ async fn srv_weights_are_node_weights_and_higher_priorities_are_backups() {
     let (_, v) = get(&gw, "/", None).await;
     assert_eq!(v["node"], "backup");
 }
+
+/// Whether `check` holds within `bound` (polled every 50 ms).
+async fn eventually<F, Fut>(bound: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = std::time::Instant::now();
+    while start.elapsed() < bound {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_fleet_every_replica_resolves_beside_etcd_discovery() {
+    let b = backends_on_one_port(&[9, 10]).await;
+    let registered = Backend::start("etcd-node").await;
+    let dns = DnsServer::start(&a_records(&["127.0.0.9"])).await;
+    let etcd = crate::etcd_server::Etcd::start().await;
+    let prefix = format!("/it-dns-{}/", std::process::id());
+    let shared = format!(
+        "services:\n  - name: s\n    discovery:\n      dns: {{ name: api.test, port: {}, resolvers: [\"127.0.0.1:{}\"], refresh_min: 200ms, refresh_max: 1s }}\n    nodes: []\n\
+         routes:\n  - {{ id: r, match: {{ path_prefix: / }}, service: s }}\n",
+        b[0].addr.port(),
+        dns.port
+    );
+    etcd.put(&format!("{prefix}config"), &shared);
+    let lease = etcd.lease_grant(30);
+    etcd.put_lease(
+        &format!("{prefix}nodes/s/d1"),
+        &format!(r#"{{"address":"{}"}}"#, registered.addr),
+        &lease,
+    );
+    let mut replicas = Vec::new();
+    let mut caches = Vec::new();
+    for name in ["gw-a", "gw-b"] {
+        let cache = temp_path("json");
+        let yaml = format!(
+            "replica_id: {name}\nlisteners:\n  - {{ name: public, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\n\
+             sources:\n  file: {{ watch: false }}\n  etcd: {{ endpoints: [\"{}\"], prefix: \"{prefix}\", cache: \"{}\" }}\n",
+            etcd.endpoint,
+            cache.display()
+        );
+        caches.push(cache);
+        replicas.push(Gateway::start(&yaml).await);
+    }
+    // Both replicas: the registered node and the resolved one.
+    for gw in &replicas {
+        wait_nodes(gw, &["d1".to_owned(), id_of(b[0].addr)]).await;
+    }
+    // The records change: every replica follows on its own; the etcd node stays.
+    dns.set(&a_records(&["127.0.0.10"]));
+    for gw in &replicas {
+        wait_nodes(gw, &["d1".to_owned(), id_of(b[1].addr)]).await;
+    }
+    // The registration goes: the resolved node keeps the service (the
+    // burst rule holds nothing back, as the service is not left empty).
+    etcd.lease_revoke(&lease);
+    for gw in &replicas {
+        wait_nodes(gw, &[id_of(b[1].addr)]).await;
+        let served = eventually(Duration::from_secs(5), || async {
+            let (_, v) = get(gw, "/", None).await;
+            v["node"] == "b10"
+        })
+        .await;
+        assert!(served, "{}", gw.logs());
+    }
+    for c in caches {
+        let _ = std::fs::remove_file(c);
+    }
+}
