@@ -66,4 +66,10 @@ if ! python3 -c "import opentelemetry.proto.collector.trace.v1.trace_service_pb2
   echo "deps: installing opentelemetry-proto (pip)"
   python3 -m pip install -q --disable-pip-version-check opentelemetry-proto >/dev/null
 fi
+# DNS discovery's tests run a small DNS server on dnslib's wire format
+# (tests/it/py/dns_server.py).
+if ! python3 -c "import dnslib" >/dev/null 2>&1; then
+  echo "deps: installing dnslib (pip)"
+  python3 -m pip install -q --disable-pip-version-check dnslib >/dev/null
+fi
 echo "deps: ok"

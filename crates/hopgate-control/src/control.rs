@@ -46,6 +46,8 @@ pub enum Source {
     /// Changed certificate, key or CA files, re-read without a config
     /// change.
     Certificates,
+    /// A DNS discovery record set changed (`services[].discovery.dns`).
+    Dns,
 }
 
 impl std::fmt::Display for Source {
@@ -58,6 +60,7 @@ impl std::fmt::Display for Source {
             Source::Rollback(v) => write!(f, "rollback:{v}"),
             Source::Etcd => f.write_str("etcd"),
             Source::Certificates => f.write_str("certificates"),
+            Source::Dns => f.write_str("dns"),
         }
     }
 }
@@ -130,6 +133,8 @@ pub struct Control {
     tls_files: Mutex<Vec<std::path::PathBuf>>,
     /// The config canary, baking or last decided.
     pub(crate) canary: CanaryState,
+    /// DNS discovery's last good sets, merged into every apply.
+    pub(crate) dns: crate::dns::state::Dns,
 }
 
 impl std::fmt::Debug for Control {
@@ -181,6 +186,7 @@ impl Control {
             tls_base: Mutex::new(std::path::PathBuf::from(".")),
             tls_files: Mutex::new(Vec::new()),
             canary: CanaryState::default(),
+            dns: crate::dns::state::Dns::default(),
         };
         control.health.reconcile(&control.snapshot.load());
         control.versions.lock().push_back(VersionRecord {
@@ -411,11 +417,13 @@ impl Control {
         self.rejected(errors, &source.to_string())
     }
 
-    fn apply_locked(
+    pub(crate) fn apply_locked(
         &self,
         result: Result<Config, Vec<ConfigError>>,
         source: Source,
     ) -> Result<ApplyOutcome, Vec<ConfigError>> {
+        // DNS discovery's resolved nodes go into every document applied.
+        let result = self.with_dns_nodes(result);
         // The TLS files are read with every apply (a SIGHUP re-reads
         // rotated certificates); a bad one refuses the config.
         let loaded = result.and_then(|c| self.load_tls(&c).map(|m| (c, m)));

@@ -5,8 +5,8 @@
 //! parse → validate → compile → swap — under one lock, so reloads never
 //! interleave and a failure keeps the running snapshot. Also owns the
 //! applied-version history, the admin API, active health checks, the
-//! maintenance-notification state machine, the file watcher, the fleet view
-//! and the etcd source.
+//! maintenance-notification state machine, the file watcher, the fleet view,
+//! the etcd source and DNS discovery.
 //!
 //! The surface is narrow on purpose: modules are private and the binary
 //! gets only what it wires together — [`Control`] and [`Source`],
@@ -19,6 +19,7 @@
 
 mod admin;
 mod control;
+mod dns;
 pub mod etcd;
 mod exposition;
 mod fleet;
@@ -30,6 +31,7 @@ mod watch;
 
 pub use admin::{serve_admin, Admin};
 pub use control::{ApplyOutcome, Control, Source};
+pub use dns::start as start_dns;
 pub use fleet::{Fleet, SharedStoreStatus};
 pub use maintenance::Maintenance;
 pub use metrics::set_build_commit;

@@ -56,6 +56,7 @@ pub(crate) fn registry(
         fleet,
     }));
     r.register_collector(Box::new(hopgate_proxy::TlsCollector));
+    r.register_collector(Box::new(crate::dns::DnsCollector(control.clone())));
     r.register_collector(Box::new(crate::control::canary::CanaryCollector(control)));
     r
 }

@@ -7,6 +7,7 @@
 //! the embedded default. Must not touch: files, sockets, live node state.
 
 mod bound;
+pub mod discovery;
 pub mod fleet;
 pub mod raw;
 pub mod summary;
@@ -559,6 +560,9 @@ pub struct ServiceConfig {
     pub slow_start: Duration,
     /// `services[].retries`: "not processed" answers retried elsewhere.
     pub retry_on: crate::retry::RetryOnStatus,
+    /// Nodes from DNS (`discovery.dns`), resolved by the control plane and
+    /// merged into `nodes` before validation.
+    pub discovery: Option<discovery::DnsDiscovery>,
     pub nodes: Vec<NodeConfig>,
 }
 

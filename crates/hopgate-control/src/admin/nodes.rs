@@ -93,5 +93,5 @@ fn nodes_json(control: &Control, sessions: Option<&Sessions>) -> Value {
             })
         })
         .collect();
-    json!({ "version": snap.version, "nodes": nodes })
+    json!({ "version": snap.version, "nodes": nodes, "dns": crate::dns::admin_json(control) })
 }

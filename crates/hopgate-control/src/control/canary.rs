@@ -290,7 +290,9 @@ pub(crate) fn start_with(
 ) -> Result<Started, Vec<ConfigError>> {
     let _writer = control.writer.lock();
     let source = format!("canary:{percent}%");
-    let config = load(control).map_err(|e| control.rejected(e, &source))?;
+    let config = control
+        .with_dns_nodes(load(control))
+        .map_err(|e| control.rejected(e, &source))?;
     // Its services' upstream TLS files are read like an apply reads them
     // (the listeners keep the running config's certificates while baking).
     let tls = control

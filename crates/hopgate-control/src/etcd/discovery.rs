@@ -107,7 +107,10 @@ impl Discovery {
                 .iter()
                 .find(|s| s.name == service)
                 .map_or(0, |s| s.nodes.len());
-            let remaining = statics + registered.keys().filter(|(s, _)| s == service).count();
+            // DNS discovery's nodes of the service count as remaining too.
+            let remaining = statics
+                + control.dns_nodes_of(service)
+                + registered.keys().filter(|(s, _)| s == service).count();
             for id in fleet::held_removals(remaining, &gone) {
                 let name = (service.to_owned(), id);
                 if !self.held.contains(&name) {

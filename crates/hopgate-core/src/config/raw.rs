@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize};
 
+mod discovery;
 mod tls;
+pub use discovery::{RawDiscovery, RawDnsDiscovery};
 pub use tls::{RawCertificate, RawListenerTls, RawUpstreamTls};
 
 /// A scalar kept as text (`2s`, `64KiB`, `10`): YAML may write it as a string
@@ -262,6 +264,9 @@ pub struct RawService {
     /// window (`30s`; default off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slow_start: Option<Text>,
+    /// Nodes discovered by DNS, besides (or instead of) the static ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<RawDiscovery>,
     #[serde(default)]
     pub nodes: Vec<RawNode>,
 }

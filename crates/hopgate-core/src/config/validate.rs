@@ -24,6 +24,7 @@ use super::{Config, ConfigError, RawConfig};
 
 mod access_log;
 mod canary;
+mod discovery;
 mod edge;
 mod http1;
 mod maintenance_guard;

@@ -395,8 +395,8 @@ impl Tries {
         let resp = match result {
             // The common case: an answer, handled in place.
             Ok(resp)
-                if !(trip.grpc && grpc::unavailable_at_once(&resp))
-                    && !self.not_processed(at.svc, &resp) =>
+                if !(trip.grpc && grpc::unavailable_at_once(&resp)
+                    || self.not_processed(at.svc, &resp)) =>
             {
                 resp
             }

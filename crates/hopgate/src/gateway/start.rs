@@ -78,6 +78,8 @@ impl Gateway {
             spawn_maintenance_intake(Arc::clone(&maintenance), plane.maint_rx, rx.clone()),
             spawn_reconcile(&control, &live, &maintenance, cfg, rx.clone()),
             tokio::spawn(watch_tls_files(Arc::clone(&control), rx.clone())),
+            // services[].discovery.dns: resolver tasks follow the applied configs.
+            hopgate_control::start_dns(Arc::clone(&control), rx.clone()),
         ];
         if let Some(armed) = file_watch {
             tasks.push(tokio::spawn(watch_file(

@@ -17,6 +17,7 @@ mod dashboard;
 mod dashboard_browser;
 mod defaults;
 mod demo;
+mod dns;
 mod errors;
 mod events_resume;
 mod fleet_etcd;

@@ -137,11 +137,13 @@ impl Validator {
             Duration::ZERO,
         );
 
-        if s.nodes.is_empty() && !fleet {
+        let discovery = self.discovery(&format!("{p}.discovery"), s.discovery.as_ref());
+        let dns = s.discovery.as_ref().is_some_and(|d| d.dns.is_some());
+        if s.nodes.is_empty() && !fleet && !dns {
             self.err(
                 format!("{p}.nodes"),
                 "a service needs at least one node (an empty list is allowed only with \
-                 sources.etcd, whose discovery adds nodes)",
+                 discovery.dns or sources.etcd, whose discovery adds nodes)",
             );
         }
         let mut ids: HashMap<&str, usize> = HashMap::new();
@@ -176,6 +178,7 @@ impl Validator {
             tls,
             slow_start,
             retry_on,
+            discovery,
             nodes,
         }
     }

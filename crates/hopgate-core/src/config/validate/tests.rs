@@ -1704,6 +1704,16 @@ fn nasty_values_never_panic() {
                     on_status: Some(vec![Text(s.into())]),
                     on_status_idempotent: Some(vec![Text(s.into())]),
                 }),
+                discovery: Some(crate::config::raw::RawDiscovery {
+                    dns: Some(crate::config::raw::RawDnsDiscovery {
+                        name: s.into(),
+                        port: t(),
+                        kind: Some(s.into()),
+                        resolvers: Some(vec![s.into()]),
+                        refresh_min: t(),
+                        refresh_max: t(),
+                    }),
+                }),
                 nodes: vec![RawNode {
                     id: s.into(),
                     address: s.into(),
@@ -1898,6 +1908,7 @@ fn random_documents_never_panic() {
                 tls: None,
                 slow_start: None,
                 retries: None,
+                discovery: None,
                 nodes: vec![RawNode {
                     id: v(),
                     address: v(),
