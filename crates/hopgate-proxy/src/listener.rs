@@ -1,12 +1,14 @@
-//! Listeners: accept loops and the hyper server of each client connection.
+//! Listeners: accept loops and the server of each client connection.
 //!
-//! Owns accepting (with the `max_connections` limit), the per-connection
-//! HTTP/1.1 + h2c server (protocol picked from the first bytes), on TLS
-//! listeners after the handshake ([`crate::tls::accept`], in the
-//! connection's task, bounded by `timeouts.header_read`), the
-//! server-side limits hyper enforces (header bytes → 431, header read
-//! timeout), and graceful shutdown: stop accepting, let in-flight requests
-//! finish up to a deadline, HTTP/2 GOAWAY and HTTP/1.1 `Connection: close`.
+//! Owns accepting (with the `max_connections` limit), the choice of each
+//! connection's server (from its first bytes, or TLS ALPN: h2c's preface
+//! and `h2` go to hyper's HTTP/2 server, everything else to hopgate's own
+//! HTTP/1.1 server, [`crate::h1::server`], with the connection's
+//! [`ClientConn`] as its handler), on TLS listeners after the handshake
+//! ([`crate::tls::accept`], in the connection's task, bounded by
+//! `timeouts.header_read`), the limits hyper's HTTP/2 server enforces,
+//! and graceful shutdown: stop accepting, let in-flight requests finish up
+//! to a deadline, HTTP/2 GOAWAY and HTTP/1.1 `Connection: close`.
 //!
 //! Must not touch: routing or forwarding (that is [`crate::forward`]).
 
@@ -20,7 +22,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use hopgate_core::config::{Config, Http1Server, ListenerConfig};
+use hopgate_core::config::{Config, ListenerConfig};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -29,10 +31,9 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::body::ProxyBody;
+use crate::body::{ProxyBody, RequestBody};
 use crate::client_io::ClientIo;
 use crate::forward::{ClientConn, Forwarder, RequestCtx, ResponseFuture};
-use crate::h1::RequestBody;
 use crate::tls::ListenerTlsState;
 
 /// What one listener needs to serve.
@@ -62,8 +63,6 @@ pub struct ListenerSettings {
     pub idle_timeout: Duration,
     /// How long shutdown waits for in-flight requests.
     pub shutdown_timeout: Duration,
-    /// Which server speaks HTTP/1.1 to clients (HTTP/2 is hyper's).
-    pub http1: Http1Server,
 }
 
 impl ListenerSettings {
@@ -78,14 +77,9 @@ impl ListenerSettings {
             header_read_timeout: cfg.timeouts.header_read,
             idle_timeout: cfg.timeouts.idle,
             shutdown_timeout: cfg.timeouts.shutdown,
-            http1: l.http1,
         }
     }
 }
-
-/// How many headers hyper's HTTP/1.1 parser takes without a cap set (and
-/// without allocating).
-const HYPER_STACK_HEADERS: usize = 100;
 
 /// What a listener advertises as `SETTINGS_MAX_HEADER_LIST_SIZE` for
 /// `limits.max_header_bytes`: 4× the limit, at least 64 KiB.
@@ -93,27 +87,9 @@ fn h2_header_list_size(max_header_bytes: usize) -> u32 {
     u32::try_from(max_header_bytes.saturating_mul(4).max(64 << 10)).unwrap_or(u32::MAX)
 }
 
+/// hyper's server for a listener's HTTP/2 connections (h2c and ALPN `h2`).
 fn server_builder(s: &ListenerSettings) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(s.header_read_timeout)
-        // Room above the limit: the gateway measures the head itself and
-        // answers 431 with a body; hyper's bare 431 is left for heads far
-        // beyond it.
-        .max_buf_size((s.max_header_bytes * 2).max(16 << 10))
-        .keep_alive(true);
-    // Up to 100 headers hyper parses into buffers on the stack; a cap set
-    // explicitly makes it allocate two 101-slot vectors per request (~3 KB
-    // each), so it is set only when the limit is above hyper's own. With a
-    // limit of at most 100, hyper answers a bare 431 above 100 headers and
-    // the gateway's check answers 431 with a body between the limit and
-    // 100; above 100, hyper's cap sits just past the limit so the
-    // gateway's check answers.
-    if s.max_headers > HYPER_STACK_HEADERS {
-        builder.http1().max_headers(s.max_headers + 1);
-    }
+    let mut builder = auto::Builder::new(TokioExecutor::new()).http2_only();
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -128,8 +104,8 @@ fn server_builder(s: &ListenerSettings) -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// The hyper service of one client connection; cloned (one reference
-/// count) per request.
+/// The hyper service of one HTTP/2 client connection; cloned (one
+/// reference count) per request.
 #[derive(Clone)]
 struct ConnService(Arc<ClientConn>);
 
@@ -139,8 +115,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
     type Future = Infallibly<ResponseFuture>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let h1 = req.version() < http::Version::HTTP_2;
-        Infallibly(self.0.serve(req.map(RequestBody::Hyper)), h1)
+        Infallibly(self.0.serve(req.map(RequestBody::Hyper)))
     }
 }
 
@@ -219,7 +194,7 @@ pub async fn serve_listener(
         let guard = OpenGuard::new(&open);
         let (builder, watcher) = (Arc::clone(&builder), graceful.watcher());
         let (first_bytes, stall) = (current.header_read_timeout, current.idle_timeout);
-        let native = (current.http1 == Http1Server::Native).then(|| Native {
+        let native = Native {
             settings: crate::h1::server::Settings {
                 max_header_bytes: current.max_header_bytes,
                 max_headers: current.max_headers,
@@ -227,7 +202,7 @@ pub async fn serve_listener(
                 idle_timeout: current.idle_timeout,
             },
             drain: drain.subscribe(),
-        });
+        };
         // TLS when the listener's settings say so (they follow reloads; the
         // certificates are installed before the settings change). A TLS
         // listener never falls back to cleartext: without certificates the
@@ -237,10 +212,7 @@ pub async fn serve_listener(
             let _guard = guard;
             let Some(tls) = tls else {
                 let io = ClientIo::new(stream, first_bytes, stall);
-                let Some(native) = native else {
-                    return serve_conn(&builder, io, svc, watcher, close, peer).await;
-                };
-                // h2c (the preface) stays on hyper; everything else is
+                // h2c (the preface) goes to hyper; everything else is
                 // HTTP/1.x for hopgate's own server.
                 return match sniff(io).await {
                     Some(Sniffed::H2c(io)) => {
@@ -256,12 +228,11 @@ pub async fn serve_listener(
             if let Some(stream) = crate::tls::accept(&tls, stream, first_bytes).await {
                 let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
                 let io = ClientIo::new(stream, first_bytes, stall);
-                match native {
-                    // ALPN `h2` stays on hyper.
-                    Some(native) if !h2 => {
-                        serve_native(Box::new(io), bytes::BytesMut::new(), svc, native).await;
-                    }
-                    _ => serve_conn(&builder, io, svc, watcher, close, peer).await,
+                // ALPN `h2` goes to hyper.
+                if h2 {
+                    serve_conn(&builder, io, svc, watcher, close, peer).await;
+                } else {
+                    serve_native(Box::new(io), bytes::BytesMut::new(), svc, native).await;
                 }
             }
         });
@@ -282,8 +253,8 @@ pub async fn serve_listener(
     }
 }
 
-/// Serves one client connection (plain or TLS) until it ends, shutdown
-/// closes it, or an HTTP/2 stream stalls past the send limit.
+/// Serves one HTTP/2 client connection (h2c or TLS) with hyper until it
+/// ends, shutdown closes it, or a stream stalls past the send limit.
 async fn serve_conn<I>(
     builder: &auto::Builder<TokioExecutor>,
     io: I,
@@ -294,9 +265,7 @@ async fn serve_conn<I>(
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let conn = builder
-        .serve_connection_with_upgrades(TokioIo::new(io), svc)
-        .into_owned();
+    let conn = builder.serve_connection(TokioIo::new(io), svc).into_owned();
     let conn = watcher.watch(conn);
     tokio::select! {
         r = conn => {
@@ -359,12 +328,11 @@ where
 /// stream's send stall ([`crate::send_watch`]) asks for it, and this server
 /// speaks HTTP/1.x only (watching it cost a lock on every wake-up).
 async fn serve_native(
-    io: Box<dyn crate::h1::server_body::ClientStream>,
+    io: Box<dyn crate::h1::ClientStream>,
     read: bytes::BytesMut,
     svc: ConnService,
     native: Native,
 ) {
-    svc.0.native_h1.store(true, Ordering::Relaxed);
     crate::h1::server::serve(io, read, svc.0, native.settings, native.drain).await;
 }
 
@@ -398,27 +366,15 @@ impl Drop for OpenGuard {
 }
 
 /// Wraps a future that cannot fail in the `Result` hyper's service wants,
-/// without another layer of `async` (and its copy of the future). The flag:
-/// an HTTP/1.x request, whose response says `Connection: close` while the
-/// process hands over to a new one ([`crate::handover`]).
-pub(crate) struct Infallibly<F>(F, bool);
+/// without another layer of `async` (and its copy of the future).
+pub(crate) struct Infallibly<F>(F);
 
 impl<F: Future<Output = Box<Response<ProxyBody>>> + Unpin> Future for Infallibly<F> {
     type Output = Result<Response<ProxyBody>, Infallible>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let h1 = self.1;
         Pin::new(&mut self.0).poll(cx).map(|mut resp| {
             // hyper writes header maps only.
             crate::h1::response_head::materialize(&mut resp);
-            if h1
-                && crate::handover::handing_over()
-                && resp.status() != http::StatusCode::SWITCHING_PROTOCOLS
-            {
-                resp.headers_mut().insert(
-                    http::header::CONNECTION,
-                    http::HeaderValue::from_static("close"),
-                );
-            }
             Ok(*resp)
         })
     }

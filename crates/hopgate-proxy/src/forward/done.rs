@@ -20,7 +20,7 @@ use http_body::Body as _;
 use crate::upstream::Snapshot;
 use hopgate_core::error::ErrorKind;
 
-use super::logged::LoggedBody;
+use super::logged::{AccessLine, LoggedBody};
 use super::{ClientConn, RequestCtx};
 use crate::body::ProxyBody;
 use crate::headers::{RequestFacts, RequestId};
@@ -220,7 +220,10 @@ impl Done {
             facts,
         };
         let mut resp = resp;
-        ProxyBody::wrap_in(&mut resp, |body| LoggedBody::wrap(body, line));
+        ProxyBody::wrap_in(&mut resp, |body| {
+            let watched = matches!(body, ProxyBody::SendWatched(_));
+            ProxyBody::Logged(Box::new(LoggedBody::new(body, line, watched)))
+        });
         resp
     }
 }
@@ -236,12 +239,12 @@ pub(super) struct PendingLine {
     facts: Box<AccessFacts>,
 }
 
-impl PendingLine {
+impl AccessLine for PendingLine {
     /// Writes the line: `bytes_out` body bytes were passed on; `cut`
     /// says why the body did not end (the line keeps the status the
     /// client got, like nginx does, and names the cause as its `error`).
-    pub(super) fn write(self, bytes_out: u64, cut: Option<ErrorKind>) {
-        let mut out = self.out;
+    fn write(&mut self, bytes_out: u64, cut: Option<ErrorKind>) {
+        let mut out = std::mem::take(&mut self.out);
         if out.error.is_none() {
             out.error = cut;
         }

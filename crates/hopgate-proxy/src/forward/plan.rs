@@ -30,7 +30,7 @@ use hopgate_store::{Binding, FetchFuture};
 use super::done::Outcome;
 use super::{grpc, ClientConn, Forwarder};
 use crate::body::ProxyBody;
-use crate::h1::RequestBody;
+use crate::body::RequestBody;
 use crate::headers::{
     append_forwarded_for, strip_request, RequestFacts, SetLines, GRPC_TIMEOUT, X_FORWARDED_PROTO,
     X_ROUTE_RULE_ID, X_UPSTREAM_ADDR,

@@ -28,14 +28,13 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use http::header::{HeaderName, CONTENT_LENGTH, TRAILER};
 use http::{Response, Version};
-use http_body::Body;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::response_head::RawHead;
 use super::server_body::Slot;
 use super::write::{self, HeadWriter, Out};
-use crate::body::ProxyBody;
+use super::{BoxError, Payload};
 
 /// What the response depends on from its request.
 #[derive(Clone, Copy)]
@@ -48,9 +47,9 @@ pub(super) struct Ask {
 
 /// Writes one response: head, then body. `keep`: the connection stays
 /// open after it; cleared when the response or its framing needs a close.
-pub(super) async fn write_response<W: AsyncWrite + Unpin>(
+pub(super) async fn write_response<W: AsyncWrite + Unpin, B: Payload>(
     io: &mut W,
-    resp: Box<Response<ProxyBody>>,
+    resp: Box<Response<B>>,
     ask: Ask,
     keep: &mut bool,
 ) -> io::Result<()> {
@@ -59,7 +58,7 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
         *keep = false;
     }
     let mut resp = resp;
-    let mut body = std::mem::replace(resp.body_mut(), ProxyBody::Empty);
+    let mut body = std::mem::take(resp.body_mut());
     let raw = body.take_raw_head();
     // The first body bytes, when they are there already: written with the
     // head in one vectored write.
@@ -126,7 +125,7 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
         w.write_to(io).await.map_err(|(e, _)| e)?;
     }
     // The head is written: the answer's box serves the thread's next one.
-    super::spare::give_response(resp);
+    B::give_response(resp);
     if overlong {
         *keep = false;
         io.flush().await?;
@@ -199,9 +198,9 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
 }
 
 /// Writes a 101 answer's head (the tunnel takes the connection after it).
-pub(super) async fn write_upgrade<W: AsyncWrite + Unpin>(
+pub(super) async fn write_upgrade<W: AsyncWrite + Unpin, B: Payload>(
     io: &mut W,
-    resp: Box<Response<ProxyBody>>,
+    resp: Box<Response<B>>,
 ) -> io::Result<()> {
     let ask = Ask {
         version: Version::HTTP_11,
@@ -287,7 +286,7 @@ enum Framing {
 }
 
 /// `Content-Length` of a response when it is one valid value.
-fn declared_length(resp: &Response<ProxyBody>) -> Option<u64> {
+fn declared_length<B: Payload>(resp: &Response<B>) -> Option<u64> {
     let value = match resp.body().raw_head() {
         // At most one line (the answer step made sure), checked by the
         // parser.
@@ -334,7 +333,7 @@ fn line_kind(name: &[u8]) -> Line {
 
 /// Decides a response's framing (the rules of hyper's server, so clients
 /// see what they saw before).
-fn framing(resp: &Response<ProxyBody>, ask: Ask) -> Framing {
+fn framing<B: Payload>(resp: &Response<B>, ask: Ask) -> Framing {
     let status = resp.status().as_u16();
     if ask.is_head || status < 200 || status == 204 || status == 304 {
         return Framing::None;
@@ -376,9 +375,9 @@ struct Scratch {
 /// The status line and header lines of a response, with the framing,
 /// connection and date lines it needs. `close`: says whether the response
 /// itself asks to close.
-fn status_and_headers<'a>(
+fn status_and_headers<'a, B>(
     w: &mut HeadWriter<'a>,
-    resp: &'a Response<ProxyBody>,
+    resp: &'a Response<B>,
     raw: Option<&'a RawHead>,
     ask: Ask,
     framing: &Framing,
@@ -444,7 +443,7 @@ fn status_and_headers<'a>(
         lines.write(w, line_kind(name), name, value.as_bytes(), close);
     }
     if !lines.has_date {
-        *date = crate::h1::date::now();
+        *date = super::date::now();
         w.header(b"date", &date[..]);
     }
 }
@@ -485,17 +484,19 @@ impl Lines {
 }
 
 /// A body's first data frame when it is ready without waiting.
-fn first_data(body: &mut ProxyBody) -> Result<Option<Bytes>, crate::body::BoxError> {
-    if let ProxyBody::Full(b) = body {
-        return Ok(b.take());
+fn first_data<B: Payload>(body: &mut B) -> Result<Option<Bytes>, BoxError> {
+    if let Some(whole) = body.take_whole() {
+        return Ok(whole);
     }
     match body.frame().now_or_never() {
         Some(Some(Ok(f))) => match f.into_data() {
             Ok(d) => Ok(Some(d)),
             // Trailers first: put back as a body of their own.
             Err(f) => {
-                let rest = std::mem::take(body);
-                *body = ProxyBody::prefixed(None, f.into_trailers().ok(), rest);
+                if let Ok(trailers) = f.into_trailers() {
+                    let rest = std::mem::take(body);
+                    *body = B::after_trailers(trailers, rest);
+                }
                 Ok(None)
             }
         },
@@ -507,6 +508,7 @@ fn first_data(body: &mut ProxyBody) -> Result<Option<Bytes>, crate::body::BoxErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::h1::testing::TestBody;
     use http::header::{HeaderMap, HeaderValue};
 
     fn ask(version: Version, is_head: bool, trailers_ok: bool) -> Ask {
@@ -518,11 +520,11 @@ mod tests {
     }
 
     /// A body of unknown length: `data`, then `trailers`.
-    fn streamed(data: &'static [u8], trailers: Option<HeaderMap>) -> ProxyBody {
-        ProxyBody::prefixed(Some(Bytes::from_static(data)), trailers, ProxyBody::Empty)
+    fn streamed(data: &'static [u8], trailers: Option<HeaderMap>) -> TestBody {
+        TestBody::prefixed(Some(Bytes::from_static(data)), trailers, TestBody::Empty)
     }
 
-    async fn written(resp: Response<ProxyBody>, ask: Ask) -> (String, bool) {
+    async fn written(resp: Response<TestBody>, ask: Ask) -> (String, bool) {
         let mut out: Vec<u8> = Vec::new();
         let mut keep = true;
         write_response(&mut out, Box::new(resp), ask, &mut keep)
@@ -552,9 +554,9 @@ mod tests {
         let head = b"HTTP/1.1 200 Fine\r\nServer: nginx\r\nConnection: keep-alive\r\n\
             Keep-Alive: timeout=5\r\nContent-Length: 2\r\nX-Mixed-Case:A  \r\n\r\n";
         let raw = || {
-            let mut r = Response::new(ProxyBody::with_raw_head(
+            let mut r = Response::new(TestBody::with_raw_head(
                 RawHead::parsed(head),
-                ProxyBody::full("ok"),
+                TestBody::full("ok"),
             ));
             r.headers_mut()
                 .append("set-cookie", HeaderValue::from_static("s=1"));
@@ -570,9 +572,9 @@ mod tests {
         // Its own `Date` is kept; HEAD keeps the length and sends no body.
         let dated = b"HTTP/1.1 200 OK\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\n\
             Content-Length: 7\r\n\r\n";
-        let r = Response::new(ProxyBody::with_raw_head(
+        let r = Response::new(TestBody::with_raw_head(
             RawHead::parsed(dated),
-            ProxyBody::Empty,
+            TestBody::Empty,
         ));
         let (t, _) = written(r, ask(Version::HTTP_11, true, false)).await;
         assert_eq!(
@@ -583,7 +585,7 @@ mod tests {
         // `Transfer-Encoding` is not repeated. An empty reason phrase is
         // the code's own.
         let chunked = b"HTTP/1.1 404 \r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n";
-        let mut r = Response::new(ProxyBody::with_raw_head(
+        let mut r = Response::new(TestBody::with_raw_head(
             RawHead::parsed(chunked),
             streamed(b"hello", None),
         ));
@@ -593,7 +595,7 @@ mod tests {
         // Materialized, the same head becomes map entries before the
         // added ones, with its reason phrase kept.
         let mut r = raw();
-        crate::h1::response_head::materialize(&mut r);
+        super::super::response_head::materialize(&mut r);
         assert!(r.body().raw_head().is_none());
         let names: Vec<_> = r.headers().keys().map(|n| n.as_str()).collect();
         assert_eq!(
@@ -617,9 +619,9 @@ mod tests {
     #[tokio::test]
     async fn a_raw_status_line_is_used_only_when_it_is_the_same_line() {
         let of = |head: &'static [u8], code: u16, version| async move {
-            let mut r = Response::new(ProxyBody::with_raw_head(
+            let mut r = Response::new(TestBody::with_raw_head(
                 RawHead::parsed(head),
-                ProxyBody::Empty,
+                TestBody::Empty,
             ));
             *r.status_mut() = http::StatusCode::from_u16(code).unwrap();
             let (t, _) = written(r, ask(version, false, false)).await;
@@ -654,7 +656,7 @@ mod tests {
     async fn answers_are_framed_as_hyper_framed_them() {
         // A known length is added; the body goes with the head.
         let (t, keep) = written(
-            Response::new(ProxyBody::full("hi")),
+            Response::new(TestBody::full("hi")),
             ask(Version::HTTP_11, false, false),
         )
         .await;
@@ -698,7 +700,7 @@ mod tests {
         assert_eq!(t, "HTTP/1.0 200 OK\r\ndate: *\r\n\r\nhello");
         assert!(!keep);
         // HEAD keeps the length it was given and sends no body.
-        let mut r = Response::new(ProxyBody::Empty);
+        let mut r = Response::new(TestBody::Empty);
         r.headers_mut()
             .insert(CONTENT_LENGTH, HeaderValue::from_static("1000"));
         let (t, _) = written(r, ask(Version::HTTP_11, true, false)).await;
@@ -707,7 +709,7 @@ mod tests {
             "HTTP/1.1 200 OK\r\ncontent-length: 1000\r\ndate: *\r\n\r\n"
         );
         // 204: no framing lines at all.
-        let mut r = Response::new(ProxyBody::Empty);
+        let mut r = Response::new(TestBody::Empty);
         *r.status_mut() = http::StatusCode::NO_CONTENT;
         r.headers_mut()
             .insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
@@ -719,7 +721,7 @@ mod tests {
         let mut keep = false;
         write_response(
             &mut out,
-            Box::new(Response::new(ProxyBody::Empty)),
+            Box::new(Response::new(TestBody::Empty)),
             ask(Version::HTTP_11, false, false),
             &mut keep,
         )
@@ -730,7 +732,7 @@ mod tests {
         let mut keep = true;
         write_response(
             &mut out,
-            Box::new(Response::new(ProxyBody::Empty)),
+            Box::new(Response::new(TestBody::Empty)),
             ask(Version::HTTP_10, false, false),
             &mut keep,
         )
