@@ -304,6 +304,80 @@ impl Guarded {
     }
 }
 
+/// A streamed client body's next frame, failing once more than `limit`
+/// bytes came; what the client did is recorded in `watch`.
+fn poll_limited(
+    inner: &mut RequestBody,
+    seen: &mut u64,
+    limit: u64,
+    watch: Option<&ClientBody>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    let polled = Pin::new(inner).poll_frame(cx);
+    let state = match &polled {
+        Poll::Ready(Some(Ok(frame))) => {
+            *seen += frame.data_ref().map_or(0, |d| d.len() as u64);
+            if *seen > limit {
+                if let Some(w) = watch {
+                    w.set(ClientBody::TOO_LARGE);
+                }
+                return Poll::Ready(Some(Err(Box::new(BodyTooLarge { limit }))));
+            }
+            ClientBody::FLOWING
+        }
+        Poll::Ready(Some(Err(e))) if body_error(e) == ErrorKind::MalformedBody => {
+            ClientBody::MALFORMED
+        }
+        Poll::Ready(Some(Err(_))) => ClientBody::ABORTED,
+        Poll::Ready(None) => ClientBody::ENDED,
+        Poll::Pending => ClientBody::WAITING,
+    };
+    if let Some(w) = watch {
+        w.set(state);
+    }
+    polled
+}
+
+impl Guarded {
+    /// The stream's next frame, or its end at the call's own deadline or
+    /// at the node's drain deadline.
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        loop {
+            if self.until.is_some_and(|u| tokio::time::Instant::now() >= u) {
+                self.ended = true;
+                self.inner = ProxyBody::Empty;
+                return Poll::Ready(Some(Ok(Guarded::deadline_exceeded())));
+            }
+            if self.due() {
+                self.ended = true;
+                // Dropping the upstream body resets its stream.
+                self.inner = ProxyBody::Empty;
+                tracing::info!(node = %self.node.key().node, "gRPC stream ended at the drain deadline");
+                return Poll::Ready(Some(Ok(Guarded::unavailable())));
+            }
+            match Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Ready(None) => {
+                    self.ended = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(other) => return Poll::Ready(other),
+                Poll::Pending => {}
+            }
+            match self.tick.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    self.tick
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + DRAIN_POLL);
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
 impl ProxyBody {
     pub fn full(b: impl Into<Bytes>) -> ProxyBody {
         ProxyBody::Full(Some(b.into()))
@@ -424,33 +498,7 @@ impl Body for ProxyBody {
                 seen,
                 limit,
                 watch,
-            } => {
-                let polled = Pin::new(inner).poll_frame(cx);
-                let state = match &polled {
-                    Poll::Ready(Some(Ok(frame))) => {
-                        *seen += frame.data_ref().map_or(0, |d| d.len() as u64);
-                        if *seen > *limit {
-                            if let Some(w) = watch {
-                                w.set(ClientBody::TOO_LARGE);
-                            }
-                            return Poll::Ready(Some(Err(Box::new(BodyTooLarge {
-                                limit: *limit,
-                            }))));
-                        }
-                        ClientBody::FLOWING
-                    }
-                    Poll::Ready(Some(Err(e))) if body_error(e) == ErrorKind::MalformedBody => {
-                        ClientBody::MALFORMED
-                    }
-                    Poll::Ready(Some(Err(_))) => ClientBody::ABORTED,
-                    Poll::Ready(None) => ClientBody::ENDED,
-                    Poll::Pending => ClientBody::WAITING,
-                };
-                if let Some(w) = watch {
-                    w.set(state);
-                }
-                polled
-            }
+            } => poll_limited(inner, seen, *limit, watch.as_deref(), cx),
             ProxyBody::H1(b) => b.0.poll_frame(cx),
             ProxyBody::Upstream(inner) => Pin::new(inner)
                 .poll_frame(cx)
@@ -467,41 +515,7 @@ impl Body for ProxyBody {
             ProxyBody::SendWatched(w) => Pin::new(w.as_mut()).poll_frame(cx),
             ProxyBody::Logged(l) => l.poll_frame(cx),
             ProxyBody::Headed(h) => Pin::new(&mut h.body).poll_frame(cx),
-            ProxyBody::Guarded(g) => {
-                if g.ended {
-                    return Poll::Ready(None);
-                }
-                loop {
-                    if g.until.is_some_and(|u| tokio::time::Instant::now() >= u) {
-                        g.ended = true;
-                        g.inner = ProxyBody::Empty;
-                        return Poll::Ready(Some(Ok(Guarded::deadline_exceeded())));
-                    }
-                    if g.due() {
-                        g.ended = true;
-                        // Dropping the upstream body resets its stream.
-                        g.inner = ProxyBody::Empty;
-                        tracing::info!(node = %g.node.key().node, "gRPC stream ended at the drain deadline");
-                        return Poll::Ready(Some(Ok(Guarded::unavailable())));
-                    }
-                    match Pin::new(&mut g.inner).poll_frame(cx) {
-                        Poll::Ready(None) => {
-                            g.ended = true;
-                            return Poll::Ready(None);
-                        }
-                        Poll::Ready(other) => return Poll::Ready(other),
-                        Poll::Pending => {}
-                    }
-                    match g.tick.as_mut().poll(cx) {
-                        Poll::Ready(()) => {
-                            g.tick
-                                .as_mut()
-                                .reset(tokio::time::Instant::now() + DRAIN_POLL);
-                        }
-                        Poll::Pending => return Poll::Pending,
-                    }
-                }
-            }
+            ProxyBody::Guarded(g) => g.poll_frame(cx),
         }
     }
 

@@ -28,7 +28,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::body::{ProxyBody, RequestBody};
@@ -119,6 +119,37 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
     }
 }
 
+/// A listener's settings as of its last accept, and what is built from
+/// them (rebuilt when a reload stores new ones).
+struct Current {
+    settings: Arc<ListenerSettings>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    req_ctx: Arc<RequestCtx>,
+}
+
+impl Current {
+    fn of(ctx: &ListenerCtx, settings: Arc<ListenerSettings>) -> Current {
+        Current {
+            builder: Arc::new(server_builder(&settings)),
+            req_ctx: Arc::new(RequestCtx {
+                listener: ctx.name.clone(),
+                debug_headers: settings.debug_headers,
+                normalize_path: settings.normalize_path,
+                tls: settings.tls,
+            }),
+            settings,
+        }
+    }
+
+    /// Takes the listener's latest settings, if a reload changed them.
+    fn refresh(&mut self, ctx: &ListenerCtx) {
+        let latest = ctx.settings.load();
+        if !Arc::ptr_eq(&latest, &self.settings) {
+            *self = Current::of(ctx, arc_swap::Guard::into_inner(latest));
+        }
+    }
+}
+
 /// Accepts and serves clients on `listener` until `shutdown` turns true, then
 /// drains: open connections get GOAWAY / `Connection: close` and up to
 /// `shutdown_timeout` to finish what they are doing.
@@ -132,15 +163,7 @@ pub async fn serve_listener(
     // receiver; the sender sees when the last one is gone).
     let drain = watch::Sender::new(false);
     let open = Arc::new(AtomicUsize::new(0));
-    let mut current = ctx.settings.load_full();
-    let mut builder = Arc::new(server_builder(&current));
-    let mut req_ctx = Arc::new(RequestCtx {
-        listener: ctx.name.clone(),
-        debug_headers: current.debug_headers,
-        normalize_path: current.normalize_path,
-        tls: current.tls,
-    });
-
+    let mut current = Current::of(&ctx, ctx.settings.load_full());
     let mut refusing = false;
     loop {
         let accepted = tokio::select! {
@@ -160,22 +183,13 @@ pub async fn serve_listener(
         // them as the IPv4 address they are (access rules, hashing and
         // `X-Forwarded-For` all see that).
         let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
-        let latest = ctx.settings.load();
-        if !Arc::ptr_eq(&latest, &current) {
-            current = arc_swap::Guard::into_inner(latest);
-            builder = Arc::new(server_builder(&current));
-            req_ctx = Arc::new(RequestCtx {
-                listener: ctx.name.clone(),
-                debug_headers: current.debug_headers,
-                normalize_path: current.normalize_path,
-                tls: current.tls,
-            });
-        }
-        if open.load(Ordering::Relaxed) >= current.max_connections {
+        current.refresh(&ctx);
+        let s = &current.settings;
+        if open.load(Ordering::Relaxed) >= s.max_connections {
             // One warning per burst of refusals, not one per connection.
             if !refusing {
                 refusing = true;
-                tracing::warn!(listener = %ctx.name, %peer, limit = current.max_connections, "max_connections reached; closing new connections");
+                tracing::warn!(listener = %ctx.name, %peer, limit = s.max_connections, "max_connections reached; closing new connections");
             }
             drop(stream);
             continue;
@@ -185,62 +199,51 @@ pub async fn serve_listener(
             tracing::info!(listener = %ctx.name, "below max_connections again; accepting");
         }
         let _ = stream.set_nodelay(true);
-        let svc = ConnService(Arc::new(ClientConn::new(
-            ctx.forwarder.clone(),
+        let conn = Accepted {
+            svc: ConnService(Arc::new(ClientConn::new(
+                ctx.forwarder.clone(),
+                peer,
+                Arc::clone(&current.req_ctx),
+            ))),
+            stream,
             peer,
-            Arc::clone(&req_ctx),
-        )));
-        let close = Arc::clone(&svc.0.close);
-        let guard = OpenGuard::new(&open);
-        let (builder, watcher) = (Arc::clone(&builder), graceful.watcher());
-        let (first_bytes, stall) = (current.header_read_timeout, current.idle_timeout);
-        let native = Native {
-            settings: crate::h1::server::Settings {
-                max_header_bytes: current.max_header_bytes,
-                max_headers: current.max_headers,
-                header_read_timeout: current.header_read_timeout,
-                idle_timeout: current.idle_timeout,
+            guard: OpenGuard::new(&open),
+            builder: Arc::clone(&current.builder),
+            watcher: graceful.watcher(),
+            first_bytes: s.header_read_timeout,
+            stall: s.idle_timeout,
+            native: Native {
+                settings: crate::h1::server::Settings {
+                    max_header_bytes: s.max_header_bytes,
+                    max_headers: s.max_headers,
+                    header_read_timeout: s.header_read_timeout,
+                    idle_timeout: s.idle_timeout,
+                },
+                drain: drain.subscribe(),
             },
-            drain: drain.subscribe(),
+            // TLS when the listener's settings say so (they follow reloads;
+            // the certificates are installed before the settings change). A
+            // TLS listener never falls back to cleartext: without
+            // certificates the handshake fails.
+            tls: s.tls.then(|| Arc::clone(&ctx.tls)),
         };
-        // TLS when the listener's settings say so (they follow reloads; the
-        // certificates are installed before the settings change). A TLS
-        // listener never falls back to cleartext: without certificates the
-        // handshake fails.
-        let tls = current.tls.then(|| Arc::clone(&ctx.tls));
-        tokio::spawn(async move {
-            let _guard = guard;
-            let Some(tls) = tls else {
-                let io = ClientIo::new(stream, first_bytes, stall);
-                // h2c (the preface) goes to hyper; everything else is
-                // HTTP/1.x for hopgate's own server.
-                return match sniff(io).await {
-                    Some(Sniffed::H2c(io)) => {
-                        serve_conn(&builder, io, svc, watcher, close, peer).await;
-                    }
-                    Some(Sniffed::Http1(io, read)) => {
-                        serve_native(Box::new(io), read, svc, native).await;
-                    }
-                    None => {}
-                };
-            };
-            // The handshake shares the first-bytes deadline.
-            if let Some(stream) = crate::tls::accept(&tls, stream, first_bytes).await {
-                let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                let io = ClientIo::new(stream, first_bytes, stall);
-                // ALPN `h2` goes to hyper.
-                if h2 {
-                    serve_conn(&builder, io, svc, watcher, close, peer).await;
-                } else {
-                    serve_native(Box::new(io), bytes::BytesMut::new(), svc, native).await;
-                }
-            }
-        });
+        tokio::spawn(serve_accepted(conn));
     }
     drop(listener);
+    shut_down(&ctx, &open, &drain, graceful).await;
+}
+
+/// Stops a listener: lingers while the process hands over, then drains
+/// its connections, up to `shutdown_timeout` in all.
+async fn shut_down(
+    ctx: &ListenerCtx,
+    open: &AtomicUsize,
+    drain: &watch::Sender<bool>,
+    graceful: GracefulShutdown,
+) {
     tracing::info!(listener = %ctx.name, open = open.load(Ordering::Relaxed), "listener stopped accepting; draining");
     let deadline = ctx.settings.load().shutdown_timeout;
-    let lingered = crate::handover::linger(&open, deadline).await;
+    let lingered = crate::handover::linger(open, deadline).await;
     drain.send_replace(true);
     let both = async {
         tokio::join!(graceful.shutdown(), drain.closed());
@@ -250,6 +253,67 @@ pub async fn serve_listener(
         .is_err()
     {
         tracing::warn!(listener = %ctx.name, "shutdown deadline passed with connections still open");
+    }
+}
+
+/// An accepted connection and what its task needs to serve it.
+struct Accepted {
+    stream: TcpStream,
+    peer: SocketAddr,
+    svc: ConnService,
+    /// Counts the connection open until its task ends.
+    guard: OpenGuard,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    watcher: hyper_util::server::graceful::Watcher,
+    /// `timeouts.header_read`: the first bytes (and the TLS handshake).
+    first_bytes: Duration,
+    /// `timeouts.idle`.
+    stall: Duration,
+    native: Native,
+    tls: Option<Arc<ListenerTlsState>>,
+}
+
+/// One connection's task: the TLS handshake when the listener has TLS,
+/// then hyper's HTTP/2 server (h2c's preface, ALPN `h2`) or hopgate's own
+/// HTTP/1.1 server (everything else).
+async fn serve_accepted(a: Accepted) {
+    let Accepted {
+        stream,
+        peer,
+        svc,
+        guard: _guard,
+        builder,
+        watcher,
+        first_bytes,
+        stall,
+        native,
+        tls,
+    } = a;
+    let close = Arc::clone(&svc.0.close);
+    let Some(tls) = tls else {
+        let io = ClientIo::new(stream, first_bytes, stall);
+        // h2c (the preface) goes to hyper; everything else is HTTP/1.x
+        // for hopgate's own server.
+        return match sniff(io).await {
+            Some(Sniffed::H2c(io)) => {
+                serve_conn(&builder, io, svc, watcher, close, peer).await;
+            }
+            Some(Sniffed::Http1(io, read)) => {
+                serve_native(Box::new(io), read, svc, native).await;
+            }
+            None => {}
+        };
+    };
+    // The handshake shares the first-bytes deadline.
+    if let Some(stream) = crate::tls::accept(&tls, stream, first_bytes).await {
+        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+        let io = ClientIo::new(stream, first_bytes, stall);
+        // ALPN `h2` goes to hyper.
+        if h2 {
+            serve_conn(&builder, io, svc, watcher, close, peer).await;
+        } else {
+            serve_native(Box::new(io), bytes::BytesMut::new(), svc, native).await;
+        }
     }
 }
 

@@ -152,12 +152,7 @@ impl Done {
                 out.status = kind.status();
                 out.error = Some(kind);
                 METRICS.error(kind);
-                let id = self.request_id.to_value();
-                Box::new(if self.grpc {
-                    grpc_error_response(kind, Some(&id))
-                } else {
-                    error_response(kind, Some(&id))
-                })
+                error_answer(kind, self.grpc, &self.request_id)
             }
         };
         // A gRPC error travels as HTTP 200 with a `grpc-status`; it is
@@ -219,13 +214,18 @@ impl Done {
             took,
             facts,
         };
-        let mut resp = resp;
-        ProxyBody::wrap_in(&mut resp, |body| {
-            let watched = matches!(body, ProxyBody::SendWatched(_));
-            ProxyBody::Logged(Box::new(LoggedBody::new(body, line, watched)))
-        });
-        resp
+        line.wait_for(resp)
     }
+}
+
+/// The gateway's own answer for `kind`: a gRPC one for a gRPC request.
+fn error_answer(kind: ErrorKind, grpc: bool, request_id: &RequestId) -> Box<Response<ProxyBody>> {
+    let id = request_id.to_value();
+    Box::new(if grpc {
+        grpc_error_response(kind, Some(&id))
+    } else {
+        error_response(kind, Some(&id))
+    })
 }
 
 /// An access line waiting for the end of its answer's body.
@@ -237,6 +237,18 @@ pub(super) struct PendingLine {
     out: Outcome,
     took: std::time::Duration,
     facts: Box<AccessFacts>,
+}
+
+impl PendingLine {
+    /// `resp` with its body wrapped to write this line when it ends
+    /// ([`LoggedBody`]).
+    fn wait_for(self, mut resp: Box<Response<ProxyBody>>) -> Box<Response<ProxyBody>> {
+        ProxyBody::wrap_in(&mut resp, |body| {
+            let watched = matches!(body, ProxyBody::SendWatched(_));
+            ProxyBody::Logged(Box::new(LoggedBody::new(body, self, watched)))
+        });
+        resp
+    }
 }
 
 impl AccessLine for PendingLine {

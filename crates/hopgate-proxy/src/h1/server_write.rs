@@ -74,54 +74,20 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin, B: Payload>(
             return Err(io::Error::other(e));
         }
     };
-    let mut scratch = Scratch::default();
-    let mut close = false;
-    let mut digits = write::Digits::default();
-    let mut chunk_pre = [0u8; 18];
-    let mut overlong = false;
+    let mut bufs = HeadBufs::default();
+    let overlong;
     {
         // A raw head's lines go in runs, one slice each: usually one or
         // two (its `Connection` line left out).
         let raw_runs = raw.as_ref().map_or(0, |_| 3);
         let mut w = HeadWriter::with_lines(resp.headers().len() + 4, raw_runs);
-        let raw = raw.as_ref();
-        status_and_headers(&mut w, &resp, raw, ask, &framing, &mut scratch, &mut close);
-        if close {
-            *keep = false;
-        }
-        match &framing {
-            Framing::Length { left, add: true } => {
-                w.header(b"content-length", digits.of(*left));
-            }
-            Framing::Chunked { .. } => w.header(b"transfer-encoding", b"chunked"),
-            _ => {}
-        }
-        if !close {
-            if ask.version == Version::HTTP_10 && *keep {
-                w.header(b"connection", b"keep-alive");
-            } else if ask.version == Version::HTTP_11 && !*keep {
-                w.header(b"connection", b"close");
-            }
-        }
-        w.push(b"\r\n");
-        if let Some(d) = &first {
-            match &mut framing {
-                Framing::Length { left, .. } => {
-                    let take = (d.len() as u64).min(*left) as usize;
-                    overlong = take < d.len();
-                    *left -= take as u64;
-                    w.push(&d[..take]);
-                }
-                Framing::Chunked { .. } => {
-                    let n = write::chunk_prefix(d.len(), &mut chunk_pre);
-                    w.push(&chunk_pre[..n]);
-                    w.push(d);
-                    w.push(b"\r\n");
-                }
-                Framing::Close => w.push(d),
-                Framing::None => {}
-            }
-        }
+        let head = Head {
+            resp: &resp,
+            raw: raw.as_ref(),
+            ask,
+            first: first.as_ref(),
+        };
+        overlong = head_lines(&mut w, head, &mut framing, keep, &mut bufs);
         w.write_to(io).await.map_err(|(e, _)| e)?;
     }
     // The head is written: the answer's box serves the thread's next one.
@@ -133,6 +99,98 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin, B: Payload>(
             "response body longer than its Content-Length",
         ));
     }
+    write_body(io, &mut body, framing, keep).await
+}
+
+/// What a response head is written from.
+struct Head<'a, B> {
+    resp: &'a Response<B>,
+    /// The backend's head, kept raw.
+    raw: Option<&'a RawHead>,
+    ask: Ask,
+    /// The body's first bytes, when they were there already.
+    first: Option<&'a Bytes>,
+}
+
+/// Bytes the head is written from that are made while writing it, kept
+/// until the head is out.
+#[derive(Default)]
+struct HeadBufs {
+    scratch: Scratch,
+    digits: write::Digits,
+    chunk_pre: [u8; 18],
+}
+
+/// The status line, the header lines and the first body bytes, into `w`
+/// (written in one vectored write); says whether those bytes ran past the
+/// declared length (the rest of them is left out).
+fn head_lines<'a, B>(
+    w: &mut HeadWriter<'a>,
+    head: Head<'a, B>,
+    framing: &mut Framing,
+    keep: &mut bool,
+    bufs: &'a mut HeadBufs,
+) -> bool {
+    let Head {
+        resp,
+        raw,
+        ask,
+        first,
+    } = head;
+    let HeadBufs {
+        scratch,
+        digits,
+        chunk_pre,
+    } = bufs;
+    let mut close = false;
+    let mut overlong = false;
+    status_and_headers(w, resp, raw, ask, framing, scratch, &mut close);
+    if close {
+        *keep = false;
+    }
+    match &*framing {
+        Framing::Length { left, add: true } => {
+            w.header(b"content-length", digits.of(*left));
+        }
+        Framing::Chunked { .. } => w.header(b"transfer-encoding", b"chunked"),
+        _ => {}
+    }
+    if !close {
+        if ask.version == Version::HTTP_10 && *keep {
+            w.header(b"connection", b"keep-alive");
+        } else if ask.version == Version::HTTP_11 && !*keep {
+            w.header(b"connection", b"close");
+        }
+    }
+    w.push(b"\r\n");
+    if let Some(d) = first {
+        match framing {
+            Framing::Length { left, .. } => {
+                let take = (d.len() as u64).min(*left) as usize;
+                overlong = take < d.len();
+                *left -= take as u64;
+                w.push(&d[..take]);
+            }
+            Framing::Chunked { .. } => {
+                let n = write::chunk_prefix(d.len(), chunk_pre);
+                w.push(&chunk_pre[..n]);
+                w.push(d);
+                w.push(b"\r\n");
+            }
+            Framing::Close => w.push(d),
+            Framing::None => {}
+        }
+    }
+    overlong
+}
+
+/// Writes the rest of the body as `framing` frames it, and its end.
+async fn write_body<W: AsyncWrite + Unpin, B: Payload>(
+    io: &mut W,
+    body: &mut B,
+    mut framing: Framing,
+    keep: &mut bool,
+) -> io::Result<()> {
     let mut out = Out::default();
     loop {
         let more = match &framing {
@@ -180,6 +238,17 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin, B: Payload>(
         }
         std::future::poll_fn(|cx| out.poll_write(io, cx)).await?;
     }
+    end_body(io, &mut out, framing, keep).await
+}
+
+/// The body's end: the last chunk, or the check that the declared length
+/// was all written; then the flush.
+async fn end_body<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    out: &mut Out,
+    framing: Framing,
+    keep: &mut bool,
+) -> io::Result<()> {
     match framing {
         Framing::Chunked { .. } => {
             out.last_chunk(Bytes::new());
