@@ -26,7 +26,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::body::{ReadError, Reading};
-use super::head::BodyKind;
+use super::chunked::ChunkedDecoder;
 use super::BoxError;
 
 /// A client socket as the native server holds it (plain TCP or TLS, with
@@ -103,11 +103,13 @@ impl ServerBody {
     pub(crate) fn new(slot: Slot, chunked: bool, length: u64, expect_continue: bool) -> ServerBody {
         ServerBody {
             slot,
-            reading: Reading::of(if chunked {
-                BodyKind::Chunked
+            // A length of 0 too is read (to its end at once): the loop
+            // learns from the read that the body ended.
+            reading: if chunked {
+                Reading::Chunked(ChunkedDecoder::new())
             } else {
-                BodyKind::Length(length)
-            }),
+                Reading::Length(length)
+            },
             continue_left: if expect_continue {
                 CONTINUE.len() as u8
             } else {
