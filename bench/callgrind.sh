@@ -27,9 +27,6 @@
 #   CG_PATH=4k (or 64k) requests a 4 KiB (64 KiB) static file from the
 #     origins (sendfile, as bench/run.sh's origins serve it) instead of
 #     the empty answer at /0.
-#   CG_HTTP1=hyper puts the listener on hyper's HTTP/1.1 server
-#     (`listeners[].http1`); unset, the binary's default is used (a binary
-#     from before the setting existed refuses the field, so leave it unset).
 set -uo pipefail
 BIN=$1; LABEL=$2
 VG_OPTS=(--tool=callgrind)
@@ -71,7 +68,7 @@ NG
 done
 cat > "$D/hopgate.yaml" <<Y
 listeners:
-  - { name: public, address: 127.0.0.1:$PG${CG_HTTP1:+, http1: $CG_HTTP1} }
+  - { name: public, address: 127.0.0.1:$PG }
 admin: { address: 127.0.0.1:$PA }
 services:
   - name: origin
@@ -179,7 +176,7 @@ sleep 1
 REQS=$(grep -oE '^ *[0-9]+ requests' "$D/wrk.txt" | awk '{print $1}')
 F=$(ls -t "$D"/cg.out* | grep -v '^$' | head -1)
 IR=$(grep -E '^(summary|totals):' "$F" | head -1 | awk '{print $2}')
-echo "$LABEL proxy=${CG_PROXY:-hopgate} path=/$URL_PATH conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} http1=${CG_HTTP1:-default} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
+echo "$LABEL proxy=${CG_PROXY:-hopgate} path=/$URL_PATH conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
 if [[ ${CG_CACHE:-off} == on ]]; then
   python3 - "$F" "$REQS" <<'PY'
 import sys

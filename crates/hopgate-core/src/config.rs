@@ -483,14 +483,12 @@ pub struct ListenerConfig {
 }
 
 /// The HTTP/1.1 server of a listener's client connections (HTTP/2 is
-/// always hyper's).
+/// always hyper's): hopgate's own, the only one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Http1Server {
     /// hopgate's own connection loop on its own codec.
     #[default]
     Native,
-    /// hyper's server: the escape hatch.
-    Hyper,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,10 +1,14 @@
 //! Bodies that flow through the gateway, without boxing on the hot path.
 //!
 //! Owns [`ProxyBody`], the one body type used for upstream requests and
-//! client responses: a streamed hyper body (optionally size-limited), a body
-//! the gateway wrote itself, or nothing. Upstream response bodies carry the
-//! pooled connection they came on and give it back when they end (see
-//! [`crate::pool`]; HTTP/1.1 ones are read by [`crate::h1::client`]).
+//! client responses: a streamed client body (optionally size-limited), a
+//! body the gateway wrote itself, or nothing. Upstream response bodies
+//! carry the pooled connection they came on and give it back when they end
+//! (see [`crate::pool`]; HTTP/1.1 ones are read by [`crate::h1::client`]).
+//! Also [`RequestBody`], a client's request body as either server hands it
+//! over, and what `ProxyBody` is to the HTTP/1.1 codec
+//! ([`crate::h1::Payload`], with the per-thread spares of the boxes a
+//! request and its answer ride in: [`spare`]).
 //!
 //! Must not touch: routing, node state.
 
@@ -19,14 +23,68 @@ use hopgate_core::error::ErrorKind;
 use hopgate_core::node::{now_ms, NodeState};
 
 use bytes::Bytes;
+use http::{HeaderMap, Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use crate::h1::response_head::RawHead;
-use crate::h1::RequestBody;
+use crate::forward::AccessLine;
+use crate::forward::LoggedBody;
+use crate::h1::client::FromUpstream;
+use crate::h1::{Payload, RawHead, ResponseBody, ServerBody};
+use crate::pool::conn::H1Conn;
 use crate::send_watch::SendWatch;
 
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+mod spare;
+
+pub(crate) use crate::h1::BoxError;
+
+/// An HTTP/1.1 upstream response body: read by the codec from a pooled
+/// connection, which it gives back when the body ends.
+#[derive(Debug)]
+pub struct H1Body(ResponseBody<Box<H1Conn>, ProxyBody>);
+
+/// The request body the forwarder takes: hyper's (HTTP/2), hopgate's own
+/// HTTP/1.1 server's, or none.
+#[derive(Debug)]
+pub enum RequestBody {
+    Empty,
+    Hyper(Incoming),
+    Native(Box<ServerBody>),
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            RequestBody::Empty => Poll::Ready(None),
+            RequestBody::Hyper(b) => Pin::new(b)
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(|e| Box::new(e) as BoxError))),
+            RequestBody::Native(b) => Pin::new(b.as_mut()).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RequestBody::Empty => true,
+            RequestBody::Hyper(b) => b.is_end_stream(),
+            RequestBody::Native(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            RequestBody::Empty => SizeHint::with_exact(0),
+            RequestBody::Hyper(b) => b.size_hint(),
+            RequestBody::Native(b) => b.size_hint(),
+        }
+    }
+}
 
 /// The request body exceeded `limits.max_body_bytes`.
 #[derive(Debug, thiserror::Error)]
@@ -160,7 +218,7 @@ pub enum ProxyBody {
     },
     /// An HTTP/1.1 upstream response body read by hopgate's codec; it
     /// hands its connection back to the pool once read to the end.
-    H1(Box<crate::h1::client::ResponseBody>),
+    H1(Box<H1Body>),
     /// An upstream response body from hyper (HTTP/2: the connection is
     /// shared, nothing goes back to the pool when it ends).
     Upstream(Incoming),
@@ -172,9 +230,9 @@ pub enum ProxyBody {
     /// drain deadline it ends with `grpc-status: 14` (UNAVAILABLE).
     Guarded(Box<Guarded>),
     /// An HTTP/2 client's response under the send stall limit.
-    SendWatched(Box<SendWatch>),
+    SendWatched(Box<SendWatch<ProxyBody>>),
     /// A client's response whose access line waits for its end.
-    Logged(Box<crate::forward::LoggedBody>),
+    Logged(Box<LoggedBody<ProxyBody, dyn AccessLine>>),
     /// An answer whose head is kept as the backend's bytes
     /// ([`crate::h1::response_head::RawHead`]), and its body (an `H1` body carries
     /// the head itself). The head rides with the body (not in the
@@ -186,7 +244,7 @@ pub enum ProxyBody {
 }
 
 /// See [`ProxyBody::Headed`]. Its box is kept for the thread's next
-/// answer when the head is taken off ([`crate::h1::spare::headed`]): a
+/// answer when the head is taken off ([`spare::headed`]): a
 /// box freed and asked for again at once took the allocator's slow path
 /// on every answer (~150 instructions). `raw` is `None` only in a spare.
 #[derive(Debug)]
@@ -246,6 +304,80 @@ impl Guarded {
     }
 }
 
+/// A streamed client body's next frame, failing once more than `limit`
+/// bytes came; what the client did is recorded in `watch`.
+fn poll_limited(
+    inner: &mut RequestBody,
+    seen: &mut u64,
+    limit: u64,
+    watch: Option<&ClientBody>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    let polled = Pin::new(inner).poll_frame(cx);
+    let state = match &polled {
+        Poll::Ready(Some(Ok(frame))) => {
+            *seen += frame.data_ref().map_or(0, |d| d.len() as u64);
+            if *seen > limit {
+                if let Some(w) = watch {
+                    w.set(ClientBody::TOO_LARGE);
+                }
+                return Poll::Ready(Some(Err(Box::new(BodyTooLarge { limit }))));
+            }
+            ClientBody::FLOWING
+        }
+        Poll::Ready(Some(Err(e))) if body_error(e) == ErrorKind::MalformedBody => {
+            ClientBody::MALFORMED
+        }
+        Poll::Ready(Some(Err(_))) => ClientBody::ABORTED,
+        Poll::Ready(None) => ClientBody::ENDED,
+        Poll::Pending => ClientBody::WAITING,
+    };
+    if let Some(w) = watch {
+        w.set(state);
+    }
+    polled
+}
+
+impl Guarded {
+    /// The stream's next frame, or its end at the call's own deadline or
+    /// at the node's drain deadline.
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        loop {
+            if self.until.is_some_and(|u| tokio::time::Instant::now() >= u) {
+                self.ended = true;
+                self.inner = ProxyBody::Empty;
+                return Poll::Ready(Some(Ok(Guarded::deadline_exceeded())));
+            }
+            if self.due() {
+                self.ended = true;
+                // Dropping the upstream body resets its stream.
+                self.inner = ProxyBody::Empty;
+                tracing::info!(node = %self.node.key().node, "gRPC stream ended at the drain deadline");
+                return Poll::Ready(Some(Ok(Guarded::unavailable())));
+            }
+            match Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Ready(None) => {
+                    self.ended = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(other) => return Poll::Ready(other),
+                Poll::Pending => {}
+            }
+            match self.tick.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    self.tick
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + DRAIN_POLL);
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
 impl ProxyBody {
     pub fn full(b: impl Into<Bytes>) -> ProxyBody {
         ProxyBody::Full(Some(b.into()))
@@ -290,7 +422,7 @@ impl ProxyBody {
 
     /// `body` with the head it came with kept raw ([`ProxyBody::Headed`]).
     pub(crate) fn with_raw_head(raw: RawHead, body: ProxyBody) -> ProxyBody {
-        let mut h = crate::h1::spare::headed();
+        let mut h = spare::headed();
         h.raw = Some(raw);
         h.body = body;
         ProxyBody::Headed(h)
@@ -301,7 +433,7 @@ impl ProxyBody {
     pub(crate) fn raw_head(&self) -> Option<&RawHead> {
         match self {
             ProxyBody::Headed(h) => h.raw.as_ref(),
-            ProxyBody::H1(b) => b.raw.as_ref(),
+            ProxyBody::H1(b) => b.0.raw_head(),
             ProxyBody::Logged(l) => l.inner().raw_head(),
             _ => None,
         }
@@ -324,12 +456,12 @@ impl ProxyBody {
                 ProxyBody::Headed(mut h) => {
                     let raw = h.raw.take();
                     *self = std::mem::take(&mut h.body);
-                    crate::h1::spare::give_headed(h);
+                    spare::give_headed(h);
                     raw
                 }
                 _ => None,
             },
-            ProxyBody::H1(b) => b.raw.take(),
+            ProxyBody::H1(b) => b.0.take_raw_head(),
             ProxyBody::Logged(l) => l.inner_mut().take_raw_head(),
             _ => None,
         }
@@ -366,34 +498,8 @@ impl Body for ProxyBody {
                 seen,
                 limit,
                 watch,
-            } => {
-                let polled = Pin::new(inner).poll_frame(cx);
-                let state = match &polled {
-                    Poll::Ready(Some(Ok(frame))) => {
-                        *seen += frame.data_ref().map_or(0, |d| d.len() as u64);
-                        if *seen > *limit {
-                            if let Some(w) = watch {
-                                w.set(ClientBody::TOO_LARGE);
-                            }
-                            return Poll::Ready(Some(Err(Box::new(BodyTooLarge {
-                                limit: *limit,
-                            }))));
-                        }
-                        ClientBody::FLOWING
-                    }
-                    Poll::Ready(Some(Err(e))) if body_error(e) == ErrorKind::MalformedBody => {
-                        ClientBody::MALFORMED
-                    }
-                    Poll::Ready(Some(Err(_))) => ClientBody::ABORTED,
-                    Poll::Ready(None) => ClientBody::ENDED,
-                    Poll::Pending => ClientBody::WAITING,
-                };
-                if let Some(w) = watch {
-                    w.set(state);
-                }
-                polled
-            }
-            ProxyBody::H1(b) => b.poll_frame(cx),
+            } => poll_limited(inner, seen, *limit, watch.as_deref(), cx),
+            ProxyBody::H1(b) => b.0.poll_frame(cx),
             ProxyBody::Upstream(inner) => Pin::new(inner)
                 .poll_frame(cx)
                 .map_err(|e| Box::new(e) as BoxError),
@@ -409,41 +515,7 @@ impl Body for ProxyBody {
             ProxyBody::SendWatched(w) => Pin::new(w.as_mut()).poll_frame(cx),
             ProxyBody::Logged(l) => l.poll_frame(cx),
             ProxyBody::Headed(h) => Pin::new(&mut h.body).poll_frame(cx),
-            ProxyBody::Guarded(g) => {
-                if g.ended {
-                    return Poll::Ready(None);
-                }
-                loop {
-                    if g.until.is_some_and(|u| tokio::time::Instant::now() >= u) {
-                        g.ended = true;
-                        g.inner = ProxyBody::Empty;
-                        return Poll::Ready(Some(Ok(Guarded::deadline_exceeded())));
-                    }
-                    if g.due() {
-                        g.ended = true;
-                        // Dropping the upstream body resets its stream.
-                        g.inner = ProxyBody::Empty;
-                        tracing::info!(node = %g.node.key().node, "gRPC stream ended at the drain deadline");
-                        return Poll::Ready(Some(Ok(Guarded::unavailable())));
-                    }
-                    match Pin::new(&mut g.inner).poll_frame(cx) {
-                        Poll::Ready(None) => {
-                            g.ended = true;
-                            return Poll::Ready(None);
-                        }
-                        Poll::Ready(other) => return Poll::Ready(other),
-                        Poll::Pending => {}
-                    }
-                    match g.tick.as_mut().poll(cx) {
-                        Poll::Ready(()) => {
-                            g.tick
-                                .as_mut()
-                                .reset(tokio::time::Instant::now() + DRAIN_POLL);
-                        }
-                        Poll::Pending => return Poll::Pending,
-                    }
-                }
-            }
+            ProxyBody::Guarded(g) => g.poll_frame(cx),
         }
     }
 
@@ -453,7 +525,7 @@ impl Body for ProxyBody {
             ProxyBody::Full(b) => b.is_none(),
             ProxyBody::Limited { inner, .. } => inner.is_end_stream(),
             ProxyBody::Upstream(inner) => inner.is_end_stream(),
-            ProxyBody::H1(b) => b.is_end_stream(),
+            ProxyBody::H1(b) => b.0.is_end_stream(),
             // A gRPC answer that is complete with its head (trailers-only:
             // `grpc-status` in the HEADERS frame with END_STREAM) must say
             // so, or hyper sends the head without END_STREAM and an empty
@@ -479,8 +551,62 @@ impl Body for ProxyBody {
             ProxyBody::SendWatched(w) => w.size_hint(),
             ProxyBody::Logged(l) => l.size_hint(),
             ProxyBody::Headed(h) => h.body.size_hint(),
-            ProxyBody::H1(b) => b.size_hint(),
+            ProxyBody::H1(b) => b.0.size_hint(),
             ProxyBody::Guarded(_) | ProxyBody::Prefixed(_) => SizeHint::default(),
         }
+    }
+}
+
+/// What the HTTP/1.1 codec needs of the gateway's body: the thread's
+/// spare boxes, the raw head an answer carries, a whole body's bytes at
+/// hand.
+impl Payload for ProxyBody {
+    fn request() -> Box<Request<ProxyBody>> {
+        spare::request()
+    }
+
+    fn give_request(req: Box<Request<ProxyBody>>) {
+        spare::give_request(req);
+    }
+
+    fn response() -> Box<Response<ProxyBody>> {
+        spare::response()
+    }
+
+    fn give_response(resp: Box<Response<ProxyBody>>) {
+        spare::give_response(resp);
+    }
+
+    fn with_raw_head(raw: RawHead, body: ProxyBody) -> ProxyBody {
+        ProxyBody::with_raw_head(raw, body)
+    }
+
+    fn raw_head(&self) -> Option<&RawHead> {
+        ProxyBody::raw_head(self)
+    }
+
+    fn take_raw_head(&mut self) -> Option<RawHead> {
+        ProxyBody::take_raw_head(self)
+    }
+
+    fn take_whole(&mut self) -> Option<Option<Bytes>> {
+        match self {
+            ProxyBody::Full(b) => Some(b.take()),
+            _ => None,
+        }
+    }
+
+    fn after_trailers(trailers: HeaderMap, rest: ProxyBody) -> ProxyBody {
+        ProxyBody::prefixed(None, Some(trailers), rest)
+    }
+
+    fn own_error(e: &BoxError) -> Option<ErrorKind> {
+        e.is::<BodyTooLarge>().then_some(ErrorKind::BodyTooLarge)
+    }
+}
+
+impl FromUpstream<Box<H1Conn>> for ProxyBody {
+    fn from_upstream(body: ResponseBody<Box<H1Conn>, ProxyBody>) -> ProxyBody {
+        ProxyBody::H1(Box::new(H1Body(body)))
     }
 }

@@ -43,11 +43,11 @@ use http::header::HeaderValue;
 use http::{Request, Response};
 
 use crate::upstream::{SharedSnapshot, Snapshot};
+use hopgate_core::error::ErrorKind;
 use hopgate_core::maintenance::Notification;
 
-use crate::body::{ClientBody, ProxyBody};
+use crate::body::{ClientBody, ProxyBody, RequestBody};
 use crate::canary::CanarySlot;
-use crate::h1::RequestBody;
 use crate::headers::{
     new_request_id, scan_request, valid_request_id, RequestFacts, RequestId, X_REQUEST_ID,
 };
@@ -65,7 +65,7 @@ mod replay;
 mod tries;
 
 use done::{Done, Outcome};
-pub(crate) use logged::LoggedBody;
+pub(crate) use logged::{AccessLine, LoggedBody};
 use plan::Plan;
 use replay::Capture;
 use tries::{Tries, Trip};
@@ -260,18 +260,16 @@ pub(crate) struct ClientConn {
     /// `X-Forwarded-For` for a client that sent none: the peer's address.
     pub forwarded_for: HeaderValue,
     pub ctx: Arc<RequestCtx>,
-    /// The connection speaks HTTP/2 (seen on its requests).
+    /// The connection speaks HTTP/2 (seen on its requests). Otherwise it
+    /// is served by hopgate's own HTTP/1.1 server, which writes a
+    /// backend's raw head ([`crate::h1::RawHead`]) as it is.
     pub(crate) http2: std::sync::atomic::AtomicBool,
-    /// The connection is served by hopgate's own HTTP/1.1 server (set
-    /// when it starts), which writes a backend's raw head
-    /// ([`crate::h1::response_head::RawHead`]) as it is.
-    pub(crate) native_h1: std::sync::atomic::AtomicBool,
     /// Closes the connection: an HTTP/2 stream stalled past the send limit
     /// ([`crate::send_watch`]). The listener's connection task waits on it.
     pub(crate) close: Arc<tokio::sync::Notify>,
 }
 
-/// The future of one request (what hyper's service call returns).
+/// The future of one request (what hyper's HTTP/2 service call returns).
 pub(crate) type ResponseFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = Box<Response<ProxyBody>>> + Send>>;
 
@@ -284,31 +282,19 @@ impl ClientConn {
             forwarded_for: crate::headers::peer_header(peer.ip()),
             ctx,
             http2: std::sync::atomic::AtomicBool::new(false),
-            native_h1: std::sync::atomic::AtomicBool::new(false),
             close: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
-    /// Handles one client request end to end. Never fails: every problem
-    /// becomes a response from [`crate::respond::error_response`].
-    /// Everything up to the first attempt runs synchronously in the
-    /// future's first poll ([`Forwarder::forward`]).
+    /// Handles one client request from hyper's HTTP/2 server end to end.
+    /// Never fails: every problem becomes a response from
+    /// [`crate::respond::error_response`]. Everything up to the first
+    /// attempt runs synchronously in the future's first poll
+    /// ([`Forwarder::forward`]).
     pub(crate) fn serve(self: &Arc<Self>, req: Request<RequestBody>) -> ResponseFuture {
         let (parts, body) = req.into_parts();
         let head = Box::new(Request::from_parts(parts, ProxyBody::Empty));
         Box::pin(Forwarder::forward(Arc::clone(self), head, body))
-    }
-
-    /// The request's future ([`Forwarder::forward`]) for a caller that keeps
-    /// it somewhere of its own (hopgate's HTTP/1.1 server reuses one block
-    /// per connection for it). `req` is the request's head (its body an
-    /// empty placeholder), `body` its body.
-    pub(crate) fn request(
-        self: &Arc<Self>,
-        req: Box<Request<ProxyBody>>,
-        body: RequestBody,
-    ) -> impl std::future::Future<Output = Box<Response<ProxyBody>>> + Send + 'static {
-        Forwarder::forward(Arc::clone(self), req, body)
     }
 
     /// Everything up to the first attempt: the plan to forward, or the
@@ -379,6 +365,34 @@ impl ClientConn {
             }
             Err(kind) => Err(done.finish(&snap, self, Err(kind))),
         }
+    }
+}
+
+/// A connection on hopgate's own HTTP/1.1 server: its requests' futures
+/// ([`Forwarder::forward`], unboxed: the server keeps one block per
+/// connection for them), its refusals, its close at a handover.
+impl crate::h1::Handler for Arc<ClientConn> {
+    type Body = ProxyBody;
+
+    fn call(
+        &self,
+        req: Box<Request<ProxyBody>>,
+        body: Option<Box<crate::h1::ServerBody>>,
+    ) -> impl std::future::Future<Output = Box<Response<ProxyBody>>> + Send + 'static {
+        let body = body.map_or(RequestBody::Empty, RequestBody::Native);
+        Forwarder::forward(Arc::clone(self), req, body)
+    }
+
+    fn refusal(&self, kind: ErrorKind) -> Box<Response<ProxyBody>> {
+        Box::new(crate::respond::error_response(kind, None))
+    }
+
+    fn closing(&self) -> bool {
+        crate::handover::handing_over()
+    }
+
+    fn peer(&self) -> SocketAddr {
+        self.peer
     }
 }
 

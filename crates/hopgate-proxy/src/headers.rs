@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 use crate::h1::head::name_is;
+use crate::h1::write::ExtraLines;
 
 pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub(crate) static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -301,7 +302,7 @@ fn own_bit(name: &HeaderName) -> u8 {
 /// these names are taken out of the map when the request is planned (only
 /// when [`RequestFacts`] saw them), so a set line replaces them. The
 /// HTTP/1.1 writer writes them after the map's lines
-/// ([`crate::h1::write::request_head`]); an HTTP/2 send puts them into the
+/// (`h1::write::request_head`, through [`ExtraLines`]); an HTTP/2 send puts them into the
 /// map first ([`SetLines::apply`]).
 #[derive(Debug, Default, Clone)]
 pub struct SetLines {
@@ -314,6 +315,14 @@ pub struct SetLines {
     pub route_rule_id: Option<HeaderValue>,
     pub traceparent: Option<crate::trace::ParentLine>,
     pub upstream_addr: Option<HeaderValue>,
+}
+
+/// The HTTP/1.1 writer writes the set lines after the map's.
+impl ExtraLines for SetLines {
+    #[inline(always)]
+    fn each(&self, line: impl FnMut(&'static [u8], &[u8])) {
+        SetLines::each(self, line);
+    }
 }
 
 impl SetLines {

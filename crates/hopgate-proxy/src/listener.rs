@@ -1,12 +1,14 @@
-//! Listeners: accept loops and the hyper server of each client connection.
+//! Listeners: accept loops and the server of each client connection.
 //!
-//! Owns accepting (with the `max_connections` limit), the per-connection
-//! HTTP/1.1 + h2c server (protocol picked from the first bytes), on TLS
-//! listeners after the handshake ([`crate::tls::accept`], in the
-//! connection's task, bounded by `timeouts.header_read`), the
-//! server-side limits hyper enforces (header bytes → 431, header read
-//! timeout), and graceful shutdown: stop accepting, let in-flight requests
-//! finish up to a deadline, HTTP/2 GOAWAY and HTTP/1.1 `Connection: close`.
+//! Owns accepting (with the `max_connections` limit), the choice of each
+//! connection's server (from its first bytes, or TLS ALPN: h2c's preface
+//! and `h2` go to hyper's HTTP/2 server, everything else to hopgate's own
+//! HTTP/1.1 server, [`crate::h1::server`], with the connection's
+//! [`ClientConn`] as its handler), on TLS listeners after the handshake
+//! ([`crate::tls::accept`], in the connection's task, bounded by
+//! `timeouts.header_read`), the limits hyper's HTTP/2 server enforces,
+//! and graceful shutdown: stop accepting, let in-flight requests finish up
+//! to a deadline, HTTP/2 GOAWAY and HTTP/1.1 `Connection: close`.
 //!
 //! Must not touch: routing or forwarding (that is [`crate::forward`]).
 
@@ -20,19 +22,18 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use hopgate_core::config::{Config, Http1Server, ListenerConfig};
+use hopgate_core::config::{Config, ListenerConfig};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use crate::body::ProxyBody;
+use crate::body::{ProxyBody, RequestBody};
 use crate::client_io::ClientIo;
 use crate::forward::{ClientConn, Forwarder, RequestCtx, ResponseFuture};
-use crate::h1::RequestBody;
 use crate::tls::ListenerTlsState;
 
 /// What one listener needs to serve.
@@ -62,8 +63,6 @@ pub struct ListenerSettings {
     pub idle_timeout: Duration,
     /// How long shutdown waits for in-flight requests.
     pub shutdown_timeout: Duration,
-    /// Which server speaks HTTP/1.1 to clients (HTTP/2 is hyper's).
-    pub http1: Http1Server,
 }
 
 impl ListenerSettings {
@@ -84,14 +83,9 @@ impl ListenerSettings {
             header_read_timeout: cfg.timeouts.header_read,
             idle_timeout: cfg.timeouts.idle,
             shutdown_timeout: cfg.timeouts.shutdown,
-            http1: l.http1,
         }
     }
 }
-
-/// How many headers hyper's HTTP/1.1 parser takes without a cap set (and
-/// without allocating).
-const HYPER_STACK_HEADERS: usize = 100;
 
 /// What a listener advertises as `SETTINGS_MAX_HEADER_LIST_SIZE` for
 /// `limits.max_header_bytes`: 4× the limit, at least 64 KiB.
@@ -99,27 +93,9 @@ fn h2_header_list_size(max_header_bytes: usize) -> u32 {
     u32::try_from(max_header_bytes.saturating_mul(4).max(64 << 10)).unwrap_or(u32::MAX)
 }
 
+/// hyper's server for a listener's HTTP/2 connections (h2c and ALPN `h2`).
 fn server_builder(s: &ListenerSettings) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(s.header_read_timeout)
-        // Room above the limit: the gateway measures the head itself and
-        // answers 431 with a body; hyper's bare 431 is left for heads far
-        // beyond it.
-        .max_buf_size((s.max_header_bytes * 2).max(16 << 10))
-        .keep_alive(true);
-    // Up to 100 headers hyper parses into buffers on the stack; a cap set
-    // explicitly makes it allocate two 101-slot vectors per request (~3 KB
-    // each), so it is set only when the limit is above hyper's own. With a
-    // limit of at most 100, hyper answers a bare 431 above 100 headers and
-    // the gateway's check answers 431 with a body between the limit and
-    // 100; above 100, hyper's cap sits just past the limit so the
-    // gateway's check answers.
-    if s.max_headers > HYPER_STACK_HEADERS {
-        builder.http1().max_headers(s.max_headers + 1);
-    }
+    let mut builder = auto::Builder::new(TokioExecutor::new()).http2_only();
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -134,8 +110,8 @@ fn server_builder(s: &ListenerSettings) -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// The hyper service of one client connection; cloned (one reference
-/// count) per request.
+/// The hyper service of one HTTP/2 client connection; cloned (one
+/// reference count) per request.
 #[derive(Clone)]
 struct ConnService(Arc<ClientConn>);
 
@@ -145,8 +121,38 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
     type Future = Infallibly<ResponseFuture>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let h1 = req.version() < http::Version::HTTP_2;
-        Infallibly(self.0.serve(req.map(RequestBody::Hyper)), h1)
+        Infallibly(self.0.serve(req.map(RequestBody::Hyper)))
+    }
+}
+
+/// A listener's settings as of its last accept, and what is built from
+/// them (rebuilt when a reload stores new ones).
+struct Current {
+    settings: Arc<ListenerSettings>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    req_ctx: Arc<RequestCtx>,
+}
+
+impl Current {
+    fn of(ctx: &ListenerCtx, settings: Arc<ListenerSettings>) -> Current {
+        Current {
+            builder: Arc::new(server_builder(&settings)),
+            req_ctx: Arc::new(RequestCtx {
+                listener: ctx.name.clone(),
+                debug_headers: settings.debug_headers,
+                normalize_path: settings.normalize_path,
+                tls: settings.tls,
+            }),
+            settings,
+        }
+    }
+
+    /// Takes the listener's latest settings, if a reload changed them.
+    fn refresh(&mut self, ctx: &ListenerCtx) {
+        let latest = ctx.settings.load();
+        if !Arc::ptr_eq(&latest, &self.settings) {
+            *self = Current::of(ctx, arc_swap::Guard::into_inner(latest));
+        }
     }
 }
 
@@ -163,15 +169,7 @@ pub async fn serve_listener(
     // receiver; the sender sees when the last one is gone).
     let drain = watch::Sender::new(false);
     let open = Arc::new(AtomicUsize::new(0));
-    let mut current = ctx.settings.load_full();
-    let mut builder = Arc::new(server_builder(&current));
-    let mut req_ctx = Arc::new(RequestCtx {
-        listener: ctx.name.clone(),
-        debug_headers: current.debug_headers,
-        normalize_path: current.normalize_path,
-        tls: current.tls,
-    });
-
+    let mut current = Current::of(&ctx, ctx.settings.load_full());
     let mut refusing = false;
     loop {
         let accepted = tokio::select! {
@@ -191,22 +189,13 @@ pub async fn serve_listener(
         // them as the IPv4 address they are (access rules, hashing and
         // `X-Forwarded-For` all see that).
         let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
-        let latest = ctx.settings.load();
-        if !Arc::ptr_eq(&latest, &current) {
-            current = arc_swap::Guard::into_inner(latest);
-            builder = Arc::new(server_builder(&current));
-            req_ctx = Arc::new(RequestCtx {
-                listener: ctx.name.clone(),
-                debug_headers: current.debug_headers,
-                normalize_path: current.normalize_path,
-                tls: current.tls,
-            });
-        }
-        if open.load(Ordering::Relaxed) >= current.max_connections {
+        current.refresh(&ctx);
+        let s = &current.settings;
+        if open.load(Ordering::Relaxed) >= s.max_connections {
             // One warning per burst of refusals, not one per connection.
             if !refusing {
                 refusing = true;
-                tracing::warn!(listener = %ctx.name, %peer, limit = current.max_connections, "max_connections reached; closing new connections");
+                tracing::warn!(listener = %ctx.name, %peer, limit = s.max_connections, "max_connections reached; closing new connections");
             }
             drop(stream);
             continue;
@@ -216,66 +205,51 @@ pub async fn serve_listener(
             tracing::info!(listener = %ctx.name, "below max_connections again; accepting");
         }
         let _ = stream.set_nodelay(true);
-        let svc = ConnService(Arc::new(ClientConn::new(
-            ctx.forwarder.clone(),
+        let conn = Accepted {
+            svc: ConnService(Arc::new(ClientConn::new(
+                ctx.forwarder.clone(),
+                peer,
+                Arc::clone(&current.req_ctx),
+            ))),
+            stream,
             peer,
-            Arc::clone(&req_ctx),
-        )));
-        let close = Arc::clone(&svc.0.close);
-        let guard = OpenGuard::new(&open);
-        let (builder, watcher) = (Arc::clone(&builder), graceful.watcher());
-        let (first_bytes, stall) = (current.header_read_timeout, current.idle_timeout);
-        let native = (current.http1 == Http1Server::Native).then(|| Native {
-            settings: crate::h1::server::Settings {
-                max_header_bytes: current.max_header_bytes,
-                max_headers: current.max_headers,
-                header_read_timeout: current.header_read_timeout,
-                idle_timeout: current.idle_timeout,
+            guard: OpenGuard::new(&open),
+            builder: Arc::clone(&current.builder),
+            watcher: graceful.watcher(),
+            first_bytes: s.header_read_timeout,
+            stall: s.idle_timeout,
+            native: Native {
+                settings: crate::h1::server::Settings {
+                    max_header_bytes: s.max_header_bytes,
+                    max_headers: s.max_headers,
+                    header_read_timeout: s.header_read_timeout,
+                    idle_timeout: s.idle_timeout,
+                },
+                drain: drain.subscribe(),
             },
-            drain: drain.subscribe(),
-        });
-        // TLS when the listener's settings say so (they follow reloads; the
-        // certificates are installed before the settings change). A TLS
-        // listener never falls back to cleartext: without certificates the
-        // handshake fails.
-        let tls = current.tls.then(|| Arc::clone(&ctx.tls));
-        tokio::spawn(async move {
-            let _guard = guard;
-            let Some(tls) = tls else {
-                let io = ClientIo::new(stream, first_bytes, stall);
-                let Some(native) = native else {
-                    return serve_conn(&builder, io, svc, watcher, close, peer).await;
-                };
-                // h2c (the preface) stays on hyper; everything else is
-                // HTTP/1.x for hopgate's own server.
-                return match sniff(io).await {
-                    Some(Sniffed::H2c(io)) => {
-                        serve_conn(&builder, io, svc, watcher, close, peer).await;
-                    }
-                    Some(Sniffed::Http1(io, read)) => {
-                        serve_native(Box::new(io), read, svc, native).await;
-                    }
-                    None => {}
-                };
-            };
-            // The handshake shares the first-bytes deadline.
-            if let Some(stream) = crate::tls::accept(&tls, stream, first_bytes).await {
-                let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                let io = ClientIo::new(stream, first_bytes, stall);
-                match native {
-                    // ALPN `h2` stays on hyper.
-                    Some(native) if !h2 => {
-                        serve_native(Box::new(io), bytes::BytesMut::new(), svc, native).await;
-                    }
-                    _ => serve_conn(&builder, io, svc, watcher, close, peer).await,
-                }
-            }
-        });
+            // TLS when the listener's settings say so (they follow reloads;
+            // the certificates are installed before the settings change). A
+            // TLS listener never falls back to cleartext: without
+            // certificates the handshake fails.
+            tls: s.tls.then(|| Arc::clone(&ctx.tls)),
+        };
+        tokio::spawn(serve_accepted(conn));
     }
     drop(listener);
+    shut_down(&ctx, &open, &drain, graceful).await;
+}
+
+/// Stops a listener: lingers while the process hands over, then drains
+/// its connections, up to `shutdown_timeout` in all.
+async fn shut_down(
+    ctx: &ListenerCtx,
+    open: &AtomicUsize,
+    drain: &watch::Sender<bool>,
+    graceful: GracefulShutdown,
+) {
     tracing::info!(listener = %ctx.name, open = open.load(Ordering::Relaxed), "listener stopped accepting; draining");
     let deadline = ctx.settings.load().shutdown_timeout;
-    let lingered = crate::handover::linger(&open, deadline).await;
+    let lingered = crate::handover::linger(open, deadline).await;
     drain.send_replace(true);
     let both = async {
         tokio::join!(graceful.shutdown(), drain.closed());
@@ -288,8 +262,69 @@ pub async fn serve_listener(
     }
 }
 
-/// Serves one client connection (plain or TLS) until it ends, shutdown
-/// closes it, or an HTTP/2 stream stalls past the send limit.
+/// An accepted connection and what its task needs to serve it.
+struct Accepted {
+    stream: TcpStream,
+    peer: SocketAddr,
+    svc: ConnService,
+    /// Counts the connection open until its task ends.
+    guard: OpenGuard,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    watcher: hyper_util::server::graceful::Watcher,
+    /// `timeouts.header_read`: the first bytes (and the TLS handshake).
+    first_bytes: Duration,
+    /// `timeouts.idle`.
+    stall: Duration,
+    native: Native,
+    tls: Option<Arc<ListenerTlsState>>,
+}
+
+/// One connection's task: the TLS handshake when the listener has TLS,
+/// then hyper's HTTP/2 server (h2c's preface, ALPN `h2`) or hopgate's own
+/// HTTP/1.1 server (everything else).
+async fn serve_accepted(a: Accepted) {
+    let Accepted {
+        stream,
+        peer,
+        svc,
+        guard: _guard,
+        builder,
+        watcher,
+        first_bytes,
+        stall,
+        native,
+        tls,
+    } = a;
+    let close = Arc::clone(&svc.0.close);
+    let Some(tls) = tls else {
+        let io = ClientIo::new(stream, first_bytes, stall);
+        // h2c (the preface) goes to hyper; everything else is HTTP/1.x
+        // for hopgate's own server.
+        return match sniff(io).await {
+            Some(Sniffed::H2c(io)) => {
+                serve_conn(&builder, io, svc, watcher, close, peer).await;
+            }
+            Some(Sniffed::Http1(io, read)) => {
+                serve_native(Box::new(io), read, svc, native).await;
+            }
+            None => {}
+        };
+    };
+    // The handshake shares the first-bytes deadline.
+    if let Some(stream) = crate::tls::accept(&tls, stream, first_bytes).await {
+        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+        let io = ClientIo::new(stream, first_bytes, stall);
+        // ALPN `h2` goes to hyper.
+        if h2 {
+            serve_conn(&builder, io, svc, watcher, close, peer).await;
+        } else {
+            serve_native(Box::new(io), bytes::BytesMut::new(), svc, native).await;
+        }
+    }
+}
+
+/// Serves one HTTP/2 client connection (h2c or TLS) with hyper until it
+/// ends, shutdown closes it, or a stream stalls past the send limit.
 async fn serve_conn<I>(
     builder: &auto::Builder<TokioExecutor>,
     io: I,
@@ -300,9 +335,7 @@ async fn serve_conn<I>(
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let conn = builder
-        .serve_connection_with_upgrades(TokioIo::new(io), svc)
-        .into_owned();
+    let conn = builder.serve_connection(TokioIo::new(io), svc).into_owned();
     let conn = watcher.watch(conn);
     tokio::select! {
         r = conn => {
@@ -365,12 +398,11 @@ where
 /// stream's send stall ([`crate::send_watch`]) asks for it, and this server
 /// speaks HTTP/1.x only (watching it cost a lock on every wake-up).
 async fn serve_native(
-    io: Box<dyn crate::h1::server_body::ClientStream>,
+    io: Box<dyn crate::h1::ClientStream>,
     read: bytes::BytesMut,
     svc: ConnService,
     native: Native,
 ) {
-    svc.0.native_h1.store(true, Ordering::Relaxed);
     crate::h1::server::serve(io, read, svc.0, native.settings, native.drain).await;
 }
 
@@ -404,27 +436,15 @@ impl Drop for OpenGuard {
 }
 
 /// Wraps a future that cannot fail in the `Result` hyper's service wants,
-/// without another layer of `async` (and its copy of the future). The flag:
-/// an HTTP/1.x request, whose response says `Connection: close` while the
-/// process hands over to a new one ([`crate::handover`]).
-pub(crate) struct Infallibly<F>(F, bool);
+/// without another layer of `async` (and its copy of the future).
+pub(crate) struct Infallibly<F>(F);
 
 impl<F: Future<Output = Box<Response<ProxyBody>>> + Unpin> Future for Infallibly<F> {
     type Output = Result<Response<ProxyBody>, Infallible>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let h1 = self.1;
         Pin::new(&mut self.0).poll(cx).map(|mut resp| {
             // hyper writes header maps only.
             crate::h1::response_head::materialize(&mut resp);
-            if h1
-                && crate::handover::handing_over()
-                && resp.status() != http::StatusCode::SWITCHING_PROTOCOLS
-            {
-                resp.headers_mut().insert(
-                    http::header::CONNECTION,
-                    http::HeaderValue::from_static("close"),
-                );
-            }
             Ok(*resp)
         })
     }

@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use futures_util::task::AtomicWaker;
 use hopgate_core::config::{PoolLimits, UpstreamProtocol};
 use hopgate_core::error::{ErrorKind, ProxyError};
@@ -65,9 +65,12 @@ use crate::h1::client as h1;
 use crate::tls::{UpstreamConnector, UpstreamIo};
 
 mod admit;
+pub(crate) mod conn;
 mod idle;
 mod sending;
 use admit::Handoff;
+use conn::is_stale;
+pub(crate) use conn::H1Conn;
 use idle::IdleSet;
 
 /// How often a pool in use looks at the idle connections its checkouts
@@ -173,33 +176,6 @@ impl ConnMeta {
     }
 }
 
-/// An HTTP/1.1 upstream connection: the socket and the bytes read from it
-/// and not used yet. Dropping it closes the socket and takes it out of the
-/// pool's registry.
-#[derive(Debug)]
-pub(crate) struct H1Conn {
-    pub meta: Arc<ConnMeta>,
-    pub io: UpstreamIo,
-    pub buf: BytesMut,
-    /// The head of the request being sent, rendered (kept, with its
-    /// capacity, for the next request).
-    pub out: Vec<u8>,
-    /// The request timeout's timer, kept from one exchange to the next.
-    pub timer: crate::h1::deadline::LazyTimer,
-    /// When it was last parked in the idle set.
-    idle_since: Instant,
-    _live: LiveGuard,
-}
-
-impl H1Conn {
-    /// The socket and its unread bytes, leaving the pool for good (an
-    /// upgrade): the connection no longer counts as open.
-    pub(crate) fn into_upgraded(self) -> (UpstreamIo, Bytes) {
-        let H1Conn { io, buf, .. } = self;
-        (io, buf.freeze())
-    }
-}
-
 struct H2Conn {
     meta: Arc<ConnMeta>,
     sender: http2::SendRequest<ProxyBody>,
@@ -225,13 +201,15 @@ pub enum SendFailure {
     Refused(ProxyError),
 }
 
-impl SendFailure {
-    /// A send that may have reached the backend, with its head when it is
-    /// still there.
-    pub(crate) fn sent(error: ProxyError, head: Option<http::request::Parts>) -> SendFailure {
-        match head {
-            Some(head) => SendFailure::SentWithHead(error, Box::new(head)),
-            None => SendFailure::Sent(error),
+impl From<h1::Failure<ProxyBody>> for SendFailure {
+    fn from(f: h1::Failure<ProxyBody>) -> SendFailure {
+        match f {
+            h1::Failure::NotSent { request, error } => SendFailure::NotSent { request, error },
+            h1::Failure::Sent {
+                error,
+                head: Some(head),
+            } => SendFailure::SentWithHead(error, head),
+            h1::Failure::Sent { error, head: None } => SendFailure::Sent(error),
         }
     }
 }
@@ -492,7 +470,7 @@ impl Pool {
             if conn.meta.addr != addr
                 || conn.meta.generation < generation
                 || now.saturating_duration_since(conn.idle_since) > s.idle_timeout
-                || h1::is_stale(&mut conn)
+                || is_stale(&mut conn)
             {
                 conn.meta.set(ConnState::Closed);
                 continue;
@@ -532,7 +510,7 @@ impl Pool {
         queue.retain(|conn| {
             let keep = conn.meta.generation >= generation
                 && now.saturating_duration_since(conn.idle_since) <= idle_timeout
-                && !h1::is_stale(conn);
+                && !is_stale(conn);
             if !keep {
                 conn.meta.set(ConnState::Closed);
             }
@@ -563,8 +541,8 @@ impl Pool {
             // was written hands the request back: try the next one.
             let deadline = tokio::time::Instant::now() + s.request_timeout;
             match h1::send(self, conn, req, set, deadline, raw_head).await {
-                Err(SendFailure::NotSent { request, .. }) if reused => req = request,
-                other => return other,
+                Err(h1::Failure::NotSent { request, .. }) if reused => req = request,
+                other => return other.map_err(SendFailure::from),
             }
         }
     }

@@ -40,30 +40,34 @@ use tokio::sync::{oneshot, Notify};
 use hopgate_core::error::ErrorKind;
 use hopgate_core::node::now_ms;
 
-use crate::body::{BoxError, ProxyBody};
+use crate::h1::BoxError;
 use crate::metrics::METRICS;
 
-/// A response body under the stall limit. See the module doc.
+/// A response body under the stall limit. See the module doc. `B`: the
+/// body watched (the gateway's own body type, which holds this one).
 #[derive(Debug)]
-pub struct SendWatch {
-    shared: Arc<Shared>,
+pub struct SendWatch<B> {
+    shared: Arc<Shared<B>>,
     /// Dropping it ends the watchdog.
     _done: oneshot::Sender<()>,
 }
 
 #[derive(Debug)]
-struct Shared {
+struct Shared<B> {
     /// The upstream body; taken (and dropped) by the watchdog on a stall.
-    body: Mutex<ProxyBody>,
+    body: Mutex<B>,
     /// 1 + [`now_ms`] when a data chunk was handed to hyper and hyper has
     /// not polled since; 0 when nothing is owed.
     owed_since: AtomicU64,
     stalled: AtomicBool,
 }
 
-impl SendWatch {
+impl<B> SendWatch<B>
+where
+    B: Body<Data = Bytes, Error = BoxError> + Default + Send + Unpin + 'static,
+{
     /// Wraps `body`; `close` is the client connection's close signal.
-    pub(crate) fn new(body: ProxyBody, stall: Duration, close: Arc<Notify>) -> SendWatch {
+    pub(crate) fn new(body: B, stall: Duration, close: Arc<Notify>) -> SendWatch<B> {
         let shared = Arc::new(Shared {
             body: Mutex::new(body),
             owed_since: AtomicU64::new(0),
@@ -84,8 +88,8 @@ impl SendWatch {
     }
 }
 
-async fn watchdog(
-    shared: Arc<Shared>,
+async fn watchdog<B: Default>(
+    shared: Arc<Shared<B>>,
     stall: Duration,
     mut ended: oneshot::Receiver<()>,
     close: Arc<Notify>,
@@ -127,7 +131,10 @@ fn cancelled() -> BoxError {
     Box::new(h2::Error::from(h2::Reason::CANCEL))
 }
 
-impl Body for SendWatch {
+impl<B> Body for SendWatch<B>
+where
+    B: Body<Data = Bytes, Error = BoxError> + Unpin,
+{
     type Data = Bytes;
     type Error = BoxError;
 
@@ -162,6 +169,7 @@ impl Body for SendWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::h1::testing::TestBody;
     use http_body_util::BodyExt;
 
     /// A body whose chunk is taken and never followed by another poll is
@@ -173,10 +181,10 @@ mod tests {
         let mut trailers = http::HeaderMap::new();
         trailers.insert("x-end", http::HeaderValue::from_static("1"));
         // A chunk, and more to come (the trailers).
-        let inner = ProxyBody::prefixed(
+        let inner = TestBody::prefixed(
             Some(Bytes::from_static(b"first")),
             Some(trailers),
-            ProxyBody::Empty,
+            TestBody::Empty,
         );
         let mut body = SendWatch::new(inner, Duration::from_millis(100), Arc::clone(&close));
         let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
@@ -187,7 +195,7 @@ mod tests {
             .expect("the close signal fires after the stall limit");
         assert!(body.stalled());
         assert!(
-            matches!(*body.shared.body.lock(), ProxyBody::Empty),
+            matches!(*body.shared.body.lock(), TestBody::Empty),
             "the upstream body was dropped"
         );
         let err = body.frame().await.unwrap().unwrap_err();
@@ -199,7 +207,7 @@ mod tests {
     #[tokio::test]
     async fn waiting_on_the_upstream_is_not_a_stall() {
         let close = Arc::new(Notify::new());
-        let mut body = SendWatch::new(ProxyBody::Empty, Duration::from_millis(50), close);
+        let mut body = SendWatch::new(TestBody::Empty, Duration::from_millis(50), close);
         // Nothing owed: the watchdog wakes and goes back to sleep.
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!body.stalled());

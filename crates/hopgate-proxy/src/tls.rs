@@ -38,16 +38,18 @@ use std::sync::{Arc, OnceLock};
 
 use rustls::crypto::CryptoProvider;
 
+mod certs;
 mod client;
 mod io;
 mod load;
 pub mod metrics;
 mod server;
 
+pub use certs::CertMap;
 pub use client::UpstreamConnector;
 pub use io::UpstreamIo;
 pub use load::TlsMaterial;
-pub use server::{CertMap, ListenerTlsState, TlsListeners};
+pub use server::{ListenerTlsState, TlsListeners};
 
 pub(crate) use server::accept;
 

@@ -11,12 +11,12 @@
 //! node) instead of seeing a reset. To inject that frame safely the tunnel
 //! follows the backend→client frame boundaries; it never splits a frame.
 //!
-//! The client's side comes from hyper's upgrade machinery, or from
-//! hopgate's own HTTP/1.1 server, which hands over its socket and any bytes
-//! it read past the head ([`NativeUpgrade`]); the backend's
-//! side is the raw socket hopgate's HTTP/1.1 client read the 101 from,
-//! with any bytes it read past the head ([`RawUpgrade`]), or hyper's
-//! upgrade for a connection hyper spoke on.
+//! The client's side comes from hopgate's own HTTP/1.1 server, which hands
+//! over its socket and any bytes it read past the head
+//! ([`crate::h1::Upgrade`]); the backend's side is the raw socket hopgate's
+//! HTTP/1.1 client read the 101 from, with any bytes it read past the head
+//! ([`crate::h1::Upgraded`]), or hyper's upgrade for a connection hyper
+//! spoke on.
 //!
 //! Owns the upgrade detection, the header restoration (hop-by-hop stripping
 //! removes `Upgrade`/`Connection`, which an upgrade needs end to end) and
@@ -37,28 +37,12 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::watch;
 
-use crate::body::ProxyBody;
+use crate::h1::{Upgrade, Upgraded};
 use crate::tls::UpstreamIo;
 
-use hopgate_core::node::{now_ms, InFlight, NodeState};
+pub(crate) use crate::h1::upgrade_request;
 
-/// The `Upgrade` protocol of a request asking for one (HTTP/1.1 only).
-pub(crate) fn upgrade_request<B>(req: &Request<B>) -> Option<HeaderValue> {
-    if req.version() != http::Version::HTTP_11 {
-        return None;
-    }
-    let asks = req
-        .headers()
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
-    if !asks {
-        return None;
-    }
-    req.headers().get(UPGRADE).cloned()
-}
+use hopgate_core::node::{now_ms, InFlight, NodeState};
 
 /// Puts back the two headers an upgrade needs on both hops.
 pub(crate) fn restore_upgrade_headers(headers: &mut HeaderMap, proto: &HeaderValue) {
@@ -109,18 +93,6 @@ pub async fn wait_closed(deadline: Duration) {
     }
 }
 
-/// The backend's socket after a 101 read by hopgate's HTTP/1.1 client,
-/// with the bytes read past the head, carried in the response's
-/// extensions (which want `Clone`, hence the shared slot).
-#[derive(Clone, Debug)]
-pub(crate) struct RawUpgrade(Arc<parking_lot::Mutex<Option<(UpstreamIo, Bytes)>>>);
-
-impl RawUpgrade {
-    pub(crate) fn new(io: UpstreamIo, read_ahead: Bytes) -> RawUpgrade {
-        RawUpgrade(Arc::new(parking_lot::Mutex::new(Some((io, read_ahead)))))
-    }
-}
-
 /// The backend's side of an upgrade.
 pub(crate) enum UpstreamUpgrade {
     /// A raw socket from hopgate's client, when there is one.
@@ -129,43 +101,21 @@ pub(crate) enum UpstreamUpgrade {
 }
 
 /// Takes the backend's side of an upgrade out of its 101 response.
-pub(crate) fn upstream_upgrade(resp: &mut Response<ProxyBody>) -> UpstreamUpgrade {
-    match resp.extensions_mut().remove::<RawUpgrade>() {
-        Some(raw) => UpstreamUpgrade::Raw(raw.0.lock().take()),
+pub(crate) fn upstream_upgrade<B>(resp: &mut Response<B>) -> UpstreamUpgrade {
+    match resp.extensions_mut().remove::<Upgraded<UpstreamIo>>() {
+        Some(raw) => UpstreamUpgrade::Raw(raw.take()),
         None => UpstreamUpgrade::Hyper(hyper::upgrade::on(resp)),
     }
 }
 
-/// The client's side of an upgrade from hopgate's own server: its socket
-/// and the bytes read past the request head, sent once the 101 is
-/// written. Carried in the request's extensions (which want `Clone`,
-/// hence the shared slot).
-#[derive(Clone)]
-pub(crate) struct NativeUpgrade(
-    Arc<parking_lot::Mutex<Option<tokio::sync::oneshot::Receiver<NativeClient>>>>,
-);
-
-/// A client socket handed over by hopgate's server, and its read-ahead.
-pub(crate) type NativeClient = (Box<dyn crate::h1::server_body::ClientStream>, Bytes);
-
-impl NativeUpgrade {
-    pub(crate) fn new(rx: tokio::sync::oneshot::Receiver<NativeClient>) -> NativeUpgrade {
-        NativeUpgrade(Arc::new(parking_lot::Mutex::new(Some(rx))))
-    }
-}
-
-/// The client's side of an upgrade.
-pub(crate) enum ClientUpgrade {
-    Hyper(OnUpgrade),
-    Native(NativeUpgrade),
-}
+/// The client's side of an upgrade: hopgate's own HTTP/1.1 server hands
+/// its socket over once the 101 is written (upgrades are HTTP/1.1 only,
+/// and that server is the only one speaking it).
+pub(crate) type ClientUpgrade = Option<Upgrade>;
 
 /// Takes the client's side of an upgrade out of its request.
 pub(crate) fn client_upgrade<B>(req: &mut Request<B>) -> ClientUpgrade {
-    match req.extensions_mut().remove::<NativeUpgrade>() {
-        Some(n) => ClientUpgrade::Native(n),
-        None => ClientUpgrade::Hyper(hyper::upgrade::on(req)),
-    }
+    req.extensions_mut().remove::<Upgrade>()
 }
 
 /// Joins the client and backend once both upgrades complete.
@@ -173,26 +123,12 @@ pub(crate) fn spawn(client: ClientUpgrade, upstream: UpstreamUpgrade, ctx: Tunne
     let open = OpenTunnel::new();
     tokio::spawn(async move {
         let _open = open;
-        let end = match client {
-            ClientUpgrade::Hyper(on) => match on.await {
-                Ok(c) => with_client(TokioIo::new(c), upstream, ctx).await,
-                Err(e) => {
-                    tracing::debug!(error = %e, "upgrade did not complete");
-                    return;
-                }
-            },
-            ClientUpgrade::Native(n) => {
-                let rx = n.0.lock().take();
-                match rx {
-                    Some(rx) => match rx.await {
-                        Ok((io, read_ahead)) => {
-                            with_client(ReadAhead { read_ahead, io }, upstream, ctx).await
-                        }
-                        Err(_) => return,
-                    },
-                    None => return,
-                }
-            }
+        let Some(rx) = client.and_then(|c| c.take()) else {
+            return;
+        };
+        let end = match rx.await {
+            Ok((io, read_ahead)) => with_client(ReadAhead { read_ahead, io }, upstream, ctx).await,
+            Err(_) => return,
         };
         if let Some(end) = end {
             tracing::debug!(?end, "tunnel closed");

@@ -201,8 +201,8 @@ pub struct RawListener {
     /// Terminate TLS (HTTPS) with these certificates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<RawListenerTls>,
-    /// The HTTP/1.1 server of client connections: `native` (default,
-    /// hopgate's own) or `hyper`.
+    /// The HTTP/1.1 server of client connections: `native` (hopgate's own,
+    /// the only one; `hyper` is refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http1: Option<String>,
 }

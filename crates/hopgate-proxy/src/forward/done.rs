@@ -20,7 +20,7 @@ use http_body::Body as _;
 use crate::upstream::Snapshot;
 use hopgate_core::error::ErrorKind;
 
-use super::logged::LoggedBody;
+use super::logged::{AccessLine, LoggedBody};
 use super::{ClientConn, RequestCtx};
 use crate::body::ProxyBody;
 use crate::headers::{RequestFacts, RequestId};
@@ -152,12 +152,7 @@ impl Done {
                 out.status = kind.status();
                 out.error = Some(kind);
                 METRICS.error(kind);
-                let id = self.request_id.to_value();
-                Box::new(if self.grpc {
-                    grpc_error_response(kind, Some(&id))
-                } else {
-                    error_response(kind, Some(&id))
-                })
+                error_answer(kind, self.grpc, &self.request_id)
             }
         };
         // A gRPC error travels as HTTP 200 with a `grpc-status`; it is
@@ -219,10 +214,18 @@ impl Done {
             took,
             facts,
         };
-        let mut resp = resp;
-        ProxyBody::wrap_in(&mut resp, |body| LoggedBody::wrap(body, line));
-        resp
+        line.wait_for(resp)
     }
+}
+
+/// The gateway's own answer for `kind`: a gRPC one for a gRPC request.
+fn error_answer(kind: ErrorKind, grpc: bool, request_id: &RequestId) -> Box<Response<ProxyBody>> {
+    let id = request_id.to_value();
+    Box::new(if grpc {
+        grpc_error_response(kind, Some(&id))
+    } else {
+        error_response(kind, Some(&id))
+    })
 }
 
 /// An access line waiting for the end of its answer's body.
@@ -237,11 +240,23 @@ pub(super) struct PendingLine {
 }
 
 impl PendingLine {
+    /// `resp` with its body wrapped to write this line when it ends
+    /// ([`LoggedBody`]).
+    fn wait_for(self, mut resp: Box<Response<ProxyBody>>) -> Box<Response<ProxyBody>> {
+        ProxyBody::wrap_in(&mut resp, |body| {
+            let watched = matches!(body, ProxyBody::SendWatched(_));
+            ProxyBody::Logged(Box::new(LoggedBody::new(body, self, watched)))
+        });
+        resp
+    }
+}
+
+impl AccessLine for PendingLine {
     /// Writes the line: `bytes_out` body bytes were passed on; `cut`
     /// says why the body did not end (the line keeps the status the
     /// client got, like nginx does, and names the cause as its `error`).
-    pub(super) fn write(self, bytes_out: u64, cut: Option<ErrorKind>) {
-        let mut out = self.out;
+    fn write(&mut self, bytes_out: u64, cut: Option<ErrorKind>) {
+        let mut out = std::mem::take(&mut self.out);
         if out.error.is_none() {
             out.error = cut;
         }

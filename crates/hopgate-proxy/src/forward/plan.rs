@@ -31,7 +31,7 @@ use hopgate_store::{Binding, FetchFuture};
 use super::done::Outcome;
 use super::{grpc, ClientConn, Forwarder};
 use crate::body::ProxyBody;
-use crate::h1::RequestBody;
+use crate::body::RequestBody;
 use crate::headers::{RequestFacts, SetLines};
 use crate::session::{self, ClientSession, Stickiness};
 use crate::tunnel;

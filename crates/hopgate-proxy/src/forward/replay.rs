@@ -22,8 +22,8 @@ use hopgate_core::error::ErrorKind;
 
 use super::grpc::GRPC_BODY_WAIT;
 use super::plan::content_length;
+use crate::body::RequestBody;
 use crate::body::{ClientBody, ProxyBody};
-use crate::h1::RequestBody;
 use crate::headers::{HOP_SESSION_CONTEXT, X_HOP_FROM};
 
 /// How the client's body is taken before the first attempt.

@@ -34,8 +34,8 @@ use super::failure::{self, AfterFailure, Failed};
 use super::plan::{self, begin_hop_if_bound, Flight, PendingHop, Plan, Upgrade};
 use super::replay::{self, Capture, Replay, Taken};
 use super::{answer, grpc, ClientConn, Req};
+use crate::body::RequestBody;
 use crate::body::{ClientBody, ProxyBody};
-use crate::h1::RequestBody;
 use crate::headers::SetLines;
 use crate::pool::{PoolSettings, SendFailure};
 
@@ -244,7 +244,7 @@ impl Tries {
                 Replay::new(&request, b, after_sent)
             }
         });
-        let raw_head = conn.native_h1.load(Ordering::Relaxed) && !grpc && trip.upgrade.is_none();
+        let raw_head = !conn.http2.load(Ordering::Relaxed) && !grpc && trip.upgrade.is_none();
         *request.body_mut() = taken.body;
         let attempts = snap.config.retries.attempts as usize;
         Tries {

@@ -1,20 +1,24 @@
-//! One HTTP/1.1 exchange with a backend over a raw pooled socket, run by
-//! the request's own task: no connection task, no channel.
+//! One HTTP/1.1 exchange with a backend over a raw socket, run by the
+//! request's own task: no connection task, no channel.
 //!
 //! [`send`] writes the request head in one vectored write, streams the
 //! request body while watching for the response head (a backend may answer
 //! before it has read the whole body), skips interim 1xx answers and turns
 //! the head into a `Response` whose body, a [`ResponseBody`], reads the
-//! rest from the socket and hands the connection back to its pool when the
-//! response ends cleanly on a connection that stays open (otherwise it is
-//! closed). A 101 answer hands the socket, with any bytes read past the
-//! head, to the tunnel ([`crate::tunnel::RawUpgrade`]).
+//! rest from the socket ([`super::body`]) and hands the connection back
+//! ([`Connection::give_back`]) when the response ends cleanly on a
+//! connection that stays open (otherwise it is dropped: closed). A 101
+//! answer carries the socket, with any bytes read past the head, in its
+//! extensions ([`Upgraded`]).
 //!
-//! Every wait registers with the connection's kill waker and checks its
-//! kill flag (`ConnMeta::killed`), which a drain's deadline sets.
+//! The connection is the caller's type ([`Connection`]: its socket,
+//! buffers, timer, kill flag and where it goes back to); so are the body
+//! ([`Payload`]) and the lines added to the head ([`ExtraLines`]). Every
+//! wait registers with the connection's kill waker and checks its kill
+//! flag, which a drain's deadline sets.
 //!
-//! Must not touch: pool bookkeeping (that is [`crate::pool`]), routing,
-//! retries.
+//! Must not touch: where connections are kept and how they are chosen
+//! (the caller's, through [`Connection`]), routing, retries.
 
 use std::io;
 use std::pin::Pin;
@@ -25,25 +29,113 @@ use bytes::{Buf, Bytes, BytesMut};
 use hopgate_core::error::{ErrorKind, ProxyError};
 use http::header::HeaderName;
 use http::{Method, Request, Response};
-use http_body::{Body, Frame, SizeHint};
+use http_body::{Frame, SizeHint};
+use tokio::io::AsyncWrite;
 
-use super::chunked::{ChunkedDecoder, Step};
+use super::body::{ReadError, Reading};
+use super::deadline::LazyTimer;
 use super::head::{self, BodyKind, Head, ResponseKind};
-use super::response_head::{raw_response, response, trailer_map, RawHead};
-use super::write::{self, Out};
-use crate::body::{BodyTooLarge, BoxError, ProxyBody};
-use crate::headers::SetLines;
-use crate::pool::{H1Conn, Pool, SendFailure};
-use crate::tls::UpstreamIo;
+use super::response_head::{raw_response, response, RawHead};
+use super::write::{self, ExtraLines, Out};
+use super::{BoxError, Payload};
 
 /// Bytes asked of the kernel per read of a head.
-const HEAD_READ: usize = 8 * 1024;
-/// Bytes asked of the kernel per read of a body.
-const BODY_READ: usize = 64 * 1024;
+pub(crate) const HEAD_READ: usize = 8 * 1024;
+
+/// An upstream socket as the client reads it: into a buffer, by
+/// readiness.
+pub trait Socket: AsyncWrite + Unpin + Send + 'static {
+    /// Reads what the socket has into `buf`: `Ok(0)` at end of stream.
+    fn poll_read_buf(
+        &mut self,
+        buf: &mut BytesMut,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>>;
+}
+
+/// A connection's parts the exchange works with, borrowed together.
+pub struct Wire<'a, Io> {
+    pub io: &'a mut Io,
+    /// Bytes read and not used yet.
+    pub buf: &'a mut BytesMut,
+    /// Where the request head is rendered (kept, with its room, from one
+    /// request to the next).
+    pub out: &'a mut Vec<u8>,
+    /// The request timeout's timer, kept from one exchange to the next.
+    pub timer: &'a mut LazyTimer,
+}
+
+/// An upstream connection as the caller (the pool) keeps it: the codec
+/// speaks on it and says when it may be reused; keeping it is the
+/// caller's business. Dropping one closes it.
+pub trait Connection: Send + Sized + Unpin + 'static {
+    type Io: Socket;
+    /// Where a connection goes back to when its exchange ended cleanly.
+    type Home: Send + Sync + 'static;
+
+    fn wire(&mut self) -> Wire<'_, Self::Io>;
+
+    /// Registers `waker` to be woken when the connection is killed (a
+    /// drain's deadline), then says whether it was.
+    fn killed(&self, waker: &std::task::Waker) -> bool;
+
+    /// The connection's exchange ended cleanly with nothing unread: it
+    /// may carry another request.
+    fn give_back(home: &Self::Home, conn: Self);
+
+    /// The socket and its unread bytes, after a 101: the connection is
+    /// no longer an HTTP one.
+    fn into_upgraded(self) -> (Self::Io, Bytes);
+}
+
+/// A backend's socket after a 101, with the bytes read past the head,
+/// carried in the response's extensions (which want `Clone`, hence the
+/// shared slot).
+pub struct Upgraded<Io>(Arc<parking_lot::Mutex<Option<(Io, Bytes)>>>);
+
+impl<Io> Clone for Upgraded<Io> {
+    fn clone(&self) -> Self {
+        Upgraded(Arc::clone(&self.0))
+    }
+}
+
+impl<Io> std::fmt::Debug for Upgraded<Io> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Upgraded")
+    }
+}
+
+impl<Io> Upgraded<Io> {
+    pub(crate) fn new(io: Io, read_ahead: Bytes) -> Upgraded<Io> {
+        Upgraded(Arc::new(parking_lot::Mutex::new(Some((io, read_ahead)))))
+    }
+
+    /// The socket and its read-ahead bytes, once.
+    pub fn take(&self) -> Option<(Io, Bytes)> {
+        self.0.lock().take()
+    }
+}
+
+/// How a send failed.
+#[derive(Debug)]
+pub enum Failure<B> {
+    /// No byte of the request reached the socket; here it is, untouched.
+    NotSent {
+        request: Box<Request<B>>,
+        error: ProxyError,
+    },
+    /// The request may have reached the backend; its head comes back as
+    /// it was sent when it is still here, so that a replay needs no copy
+    /// made before the send.
+    Sent {
+        error: ProxyError,
+        head: Option<Box<http::request::Parts>>,
+    },
+}
 
 /// Reads what the socket has into `buf`: `Ok(0)` at end of stream.
-fn poll_fill(
-    io: &mut UpstreamIo,
+fn poll_fill<Io: Socket>(
+    io: &mut Io,
     buf: &mut BytesMut,
     want: usize,
     cx: &mut Context<'_>,
@@ -54,27 +146,16 @@ fn poll_fill(
     io.poll_read_buf(buf, cx)
 }
 
-/// Has the backend closed an idle connection, or sent bytes nobody asked
-/// for? Either way it cannot carry a request. Costs no system call when
-/// the reactor has seen nothing on the socket.
-pub(crate) fn is_stale(conn: &mut H1Conn) -> bool {
-    if !conn.buf.is_empty() {
-        return true;
-    }
-    conn.buf.reserve(HEAD_READ);
-    conn.io.has_news(&mut conn.buf)
-}
-
 /// The request body on its way to the backend.
-pub(crate) struct Pump {
-    body: ProxyBody,
+pub(crate) struct Pump<B> {
+    body: B,
     kind: BodyKind,
     out: Out,
     allowed: Vec<HeaderName>,
     ended: bool,
 }
 
-impl std::fmt::Debug for Pump {
+impl<B> std::fmt::Debug for Pump<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pump")
             .field("kind", &self.kind)
@@ -92,8 +173,8 @@ enum PumpError {
     Io(io::Error),
 }
 
-impl Pump {
-    fn new(body: ProxyBody, kind: BodyKind, allowed: Vec<HeaderName>) -> Pump {
+impl<B: Payload> Pump<B> {
+    fn new(body: B, kind: BodyKind, allowed: Vec<HeaderName>) -> Pump<B> {
         Pump {
             body,
             kind,
@@ -103,7 +184,11 @@ impl Pump {
         }
     }
 
-    fn poll(&mut self, io: &mut UpstreamIo, cx: &mut Context<'_>) -> Poll<Result<(), PumpError>> {
+    fn poll<Io: Socket>(
+        &mut self,
+        io: &mut Io,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), PumpError>> {
         loop {
             ready!(self.out.poll_write(io, cx)).map_err(PumpError::Io)?;
             if self.ended {
@@ -176,11 +261,11 @@ fn killed_error() -> ProxyError {
 }
 
 impl HeadFail {
-    fn into_error(self) -> ProxyError {
+    fn into_error<B: Payload>(self) -> ProxyError {
         match self {
             HeadFail::Killed => killed_error(),
-            HeadFail::Body(e) => match e.downcast_ref::<BodyTooLarge>() {
-                Some(t) => ProxyError::with_detail(ErrorKind::BodyTooLarge, t),
+            HeadFail::Body(e) => match B::own_error(&e) {
+                Some(kind) => ProxyError::with_detail(kind, e),
                 None => ProxyError::with_detail(
                     ErrorKind::UpstreamReset,
                     format_args!("error from the request body: {e}"),
@@ -205,7 +290,9 @@ impl HeadFail {
 
 /// Sends `req` on `conn` and waits for the response head until
 /// `deadline` (`timeouts.request`). A request none of whose bytes reached
-/// the socket is handed back as [`SendFailure::NotSent`].
+/// the socket is handed back as [`Failure::NotSent`]. `set`: the lines the
+/// caller adds after the request's own; `raw_head`: a final answer keeps
+/// its head as the backend's bytes ([`RawHead`]).
 ///
 /// The head is rendered into the connection's own buffer here, before the
 /// first poll; the rest of the exchange (head, body, response head,
@@ -215,14 +302,14 @@ impl HeadFail {
 /// connection's own timer, kept from one exchange to the next
 /// ([`super::deadline::LazyTimer`]).
 #[inline(always)]
-pub(crate) fn send<'a>(
-    pool: &'a Arc<Pool>,
-    mut conn: Box<H1Conn>,
-    req: Box<Request<ProxyBody>>,
-    set: &SetLines,
+pub(crate) fn send<'a, C: Connection, B: Payload, S: ExtraLines>(
+    home: &'a Arc<C::Home>,
+    mut conn: C,
+    req: Box<Request<B>>,
+    set: &S,
     deadline: tokio::time::Instant,
     raw_head: bool,
-) -> Exchange<'a> {
+) -> Exchange<'a, C, B> {
     let framing = write::request_framing(req.method(), req.headers(), req.body());
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
     let head = write::RequestHead {
@@ -231,9 +318,9 @@ pub(crate) fn send<'a>(
         headers: req.headers(),
         set,
     };
-    write::request_head(&mut conn.out, &head, &framing);
+    write::request_head(conn.wire().out, &head, &framing);
     Exchange {
-        pool,
+        home,
         is_head: req.method() == Method::HEAD,
         conn: Some(conn),
         req: Some(req),
@@ -249,31 +336,34 @@ pub(crate) fn send<'a>(
 }
 
 /// One request's exchange on one HTTP/1.1 connection; see [`send`].
-pub(crate) struct Exchange<'a> {
-    pool: &'a Arc<Pool>,
+pub(crate) struct Exchange<'a, C: Connection, B> {
+    home: &'a Arc<C::Home>,
     /// Taken when the exchange ends.
-    conn: Option<Box<H1Conn>>,
+    conn: Option<C>,
     /// The request; once its head is out (`written`), its head alone (the
     /// body went to the pump), kept until the answer's head: a failure
     /// hands it back, so that a replay needs no copy made in advance.
-    req: Option<Box<Request<ProxyBody>>>,
+    req: Option<Box<Request<B>>>,
     written: bool,
     /// Bytes of the head written so far.
     at: usize,
     body: BodyKind,
-    pump: Option<Pump>,
+    pump: Option<Pump<B>>,
     write_error: Option<io::Error>,
     deadline: tokio::time::Instant,
     is_head: bool,
     raw_head: bool,
     /// A failure held back for one turn of the scheduler (see
     /// [`Exchange::end`]).
-    failing: Option<(Yield, SendFailure)>,
+    failing: Option<(Yield, Failure<B>)>,
 }
 
 type Yield = Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
-impl std::fmt::Debug for Exchange<'_> {
+/// What an exchange ends with.
+type Exchanged<B> = Result<Box<Response<B>>, Failure<B>>;
+
+impl<C: Connection, B> std::fmt::Debug for Exchange<'_, C, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Exchange")
             .field("written", &self.written)
@@ -283,8 +373,8 @@ impl std::fmt::Debug for Exchange<'_> {
     }
 }
 
-impl std::future::Future for Exchange<'_> {
-    type Output = Result<Box<Response<ProxyBody>>, SendFailure>;
+impl<C: Connection, B: Payload + FromUpstream<C>> std::future::Future for Exchange<'_, C, B> {
+    type Output = Exchanged<B>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
@@ -304,15 +394,25 @@ impl std::future::Future for Exchange<'_> {
     }
 }
 
-impl Exchange<'_> {
+/// A body type that can carry a response body read from a `C` (the
+/// gateway's `ProxyBody` from a pooled connection).
+pub trait FromUpstream<C: Connection>: Sized {
+    fn from_upstream(body: ResponseBody<C, Self>) -> Self;
+}
+
+impl<C: Connection, B: Payload + FromUpstream<C>> Exchange<'_, C, B> {
     /// Writes the head, then streams the body and waits for the answer's
     /// head, until the deadline.
-    fn poll_exchange(&mut self, cx: &mut Context<'_>) -> Poll<Result<(Head, ResponseKind), Ended>> {
-        let Some(conn) = self.conn.as_deref_mut() else {
+    fn poll_exchange(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(Head, ResponseKind), Ended<B>>> {
+        let Some(conn) = self.conn.as_mut() else {
             return Poll::Ready(Err(Ended::TimedOut));
         };
         if !self.written {
-            match write::poll_write_all(&mut conn.io, &conn.out, &mut self.at, cx) {
+            let w = conn.wire();
+            match write::poll_write_all(w.io, w.out, &mut self.at, cx) {
                 Poll::Ready(Ok(())) => {
                     let Some(req) = self.req.as_mut() else {
                         return Poll::Ready(Err(Ended::TimedOut));
@@ -325,7 +425,7 @@ impl Exchange<'_> {
                     } else {
                         Vec::new()
                     };
-                    let body = std::mem::replace(req.body_mut(), ProxyBody::Empty);
+                    let body = std::mem::take(req.body_mut());
                     self.pump = Some(Pump::new(body, self.body, allowed));
                 }
                 Poll::Ready(Err(e)) => {
@@ -338,7 +438,7 @@ impl Exchange<'_> {
                     return Poll::Ready(Err(Ended::Sent(error)));
                 }
                 Poll::Pending => {
-                    return if conn.timer.poll_passed(self.deadline, cx) {
+                    return if w.timer.poll_passed(self.deadline, cx) {
                         Poll::Ready(Err(Ended::TimedOut))
                     } else {
                         Poll::Pending
@@ -351,7 +451,7 @@ impl Exchange<'_> {
         };
         match poll_head(conn, p, &mut self.write_error, self.is_head, cx) {
             Poll::Ready(r) => Poll::Ready(r.map_err(Ended::Head)),
-            Poll::Pending if conn.timer.poll_passed(self.deadline, cx) => {
+            Poll::Pending if conn.wire().timer.poll_passed(self.deadline, cx) => {
                 Poll::Ready(Err(Ended::TimedOut))
             }
             Poll::Pending => Poll::Pending,
@@ -360,22 +460,20 @@ impl Exchange<'_> {
 
     /// A failure after some of the request may have reached the backend,
     /// with the request's head when it is still here.
-    fn sent(&mut self, error: ProxyError) -> SendFailure {
+    fn sent(&mut self, error: ProxyError) -> Failure<B> {
         self.conn = None;
-        SendFailure::sent(error, self.req.take().map(|r| r.into_parts().0))
+        let head = self.req.take().map(|r| Box::new(r.into_parts().0));
+        Failure::Sent { error, head }
     }
 
     /// The exchange's result, or `None` when a failure waits for one turn
     /// of the scheduler first (`failing`).
-    fn end(
-        &mut self,
-        waited: Result<(Head, ResponseKind), Ended>,
-    ) -> Option<Result<Box<Response<ProxyBody>>, SendFailure>> {
+    fn end(&mut self, waited: Result<(Head, ResponseKind), Ended<B>>) -> Option<Exchanged<B>> {
         let (head, kind) = match waited {
             Ok(found) => found,
             Err(Ended::NotSent(request, error)) => {
                 self.conn = None;
-                return Some(Err(SendFailure::NotSent { request, error }));
+                return Some(Err(Failure::NotSent { request, error }));
             }
             Err(Ended::Sent(error)) => return Some(Err(self.sent(error))),
             // The connection is dropped with the exchange: closed.
@@ -383,7 +481,7 @@ impl Exchange<'_> {
                 return Some(Err(self.sent(ProxyError::new(ErrorKind::UpstreamTimeout))))
             }
             Err(Ended::Head(fail)) => {
-                let failure = self.sent(fail.into_error());
+                let failure = self.sent(fail.into_error::<B>());
                 if self.pump.take().is_some_and(|p| !p.ended) {
                     // The client's body is abandoned: dropped (above), then
                     // the client's connection sees that before the error
@@ -398,57 +496,61 @@ impl Exchange<'_> {
                 return Some(Err(failure));
             }
         };
-        let Some(mut conn) = self.conn.take() else {
+        let Some(conn) = self.conn.take() else {
             return Some(Err(self.sent(ProxyError::new(ErrorKind::UpstreamTimeout))));
         };
+        Some(self.answer(conn, head, kind))
+    }
+
+    /// The answer whose head `head` is at the start of `conn`'s buffer.
+    fn answer(&mut self, mut conn: C, head: Head, kind: ResponseKind) -> Exchanged<B> {
         let pump = self.pump.take().filter(|p| !p.ended || !p.out.is_empty());
-        let bytes = conn.buf.split_to(head.len).freeze();
+        let bytes = conn.wire().buf.split_to(head.len).freeze();
         let keeps_alive = head.keeps_alive();
         let made = if self.raw_head && matches!(kind, ResponseKind::Final(_)) {
-            raw_response(head, bytes)
+            raw_response::<B>(head, bytes)
         } else {
-            response(&head, &bytes).map(|r| (r, None))
+            response::<B>(&head, &bytes).map(|r| (r, None))
         };
         let (mut resp, raw) = match made {
             Ok(r) => r,
-            Err(e) => return Some(Err(self.sent(HeadFail::Invalid(e).into_error()))),
+            Err(e) => return Err(self.sent(HeadFail::Invalid(e).into_error::<B>())),
         };
         // The head went upstream: the request's box and header map serve
         // the thread's next request.
         if let Some(req) = self.req.take() {
-            super::spare::give_request(req);
+            B::give_request(req);
         }
         let body = match kind {
             ResponseKind::Upgrade => {
-                let (io, rest) = (*conn).into_upgraded();
-                resp.extensions_mut()
-                    .insert(crate::tunnel::RawUpgrade::new(io, rest));
-                ProxyBody::Empty
+                let (io, rest) = conn.into_upgraded();
+                resp.extensions_mut().insert(Upgraded::new(io, rest));
+                None
             }
             ResponseKind::Final(kind) => {
                 let reusable = keeps_alive && kind != BodyKind::Close && self.write_error.is_none();
-                ResponseBody::start(self.pool, conn, kind, pump, reusable)
+                ResponseBody::start(self.home, conn, kind, pump, reusable)
             }
-            ResponseKind::Interim => ProxyBody::Empty,
+            ResponseKind::Interim => None,
         };
         *resp.body_mut() = match (raw, body) {
             // A body read from the connection carries the head itself (no
             // second box).
-            (Some(raw), ProxyBody::H1(mut b)) => {
-                b.raw = Some(raw);
-                ProxyBody::H1(b)
+            (raw, Some(mut b)) => {
+                b.raw = raw;
+                B::from_upstream(b)
             }
-            (Some(raw), body) => ProxyBody::with_raw_head(raw, body),
-            (None, body) => body,
+            (Some(raw), None) => B::with_raw_head(raw, B::default()),
+            (None, None) => B::default(),
         };
-        Some(Ok(resp))
+        Ok(resp)
     }
 }
 
 /// How an exchange ended before a final response head.
-enum Ended {
+enum Ended<B> {
     /// Writing the head failed before any byte went out.
-    NotSent(Box<Request<ProxyBody>>, ProxyError),
+    NotSent(Box<Request<B>>, ProxyError),
     /// Writing the head failed part-way.
     Sent(ProxyError),
     /// `timeouts.request` passed.
@@ -458,19 +560,19 @@ enum Ended {
 }
 
 /// Streams the request body and reads until a final response head.
-fn poll_head(
-    conn: &mut H1Conn,
-    pump: &mut Pump,
+fn poll_head<C: Connection, B: Payload>(
+    conn: &mut C,
+    pump: &mut Pump<B>,
     write_error: &mut Option<io::Error>,
     is_head: bool,
     cx: &mut Context<'_>,
 ) -> Poll<Result<(Head, ResponseKind), HeadFail>> {
-    conn.meta.register(cx.waker());
-    if conn.meta.killed() {
+    if conn.killed(cx.waker()) {
         return Poll::Ready(Err(HeadFail::Killed));
     }
+    let w = conn.wire();
     if write_error.is_none() {
-        match pump.poll(&mut conn.io, cx) {
+        match pump.poll(w.io, cx) {
             Poll::Ready(Err(PumpError::Body(e))) => return Poll::Ready(Err(HeadFail::Body(e))),
             Poll::Ready(Err(PumpError::Length(what))) => {
                 return Poll::Ready(Err(HeadFail::Length(what)))
@@ -481,11 +583,11 @@ fn poll_head(
         }
     }
     loop {
-        if !conn.buf.is_empty() {
-            match head::parse_response(&conn.buf) {
+        if !w.buf.is_empty() {
+            match head::parse_response(w.buf) {
                 Ok(Some(h)) => match head::response_kind(&h, is_head) {
                     ResponseKind::Interim => {
-                        conn.buf.advance(h.len);
+                        w.buf.advance(h.len);
                         continue;
                     }
                     kind => return Poll::Ready(Ok((h, kind))),
@@ -494,7 +596,7 @@ fn poll_head(
                 Err(e) => return Poll::Ready(Err(HeadFail::Invalid(e))),
             }
         }
-        match ready!(poll_fill(&mut conn.io, &mut conn.buf, HEAD_READ, cx)) {
+        match ready!(poll_fill(w.io, w.buf, HEAD_READ, cx)) {
             Ok(0) => return Poll::Ready(Err(HeadFail::Closed(write_error.take()))),
             Ok(_) => {}
             Err(e) => return Poll::Ready(Err(HeadFail::Io(e))),
@@ -502,12 +604,12 @@ fn poll_head(
     }
 }
 
-/// A connection whose exchange ended: back to its pool when the exchange
-/// left it `clean` (reusable, the request body sent) with nothing unread,
-/// closed otherwise.
-fn release(pool: &Pool, conn: Box<H1Conn>, clean: bool) {
-    if clean && conn.buf.is_empty() {
-        pool.give_back(conn);
+/// A connection whose exchange ended: back home when the exchange left it
+/// `clean` (reusable, the request body sent) with nothing unread, closed
+/// otherwise.
+fn release<C: Connection>(home: &C::Home, mut conn: C, clean: bool) {
+    if clean && conn.wire().buf.is_empty() {
+        C::give_back(home, conn);
     }
 }
 
@@ -526,62 +628,83 @@ pub(crate) enum BodyError {
     Trailers(#[from] head::HeadError),
 }
 
-#[derive(Debug)]
-enum Reading {
-    Length(u64),
-    Chunked(ChunkedDecoder),
-    Close,
-    Done,
+impl From<ReadError> for BodyError {
+    fn from(e: ReadError) -> BodyError {
+        match e {
+            ReadError::Eof => BodyError::Closed,
+            ReadError::Io(e) => BodyError::Io(e),
+            ReadError::Chunked(e) => BodyError::Chunked(e),
+            ReadError::Trailers(e) => BodyError::Trailers(e),
+        }
+    }
 }
 
 /// A response body read from its connection; see the module documentation.
-#[derive(Debug)]
-pub struct ResponseBody {
-    pool: Arc<Pool>,
-    conn: Option<Box<H1Conn>>,
+/// `B` is the request's body type: the rest of the request body goes on
+/// while the answer is read, when the answer came first.
+pub struct ResponseBody<C: Connection, B> {
+    home: Arc<C::Home>,
+    conn: Option<C>,
     reading: Reading,
     /// The rest of the request body, when the answer came first.
-    pump: Option<Pump>,
+    pump: Option<Pump<B>>,
     reusable: bool,
     /// The answer's head kept raw, until the writer takes it
-    /// ([`ProxyBody::raw_head`]).
-    pub(crate) raw: Option<RawHead>,
+    /// ([`Payload::raw_head`]).
+    raw: Option<RawHead>,
 }
 
-impl ResponseBody {
+impl<C: Connection, B> std::fmt::Debug for ResponseBody<C, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseBody")
+            .field("reading", &self.reading)
+            .field("reusable", &self.reusable)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Connection, B: Payload> ResponseBody<C, B> {
+    /// The body of an answer framed as `kind`, or `None` when it has none
+    /// (the connection then goes back at once, or is closed).
     fn start(
-        pool: &Arc<Pool>,
-        conn: Box<H1Conn>,
+        home: &Arc<C::Home>,
+        conn: C,
         kind: BodyKind,
-        pump: Option<Pump>,
+        pump: Option<Pump<B>>,
         reusable: bool,
-    ) -> ProxyBody {
-        let reading = match kind {
-            BodyKind::Empty | BodyKind::Length(0) => {
-                // Nothing to read: the connection goes back at once.
-                release(pool, conn, reusable && pump.is_none());
-                return ProxyBody::Empty;
-            }
-            BodyKind::Length(n) => Reading::Length(n),
-            BodyKind::Chunked => Reading::Chunked(ChunkedDecoder::new()),
-            BodyKind::Close => Reading::Close,
-        };
-        ProxyBody::H1(Box::new(ResponseBody {
-            pool: Arc::clone(pool),
+    ) -> Option<ResponseBody<C, B>> {
+        let reading = Reading::of(kind);
+        if reading.is_done() {
+            // Nothing to read: the connection goes back at once.
+            release::<C>(home, conn, reusable && pump.is_none());
+            return None;
+        }
+        Some(ResponseBody {
+            home: Arc::clone(home),
             conn: Some(conn),
             reading,
             pump,
             reusable,
             raw: None,
-        }))
+        })
     }
 
-    /// The body ended: the connection goes back to its pool when nothing
-    /// of this exchange is left on it, and is closed otherwise.
+    /// The raw head this body carries ([`Payload::raw_head`]).
+    pub fn raw_head(&self) -> Option<&RawHead> {
+        self.raw.as_ref()
+    }
+
+    /// Takes the raw head off this body.
+    pub fn take_raw_head(&mut self) -> Option<RawHead> {
+        self.raw.take()
+    }
+
+    /// The body ended: the connection goes back home when nothing of this
+    /// exchange is left on it, and is closed otherwise.
     fn finish(&mut self) {
         self.reading = Reading::Done;
         let Some(conn) = self.conn.take() else { return };
-        release(&self.pool, conn, self.reusable && self.pump.is_none());
+        release::<C>(&self.home, conn, self.reusable && self.pump.is_none());
     }
 
     /// Fails the body; the connection is closed.
@@ -592,19 +715,19 @@ impl ResponseBody {
         Poll::Ready(Some(Err(Box::new(e))))
     }
 
-    pub(crate) fn poll_frame(
+    pub fn poll_frame(
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let Some(conn) = self.conn.as_mut() else {
             return Poll::Ready(None);
         };
-        conn.meta.register(cx.waker());
-        if conn.meta.killed() {
+        if conn.killed(cx.waker()) {
             return self.fail(BodyError::Killed);
         }
+        let w = conn.wire();
         if let Some(pump) = &mut self.pump {
-            match pump.poll(&mut conn.io, cx) {
+            match pump.poll(w.io, cx) {
                 Poll::Ready(Ok(())) => self.pump = None,
                 Poll::Ready(Err(_)) => {
                     // Nothing more goes to the backend: the connection
@@ -615,83 +738,30 @@ impl ResponseBody {
                 Poll::Pending => {}
             }
         }
-        loop {
-            let conn = match self.conn.as_mut() {
-                Some(c) => c,
-                None => return Poll::Ready(None),
-            };
-            let want = match &mut self.reading {
-                Reading::Done => return Poll::Ready(None),
-                Reading::Length(n) => {
-                    if !conn.buf.is_empty() {
-                        let take = (*n).min(conn.buf.len() as u64) as usize;
-                        let data = conn.buf.split_to(take).freeze();
-                        *n -= take as u64;
-                        if *n == 0 {
-                            self.finish();
-                        }
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
-                    (*n).min(BODY_READ as u64) as usize
+        let io = w.io;
+        let read = ready!(self
+            .reading
+            .poll_frame(w.buf, cx, |buf, want, cx| poll_fill(io, buf, want, cx)));
+        match read {
+            Some(Err(e)) => self.fail(e.into()),
+            Some(Ok(frame)) => {
+                if self.reading.is_done() {
+                    self.finish();
                 }
-                Reading::Chunked(dec) => match dec.decode(&conn.buf) {
-                    Err(e) => return self.fail(e.into()),
-                    Ok(Step::Data { start, len }) => {
-                        conn.buf.advance(start);
-                        let data = conn.buf.split_to(len).freeze();
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
-                    Ok(Step::End { start, len }) => {
-                        conn.buf.advance(start);
-                        let section = conn.buf.split_to(len).freeze();
-                        let trailers = match trailer_map(&section) {
-                            Ok(t) => t,
-                            Err(e) => return self.fail(e.into()),
-                        };
-                        self.finish();
-                        if trailers.is_empty() {
-                            return Poll::Ready(None);
-                        }
-                        return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
-                    }
-                    Ok(Step::Need { consumed }) => {
-                        conn.buf.advance(consumed);
-                        BODY_READ
-                    }
-                },
-                Reading::Close => {
-                    if !conn.buf.is_empty() {
-                        let data = conn.buf.split().freeze();
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
-                    BODY_READ
-                }
-            };
-            match poll_fill(&mut conn.io, &mut conn.buf, want, cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Ok(0)) => {
-                    if matches!(self.reading, Reading::Close) {
-                        self.reusable = false;
-                        self.finish();
-                        return Poll::Ready(None);
-                    }
-                    return self.fail(BodyError::Closed);
-                }
-                Poll::Ready(Ok(_)) => {}
-                Poll::Ready(Err(e)) => return self.fail(e.into()),
+                Poll::Ready(Some(Ok(frame)))
+            }
+            None => {
+                self.finish();
+                Poll::Ready(None)
             }
         }
     }
 
-    pub(crate) fn is_end_stream(&self) -> bool {
-        matches!(self.reading, Reading::Done)
+    pub fn is_end_stream(&self) -> bool {
+        self.reading.is_done()
     }
 
-    pub(crate) fn size_hint(&self) -> SizeHint {
-        match self.reading {
-            Reading::Length(n) => SizeHint::with_exact(n),
-            Reading::Done => SizeHint::with_exact(0),
-            _ => SizeHint::default(),
-        }
+    pub fn size_hint(&self) -> SizeHint {
+        self.reading.size_hint()
     }
 }

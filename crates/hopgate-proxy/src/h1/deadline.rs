@@ -23,7 +23,7 @@ use tokio::time::{Instant, Sleep};
 
 /// See the module documentation.
 #[derive(Debug, Default)]
-pub(crate) struct LazyTimer {
+pub struct LazyTimer {
     sleep: Option<Pin<Box<Sleep>>>,
     /// The waker the armed `Sleep` holds (from its last poll): while it is
     /// the caller's and the timer has not fired, a poll would change
@@ -34,7 +34,7 @@ pub(crate) struct LazyTimer {
 impl LazyTimer {
     /// Has `deadline` passed? When not, the task is woken no later than
     /// at `deadline` (possibly earlier, once, to re-arm).
-    pub(crate) fn poll_passed(&mut self, deadline: Instant, cx: &mut Context<'_>) -> bool {
+    pub fn poll_passed(&mut self, deadline: Instant, cx: &mut Context<'_>) -> bool {
         let timer = match &mut self.sleep {
             Some(t) => {
                 if t.deadline() > deadline {

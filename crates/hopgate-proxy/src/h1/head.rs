@@ -95,15 +95,35 @@ pub struct Head {
     pub facts: Facts,
 }
 
+thread_local! {
+    /// The thread's spare line list: a head's list is made and dropped
+    /// once per message, so one spare spares an allocation and a free.
+    static LINES: std::cell::Cell<Vec<HeaderRange>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// An empty line list with room for `n` lines: the thread's spare.
+pub(crate) fn spare_lines(n: usize) -> Vec<HeaderRange> {
+    let mut v = LINES.try_with(std::cell::Cell::take).unwrap_or_default();
+    v.reserve(n);
+    v
+}
+
+/// Keeps `v`, emptied, as the thread's spare line list (by the rule of
+/// [`super::spare::keep`]).
+pub(crate) fn give_lines(mut v: Vec<HeaderRange>) {
+    v.clear();
+    super::spare::keep(&LINES, v, super::spare::MOST_LINES);
+}
+
 /// The header lines of a head, in a list that goes back to the thread's
-/// spare when dropped ([`super::spare`]).
+/// spare when dropped ([`spare_lines`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Lines(Vec<HeaderRange>);
 
 impl Lines {
     /// An empty list with room for `n` lines.
     pub fn with_capacity(n: usize) -> Lines {
-        Lines(super::spare::lines(n))
+        Lines(spare_lines(n))
     }
 
     fn push(&mut self, h: HeaderRange) {
@@ -130,7 +150,7 @@ impl<'a> IntoIterator for &'a Lines {
 
 impl Drop for Lines {
     fn drop(&mut self) {
-        super::spare::give_lines(std::mem::take(&mut self.0));
+        give_lines(std::mem::take(&mut self.0));
     }
 }
 

@@ -16,7 +16,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Response, StatusCode, Version};
 
 use super::head::{self, Head, HeaderRange};
-use crate::body::ProxyBody;
+use super::Payload;
 
 /// The status code of a head.
 fn status_of(head: &Head) -> Result<StatusCode, head::HeadError> {
@@ -25,11 +25,11 @@ fn status_of(head: &Head) -> Result<StatusCode, head::HeadError> {
 
 /// The response head as an `http` response with an empty body (boxed:
 /// the answer moves through the request's steps as a pointer).
-pub(super) fn response(
+pub(super) fn response<B: Payload>(
     head: &Head,
     bytes: &Bytes,
-) -> Result<Box<Response<ProxyBody>>, head::HeadError> {
-    let mut resp = super::spare::response();
+) -> Result<Box<Response<B>>, head::HeadError> {
+    let mut resp = B::response();
     *resp.status_mut() = status_of(head)?;
     *resp.version_mut() = version_of(head);
     let headers = resp.headers_mut();
@@ -72,14 +72,14 @@ fn reason_into<B>(resp: &mut Response<B>, bytes: &Bytes, reason: Range<usize>) {
 
 /// A response head kept as the backend sent it: the head's bytes and its
 /// header lines as ranges of them, carried with the answer's body
-/// ([`ProxyBody::Headed`]) while the response's header map holds only what
+/// ([`Payload::with_raw_head`]) while the response's header map holds only what
 /// the gateway adds. hopgate's own HTTP/1.1 server writes such a head line
 /// by line, as it came (names in the backend's case); every other consumer
 /// turns it into header-map entries first ([`materialize`]). Made only for
 /// a client connection on that server, and kept only when the answer step
-/// has nothing to take out of the head ([`crate::headers::passes_raw`]).
+/// has nothing to take out of the head (the gateway's `passes_raw`).
 #[derive(Clone, Debug)]
-pub(crate) struct RawHead {
+pub struct RawHead {
     /// The head, its empty last line included.
     bytes: Bytes,
     lines: head::Lines,
@@ -172,11 +172,12 @@ impl RawHead {
 
 /// The response head as an `http` response with an empty header map, and
 /// the head kept raw ([`RawHead`]) for its body to carry.
-pub(super) fn raw_response(
+#[allow(clippy::type_complexity)]
+pub(super) fn raw_response<B: Payload>(
     head: Head,
     bytes: Bytes,
-) -> Result<(Box<Response<ProxyBody>>, Option<RawHead>), head::HeadError> {
-    let mut resp = super::spare::response();
+) -> Result<(Box<Response<B>>, Option<RawHead>), head::HeadError> {
+    let mut resp = B::response();
     *resp.status_mut() = status_of(&head)?;
     *resp.version_mut() = version_of(&head);
     let raw = RawHead {
@@ -194,7 +195,7 @@ pub(super) fn raw_response(
 /// step materializes first otherwise). A line that does not convert —
 /// none can: `httparse` takes the same name and value bytes as `http` —
 /// is dropped.
-pub(crate) fn materialize(resp: &mut Response<ProxyBody>) {
+pub(crate) fn materialize<B: Payload>(resp: &mut Response<B>) {
     let Some(raw) = resp.body_mut().take_raw_head() else {
         return;
     };

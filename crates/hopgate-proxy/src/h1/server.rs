@@ -1,9 +1,9 @@
 //! hopgate's own HTTP/1.1 server: one task per client connection reads
 //! each request head with [`super::head::parse_request`], hands the request
-//! to [`ClientConn::request`], awaits its future in the same task and writes
-//! the response itself with [`super::server_write`] (head, framing and
-//! body in as few vectored writes as it can). This module keeps the
-//! connection loop.
+//! to its [`Handler`] (the gateway's `ClientConn`), awaits the answer's
+//! future in the same task and writes the response itself with
+//! [`super::server_write`] (head, framing and body in as few vectored
+//! writes as it can). This module keeps the connection loop.
 //!
 //! What it does, in the order of a request:
 //!
@@ -12,7 +12,7 @@
 //!   other than one `chunked`, obsolete line folding, a bare LF, NUL or CR
 //!   in a value) is answered 400 and never forwarded; a head past the
 //!   listener's buffer limit or with too many lines, 431. The first bytes
-//!   of a connection are bounded by [`crate::client_io::ClientIo`]; a head
+//!   of a connection are bounded by the socket the caller hands over; a head
 //!   begun and not finished within `timeouts.header_read` gets 408; an
 //!   idle keep-alive connection is closed after `timeouts.idle`.
 //! - **Bodies.** Content-Length and chunked request bodies (trailers
@@ -27,35 +27,35 @@
 //!   requests answered in order (the next head may already be in the
 //!   buffer), a client that shuts its write side after a request still gets
 //!   its answer, an upgrade answered 101 hands the socket (and any bytes
-//!   read past the head) to the tunnel, and a draining listener or a
-//!   handover closes the connection after the answer in flight (idle ones
-//!   at once).
+//!   read past the head) to whoever took the request's [`Upgrade`], and a
+//!   draining listener or a closing handler closes the connection after
+//!   the answer in flight (idle ones at once).
 //!
-//! Must not touch: routing and forwarding ([`crate::forward`]), protocol
-//! selection ([`crate::listener`]), how a response is framed and written
+//! Must not touch: what a request is answered with (the handler's),
+//! protocol selection (the caller's), how a response is framed and written
 //! ([`super::server_write`]).
 
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderName, HeaderValue, CONNECTION};
+use http::header::{HeaderName, HeaderValue, CONNECTION, UPGRADE};
 use http::uri::PathAndQuery;
-use http::{Method, Request, Uri, Version};
+use http::{Method, Request, Response, Uri, Version};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use super::deadline::LazyTimer;
 use super::head::{self, BodyKind, Head, HeadError};
-use super::server_body::{ClientStream, Conn, RequestBody, ServerBody, Shared, Slot};
+use super::server_body::{ClientStream, Conn, ServerBody, Shared, Slot};
 use super::server_write::{write_response, write_upgrade, Ask, SlotIo};
-use crate::body::ProxyBody;
-use crate::forward::ClientConn;
+use super::Payload;
 use hopgate_core::error::ErrorKind;
 
 /// Bytes asked of the kernel per read of a head.
@@ -107,13 +107,107 @@ enum NoHead {
     Refuse(ErrorKind),
 }
 
+/// What a server asks of the code behind it (the gateway's `ClientConn`):
+/// one per connection; the server is generic over it, so the request's
+/// future is a named type, kept in one block per connection.
+pub trait Handler: Send + Sync + 'static {
+    /// The body type of requests and answers.
+    type Body: Payload;
+
+    /// The answer to a request: `req` is its head (its body an empty
+    /// placeholder), `body` its body, if it has one.
+    fn call(
+        &self,
+        req: Box<Request<Self::Body>>,
+        body: Option<Box<ServerBody>>,
+    ) -> impl Future<Output = Box<Response<Self::Body>>> + Send + 'static;
+
+    /// The answer to a head that cannot be served (no request was made of
+    /// it): 400, 408, 414 or 431.
+    fn refusal(&self, kind: ErrorKind) -> Box<Response<Self::Body>>;
+
+    /// Close the connection after the answer in flight (the process hands
+    /// over to a new one).
+    fn closing(&self) -> bool;
+
+    /// The client's address, for the log.
+    fn peer(&self) -> SocketAddr;
+}
+
+/// A client socket handed over after a 101, with the bytes read past the
+/// request head.
+pub type UpgradedClient = (Box<dyn ClientStream>, Bytes);
+
+/// The client's side of an upgrade: its socket and the bytes read past
+/// the request head, sent once the 101 is written. Carried in the
+/// request's extensions (which want `Clone`, hence the shared slot).
+#[derive(Clone)]
+pub struct Upgrade(Arc<parking_lot::Mutex<Option<oneshot::Receiver<UpgradedClient>>>>);
+
+impl Upgrade {
+    /// Where the socket will come from, once.
+    pub fn take(&self) -> Option<oneshot::Receiver<UpgradedClient>> {
+        self.0.lock().take()
+    }
+}
+
+/// The `Upgrade` protocol of a request asking for one (HTTP/1.1 only).
+pub fn upgrade_request<B>(req: &Request<B>) -> Option<HeaderValue> {
+    if req.version() != Version::HTTP_11 {
+        return None;
+    }
+    let asks = req
+        .headers()
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    if !asks {
+        return None;
+    }
+    req.headers().get(UPGRADE).cloned()
+}
+
+/// What the answer depends on from its request, and the connection's
+/// fate as the request left it.
+struct Asked {
+    ask: Ask,
+    keep: bool,
+}
+
+impl Asked {
+    fn of(head: &Head, connect: bool) -> Asked {
+        Asked {
+            ask: Ask {
+                version: if head.minor == 0 {
+                    Version::HTTP_10
+                } else {
+                    Version::HTTP_11
+                },
+                is_head: false,
+                trailers_ok: head.minor == 1 && head.facts.te_trailers,
+            },
+            keep: head.keeps_alive() && !connect,
+        }
+    }
+}
+
+/// Where the client connection is while the request is served.
+enum Held {
+    /// With the server (a request without a body).
+    Own(Conn),
+    /// In the body's slot.
+    Slot(Slot),
+}
+
 /// Serves HTTP/1.x requests on `io` (whose first bytes, `read`, were
 /// already read) until the client closes, a request asks to close, the
 /// listener drains (`drain` turns true) or an error ends the connection.
-pub(crate) async fn serve(
+pub(crate) async fn serve<H: Handler>(
     io: Box<dyn ClientStream>,
     read: BytesMut,
-    conn: Arc<ClientConn>,
+    handler: H,
     settings: Settings,
     drain: watch::Receiver<bool>,
 ) {
@@ -128,132 +222,136 @@ pub(crate) async fn serve(
         let head = match read_head(&mut c, &settings, first, &drain, &mut between).await {
             Ok(h) => h,
             Err(NoHead::Quiet) => return,
-            Err(NoHead::Refuse(kind)) => return refuse(c, kind).await,
+            Err(NoHead::Refuse(kind)) => return refuse(c, handler.refusal(kind)).await,
         };
         first = false;
         let bytes = c.buf.split_to(head.len).freeze();
-        let mut req = match request(&head, &bytes) {
+        let mut req = match request::<H::Body>(&head, &bytes) {
             Ok(r) => r,
-            Err(kind) => return refuse(c, kind).await,
+            Err(kind) => return refuse(c, handler.refusal(kind)).await,
         };
-        let is_head = req.method() == Method::HEAD;
-        let connect = req.method() == Method::CONNECT;
-        let trailers_ok = head.minor == 1 && head.facts.te_trailers;
-        let mut keep = head.keeps_alive() && !connect;
+        let mut asked = Asked::of(&head, req.method() == Method::CONNECT);
+        asked.ask.is_head = req.method() == Method::HEAD;
         // An upgrade: the socket goes to the tunnel after a 101.
         // (`Connection: upgrade` was seen by the parse, or there is none.)
-        let asks_upgrade = head
-            .facts
-            .upgrade
-            .then(|| crate::tunnel::upgrade_request(&req));
-        let upgrade = asks_upgrade.flatten().map(|_| {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            req.extensions_mut()
-                .insert(crate::tunnel::NativeUpgrade::new(rx));
+        let upgrade = (head.facts.upgrade && upgrade_request(&req).is_some()).then(|| {
+            let (tx, rx) = oneshot::channel();
+            let offer = Upgrade(Arc::new(parking_lot::Mutex::new(Some(rx))));
+            req.extensions_mut().insert(offer);
             tx
         });
-        let (body, slot, held) = match head::request_body(&head) {
-            BodyKind::Empty | BodyKind::Close => (RequestBody::Empty, None, Some(c)),
-            kind => {
-                let slot: Slot = Arc::new(parking_lot::Mutex::new(Shared {
-                    conn: Some(c),
-                    done: false,
-                    answered: false,
-                }));
-                let (chunked, len) = match kind {
-                    BodyKind::Length(n) => (false, n),
-                    _ => (true, 0),
-                };
-                let expect = head.facts.expect_continue && head.minor == 1;
-                let body = ServerBody::new(Arc::clone(&slot), chunked, len, expect);
-                (RequestBody::Native(Box::new(body)), Some(slot), None)
-            }
-        };
-        let version = if head.minor == 0 {
-            Version::HTTP_10
-        } else {
-            Version::HTTP_11
-        };
+        let (body, held) = hold(&head, c);
         // Its line list goes back to the thread's spare before the answer's
         // head is parsed into it (`head::Lines`).
         drop(head);
-        let mut unread = false;
-        pending.set(Some(conn.request(req, body)));
-        let resp = pending.as_mut().as_pin_mut().expect("just set").await;
+        pending.set(Some(handler.call(req, body)));
+        let Some(answer) = pending.as_mut().as_pin_mut() else {
+            return;
+        };
+        let resp = answer.await;
         pending.set(None);
-        if draining(&drain) || crate::handover::handing_over() {
-            keep = false;
+        if draining(&drain) || handler.closing() {
+            asked.keep = false;
         }
-        let ask = Ask {
-            version,
-            is_head,
-            trailers_ok,
-        };
-        let written = match (held, slot) {
-            (Some(mut own), _) => {
-                if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS {
-                    if let Some(tx) = upgrade {
-                        if write_upgrade(&mut own.io, resp).await.is_ok() {
-                            let _ = tx.send((own.io, own.buf.freeze()));
-                        }
-                    }
-                    return;
-                }
-                let r = write_response(&mut own.io, resp, ask, &mut keep).await;
-                r.map(|()| own)
-            }
-            (None, Some(slot)) => {
-                // The body may still be reading: a backend that answers
-                // while it reads (an echo) gets its answer streamed while
-                // the client's body still comes, written through the slot;
-                // the connection comes back after it.
-                let reading = {
-                    let mut shared = slot.lock();
-                    shared.answered = true;
-                    !shared.done && Arc::strong_count(&slot) > 1
-                };
-                let mut resp = Some(resp);
-                let r = match if reading { resp.take() } else { None } {
-                    Some(resp) => {
-                        write_response(&mut SlotIo(Arc::clone(&slot)), resp, ask, &mut keep).await
-                    }
-                    None => Ok(()),
-                };
-                let (own, done) = {
-                    let mut shared = slot.lock();
-                    (shared.conn.take(), shared.done)
-                };
-                // A body not read to its end leaves bytes of it unread.
-                if !done {
-                    keep = false;
-                    unread = true;
-                }
-                match (r, own) {
-                    (Ok(()), Some(mut own)) if !reading => {
-                        let r = match resp {
-                            Some(resp) => write_response(&mut own.io, resp, ask, &mut keep).await,
-                            None => Ok(()),
-                        };
-                        r.map(|()| own)
-                    }
-                    (Ok(()), Some(own)) => Ok(own),
-                    (Err(e), _) => Err(e),
-                    (Ok(()), None) => Err(io::ErrorKind::NotConnected.into()),
-                }
-            }
-            (None, None) => return,
-        };
-        c = match written {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::debug!(peer = %conn.peer, error = %e, "writing a response failed");
+        let (next, unread) = match write_answer(held, resp, upgrade, &mut asked).await {
+            Some(Ok(written)) => written,
+            Some(Err(e)) => {
+                tracing::debug!(peer = %handler.peer(), error = %e, "writing a response failed");
                 return;
             }
+            None => return,
         };
-        if !keep {
+        c = next;
+        if !asked.keep {
             let unread = unread || !c.buf.is_empty();
             return linger_close(c, unread).await;
         }
+    }
+}
+
+/// The request's body as the handler gets it, and where the connection
+/// waits meanwhile: in the body's slot while there is a body.
+fn hold(head: &Head, c: Conn) -> (Option<Box<ServerBody>>, Held) {
+    let (chunked, len) = match head::request_body(head) {
+        BodyKind::Empty | BodyKind::Close => return (None, Held::Own(c)),
+        BodyKind::Length(n) => (false, n),
+        BodyKind::Chunked => (true, 0),
+    };
+    let slot: Slot = Arc::new(parking_lot::Mutex::new(Shared {
+        conn: Some(c),
+        done: false,
+        answered: false,
+    }));
+    let expect = head.facts.expect_continue && head.minor == 1;
+    let body = ServerBody::new(Arc::clone(&slot), chunked, len, expect);
+    (Some(Box::new(body)), Held::Slot(slot))
+}
+
+/// Writes the answer; gives the connection back with whether bytes of
+/// the request body were left unread, or `None` when it is gone (an
+/// upgrade took it).
+async fn write_answer<B: Payload>(
+    held: Held,
+    resp: Box<Response<B>>,
+    upgrade: Option<oneshot::Sender<UpgradedClient>>,
+    asked: &mut Asked,
+) -> Option<io::Result<(Conn, bool)>> {
+    let (ask, keep) = (asked.ask, &mut asked.keep);
+    match held {
+        Held::Own(mut own) => {
+            if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+                if let Some(tx) = upgrade {
+                    if write_upgrade(&mut own.io, resp).await.is_ok() {
+                        let _ = tx.send((own.io, own.buf.freeze()));
+                    }
+                }
+                return None;
+            }
+            let r = write_response(&mut own.io, resp, ask, keep).await;
+            Some(r.map(|()| (own, false)))
+        }
+        Held::Slot(slot) => Some(write_through_slot(slot, resp, ask, keep).await),
+    }
+}
+
+/// Writes the answer to a request with a body. The body may still be
+/// reading: a backend that answers while it reads (an echo) gets its
+/// answer streamed while the client's body still comes, written through
+/// the slot; the connection comes back after it.
+async fn write_through_slot<B: Payload>(
+    slot: Slot,
+    resp: Box<Response<B>>,
+    ask: Ask,
+    keep: &mut bool,
+) -> io::Result<(Conn, bool)> {
+    let reading = {
+        let mut shared = slot.lock();
+        shared.answered = true;
+        !shared.done && Arc::strong_count(&slot) > 1
+    };
+    let mut resp = Some(resp);
+    let r = match if reading { resp.take() } else { None } {
+        Some(resp) => write_response(&mut SlotIo(Arc::clone(&slot)), resp, ask, keep).await,
+        None => Ok(()),
+    };
+    let (own, done) = {
+        let mut shared = slot.lock();
+        (shared.conn.take(), shared.done)
+    };
+    // A body not read to its end leaves bytes of it unread.
+    if !done {
+        *keep = false;
+    }
+    match (r, own) {
+        (Ok(()), Some(mut own)) if !reading => {
+            if let Some(resp) = resp {
+                write_response(&mut own.io, resp, ask, keep).await?;
+            }
+            Ok((own, !done))
+        }
+        (Ok(()), Some(own)) => Ok((own, !done)),
+        (Err(e), _) => Err(e),
+        (Ok(()), None) => Err(io::ErrorKind::NotConnected.into()),
     }
 }
 
@@ -374,7 +472,17 @@ fn refusal(e: HeadError) -> ErrorKind {
 }
 
 /// The request a head describes, its header values sharing `bytes`.
-fn request(head: &Head, bytes: &Bytes) -> Result<Box<Request<ProxyBody>>, ErrorKind> {
+fn request<B: Payload>(head: &Head, bytes: &Bytes) -> Result<Box<Request<B>>, ErrorKind> {
+    // Boxed from the start: the request moves through the forwarder as a
+    // pointer. Its body goes beside it until the forwarder decides how to
+    // send it.
+    let mut req = B::request();
+    fill_request(&mut req, head, bytes)?;
+    Ok(req)
+}
+
+/// Writes the method, target, version and headers of `head` into `req`.
+fn fill_request<B>(req: &mut Request<B>, head: &Head, bytes: &Bytes) -> Result<(), ErrorKind> {
     let method =
         Method::from_bytes(&bytes[head.method.clone()]).map_err(|_| ErrorKind::BadRequest)?;
     let target = bytes.slice(head.target.clone());
@@ -382,10 +490,6 @@ fn request(head: &Head, bytes: &Bytes) -> Result<Box<Request<ProxyBody>>, ErrorK
         return Err(ErrorKind::UriTooLong);
     }
     let uri = target_uri(target).map_err(|_| ErrorKind::BadRequest)?;
-    // Boxed from the start: the request moves through the forwarder as a
-    // pointer. Its body goes beside it until the forwarder decides how to
-    // send it.
-    let mut req = super::spare::request();
     *req.method_mut() = method;
     *req.uri_mut() = uri;
     *req.version_mut() = if head.minor == 0 {
@@ -414,7 +518,7 @@ fn request(head: &Head, bytes: &Bytes) -> Result<Box<Request<ProxyBody>>, ErrorK
             .map_err(|_| ErrorKind::BadRequest)?;
         headers.append(name, value);
     }
-    Ok(req)
+    Ok(())
 }
 
 /// A request target as a `Uri`. An origin-form target (`/path?query`,
@@ -455,12 +559,14 @@ fn header_name(raw: &[u8]) -> Result<HeaderName, http::header::InvalidHeaderName
 /// [`request`] for a head parsed from `head_bytes` (a copy is taken): the
 /// fuzz target's way in.
 pub fn request_from_head(head: &Head, head_bytes: &[u8]) -> Result<Request<()>, ErrorKind> {
-    request(head, &Bytes::copy_from_slice(head_bytes)).map(|r| r.map(|_| ()))
+    let mut req = Request::new(());
+    fill_request(&mut req, head, &Bytes::copy_from_slice(head_bytes))?;
+    Ok(req)
 }
 
-/// Answers `kind` (no request was made of the bytes), then closes.
-async fn refuse(mut c: Conn, kind: ErrorKind) {
-    let mut resp = Box::new(crate::respond::error_response(kind, None));
+/// Answers with `resp`, a refusal (no request was made of the bytes),
+/// then closes.
+async fn refuse<B: Payload>(mut c: Conn, mut resp: Box<Response<B>>) {
     resp.headers_mut()
         .insert(CONNECTION, HeaderValue::from_static("close"));
     let ask = Ask {

@@ -1,6 +1,5 @@
 //! A client's request body read by hopgate's own HTTP/1.1 server
-//! ([`super::server`]), and [`RequestBody`], the body type the forwarder
-//! takes from either server.
+//! ([`super::server`]) with the one body reader ([`super::body`]).
 //!
 //! While a request with a body is in flight, the client connection (its
 //! socket and read buffer) sits in a slot shared by the body and the
@@ -22,17 +21,17 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::chunked::{ChunkedDecoder, Step};
-use crate::body::BoxError;
+use super::body::{ReadError, Reading};
+use super::chunked::ChunkedDecoder;
+use super::BoxError;
 
 /// A client socket as the native server holds it (plain TCP or TLS, with
 /// the connection's deadlines).
-pub(crate) trait ClientStream: AsyncRead + AsyncWrite + Send + Unpin {}
+pub trait ClientStream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> ClientStream for T {}
 
 /// A client connection: its socket and what was read from it and not yet
@@ -50,8 +49,18 @@ impl std::fmt::Debug for Conn {
     }
 }
 
-/// Bytes asked of the kernel per read of a body.
-const BODY_READ: usize = 64 * 1024;
+/// Reads what `io` has into `buf`: `Ok(0)` at end of stream.
+fn fill(
+    io: &mut Box<dyn ClientStream>,
+    buf: &mut BytesMut,
+    want: usize,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    if buf.capacity() - buf.len() < 512 {
+        buf.reserve(want);
+    }
+    tokio_util::io::poll_read_buf(Pin::new(&mut **io), cx, buf)
+}
 
 impl Conn {
     /// Reads what the socket has into the buffer: `Ok(0)` at end of stream.
@@ -60,10 +69,7 @@ impl Conn {
         want: usize,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<usize>> {
-        if self.buf.capacity() - self.buf.len() < 512 {
-            self.buf.reserve(want);
-        }
-        tokio_util::io::poll_read_buf(Pin::new(&mut *self.io), cx, &mut self.buf)
+        fill(&mut self.io, &mut self.buf, want, cx)
     }
 }
 
@@ -82,13 +88,6 @@ pub(crate) type Slot = Arc<parking_lot::Mutex<Shared>>;
 
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
-#[derive(Debug)]
-enum Reading {
-    Length(u64),
-    Chunked(ChunkedDecoder),
-    Done,
-}
-
 /// A request body read from the client's connection.
 #[derive(Debug)]
 pub struct ServerBody {
@@ -104,6 +103,8 @@ impl ServerBody {
     pub(crate) fn new(slot: Slot, chunked: bool, length: u64, expect_continue: bool) -> ServerBody {
         ServerBody {
             slot,
+            // A length of 0 too is read (to its end at once): the loop
+            // learns from the read that the body ended.
             reading: if chunked {
                 Reading::Chunked(ChunkedDecoder::new())
             } else {
@@ -122,118 +123,45 @@ impl ServerBody {
         Poll::Ready(Some(Err(Box::new(e))))
     }
 
-    fn poll_frame_inner(
+    /// Writes what is left of `100 Continue`, unless the final answer is
+    /// on its way.
+    fn poll_continue(
         &mut self,
+        conn: &mut Conn,
+        answered: bool,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        if matches!(self.reading, Reading::Done) {
-            return Poll::Ready(None);
-        }
-        let slot = Arc::clone(&self.slot);
-        let mut guard = slot.lock();
-        let shared = &mut *guard;
-        let Some(conn) = shared.conn.as_mut() else {
-            return self.fail(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "the request body was abandoned: the response was already sent",
-            ));
-        };
-        // The client waits for this before it sends the body: written on
-        // the first read, as hyper does (never after the final answer).
-        if shared.answered {
+    ) -> Poll<io::Result<()>> {
+        if answered {
             self.continue_left = 0;
         }
         while self.continue_left > 0 {
             let at = CONTINUE.len() - self.continue_left as usize;
             match ready!(Pin::new(&mut *conn.io).poll_write(cx, &CONTINUE[at..])) {
-                Ok(0) => return self.fail(io::ErrorKind::WriteZero.into()),
+                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                 Ok(n) => self.continue_left -= n as u8,
-                Err(e) => return self.fail(e),
+                Err(e) => return Poll::Ready(Err(e)),
             }
         }
-        loop {
-            let want = match &mut self.reading {
-                Reading::Done => return Poll::Ready(None),
-                Reading::Length(n) => {
-                    if *n == 0 {
-                        self.reading = Reading::Done;
-                        shared.done = true;
-                        return Poll::Ready(None);
-                    }
-                    if !conn.buf.is_empty() {
-                        let take = (*n).min(conn.buf.len() as u64) as usize;
-                        let data = conn.buf.split_to(take).freeze();
-                        *n -= take as u64;
-                        if *n == 0 {
-                            self.reading = Reading::Done;
-                            shared.done = true;
-                        }
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
-                    (*n).min(BODY_READ as u64) as usize
-                }
-                Reading::Chunked(dec) => match dec.decode(&conn.buf) {
-                    Err(e) => {
-                        return self.fail(io::Error::new(io::ErrorKind::InvalidData, e.0));
-                    }
-                    Ok(Step::Data { start, len }) => {
-                        conn.buf.advance(start);
-                        let data = conn.buf.split_to(len).freeze();
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
-                    Ok(Step::End { start, len }) => {
-                        conn.buf.advance(start);
-                        let section = conn.buf.split_to(len).freeze();
-                        self.reading = Reading::Done;
-                        shared.done = true;
-                        return match super::response_head::trailer_map(&section) {
-                            Ok(t) if t.is_empty() => Poll::Ready(None),
-                            Ok(t) => Poll::Ready(Some(Ok(Frame::trailers(t)))),
-                            Err(e) => self.fail(io::Error::new(io::ErrorKind::InvalidData, e)),
-                        };
-                    }
-                    Ok(Step::Need { consumed }) => {
-                        conn.buf.advance(consumed);
-                        BODY_READ
-                    }
-                },
-            };
-            match ready!(conn.poll_fill(want, cx)) {
-                Ok(0) => {
-                    return self.fail(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the client closed the connection before the end of the request body",
-                    ))
-                }
-                Ok(_) => {}
-                Err(e) => return self.fail(e),
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        matches!(self.reading, Reading::Done)
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self.reading {
-            Reading::Length(n) => SizeHint::with_exact(n),
-            Reading::Done => SizeHint::with_exact(0),
-            Reading::Chunked(_) => SizeHint::default(),
-        }
+        Poll::Ready(Ok(()))
     }
 }
 
-/// The request body the forwarder takes: hyper's (HTTP/2, and HTTP/1.1 on
-/// a listener set to `http1: hyper`), hopgate's own server's, or none.
-#[derive(Debug)]
-pub enum RequestBody {
-    Empty,
-    Hyper(Incoming),
-    Native(Box<ServerBody>),
+/// What a read error of a request body is to the forwarder: a framing
+/// error is `InvalidData` (a malformed body), the end of the stream
+/// mid-body `UnexpectedEof` (the client went away).
+fn client_error(e: ReadError) -> io::Error {
+    match e {
+        ReadError::Eof => io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the client closed the connection before the end of the request body",
+        ),
+        ReadError::Io(e) => e,
+        ReadError::Chunked(e) => io::Error::new(io::ErrorKind::InvalidData, e.0),
+        ReadError::Trailers(e) => io::Error::new(io::ErrorKind::InvalidData, e),
+    }
 }
 
-impl Body for RequestBody {
+impl Body for ServerBody {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -241,28 +169,42 @@ impl Body for RequestBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.get_mut() {
-            RequestBody::Empty => Poll::Ready(None),
-            RequestBody::Hyper(b) => Pin::new(b)
-                .poll_frame(cx)
-                .map(|f| f.map(|r| r.map_err(|e| Box::new(e) as BoxError))),
-            RequestBody::Native(b) => b.poll_frame_inner(cx),
+        let this = self.get_mut();
+        if this.reading.is_done() {
+            return Poll::Ready(None);
         }
+        let slot = Arc::clone(&this.slot);
+        let mut guard = slot.lock();
+        let shared = &mut *guard;
+        let Some(conn) = shared.conn.as_mut() else {
+            return this.fail(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the request body was abandoned: the response was already sent",
+            ));
+        };
+        // The client waits for this before it sends the body: written on
+        // the first read, as hyper does (never after the final answer).
+        if let Err(e) = ready!(this.poll_continue(conn, shared.answered, cx)) {
+            return this.fail(e);
+        }
+        let Conn { io, buf } = conn;
+        let read = ready!(this
+            .reading
+            .poll_frame(buf, cx, |buf, want, cx| fill(io, buf, want, cx)));
+        // Read to its end (a bad trailer section too: its bytes are used):
+        // the connection may carry the next request.
+        let used = matches!(read, None | Some(Ok(_)) | Some(Err(ReadError::Trailers(_))));
+        if this.reading.is_done() && used {
+            shared.done = true;
+        }
+        Poll::Ready(read.map(|r| r.map_err(|e| Box::new(client_error(e)) as BoxError)))
     }
 
     fn is_end_stream(&self) -> bool {
-        match self {
-            RequestBody::Empty => true,
-            RequestBody::Hyper(b) => b.is_end_stream(),
-            RequestBody::Native(b) => b.is_end_stream(),
-        }
+        self.reading.is_done()
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self {
-            RequestBody::Empty => SizeHint::with_exact(0),
-            RequestBody::Hyper(b) => b.size_hint(),
-            RequestBody::Native(b) => b.size_hint(),
-        }
+        self.reading.size_hint()
     }
 }

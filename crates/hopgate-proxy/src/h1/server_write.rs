@@ -28,14 +28,13 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use http::header::{HeaderName, CONTENT_LENGTH, TRAILER};
 use http::{Response, Version};
-use http_body::Body;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::response_head::RawHead;
 use super::server_body::Slot;
 use super::write::{self, HeadWriter, Out};
-use crate::body::ProxyBody;
+use super::{BoxError, Payload};
 
 /// What the response depends on from its request.
 #[derive(Clone, Copy)]
@@ -48,9 +47,9 @@ pub(super) struct Ask {
 
 /// Writes one response: head, then body. `keep`: the connection stays
 /// open after it; cleared when the response or its framing needs a close.
-pub(super) async fn write_response<W: AsyncWrite + Unpin>(
+pub(super) async fn write_response<W: AsyncWrite + Unpin, B: Payload>(
     io: &mut W,
-    resp: Box<Response<ProxyBody>>,
+    resp: Box<Response<B>>,
     ask: Ask,
     keep: &mut bool,
 ) -> io::Result<()> {
@@ -59,7 +58,7 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
         *keep = false;
     }
     let mut resp = resp;
-    let mut body = std::mem::replace(resp.body_mut(), ProxyBody::Empty);
+    let mut body = std::mem::take(resp.body_mut());
     let raw = body.take_raw_head();
     // The first body bytes, when they are there already: written with the
     // head in one vectored write.
@@ -75,58 +74,24 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
             return Err(io::Error::other(e));
         }
     };
-    let mut scratch = Scratch::default();
-    let mut close = false;
-    let mut digits = write::Digits::default();
-    let mut chunk_pre = [0u8; 18];
-    let mut overlong = false;
+    let mut bufs = HeadBufs::default();
+    let overlong;
     {
         // A raw head's lines go in runs, one slice each: usually one or
         // two (its `Connection` line left out).
         let raw_runs = raw.as_ref().map_or(0, |_| 3);
         let mut w = HeadWriter::with_lines(resp.headers().len() + 4, raw_runs);
-        let raw = raw.as_ref();
-        status_and_headers(&mut w, &resp, raw, ask, &framing, &mut scratch, &mut close);
-        if close {
-            *keep = false;
-        }
-        match &framing {
-            Framing::Length { left, add: true } => {
-                w.header(b"content-length", digits.of(*left));
-            }
-            Framing::Chunked { .. } => w.header(b"transfer-encoding", b"chunked"),
-            _ => {}
-        }
-        if !close {
-            if ask.version == Version::HTTP_10 && *keep {
-                w.header(b"connection", b"keep-alive");
-            } else if ask.version == Version::HTTP_11 && !*keep {
-                w.header(b"connection", b"close");
-            }
-        }
-        w.push(b"\r\n");
-        if let Some(d) = &first {
-            match &mut framing {
-                Framing::Length { left, .. } => {
-                    let take = (d.len() as u64).min(*left) as usize;
-                    overlong = take < d.len();
-                    *left -= take as u64;
-                    w.push(&d[..take]);
-                }
-                Framing::Chunked { .. } => {
-                    let n = write::chunk_prefix(d.len(), &mut chunk_pre);
-                    w.push(&chunk_pre[..n]);
-                    w.push(d);
-                    w.push(b"\r\n");
-                }
-                Framing::Close => w.push(d),
-                Framing::None => {}
-            }
-        }
+        let head = Head {
+            resp: &resp,
+            raw: raw.as_ref(),
+            ask,
+            first: first.as_ref(),
+        };
+        overlong = head_lines(&mut w, head, &mut framing, keep, &mut bufs);
         w.write_to(io).await.map_err(|(e, _)| e)?;
     }
     // The head is written: the answer's box serves the thread's next one.
-    super::spare::give_response(resp);
+    B::give_response(resp);
     if overlong {
         *keep = false;
         io.flush().await?;
@@ -134,6 +99,98 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
             "response body longer than its Content-Length",
         ));
     }
+    write_body(io, &mut body, framing, keep).await
+}
+
+/// What a response head is written from.
+struct Head<'a, B> {
+    resp: &'a Response<B>,
+    /// The backend's head, kept raw.
+    raw: Option<&'a RawHead>,
+    ask: Ask,
+    /// The body's first bytes, when they were there already.
+    first: Option<&'a Bytes>,
+}
+
+/// Bytes the head is written from that are made while writing it, kept
+/// until the head is out.
+#[derive(Default)]
+struct HeadBufs {
+    scratch: Scratch,
+    digits: write::Digits,
+    chunk_pre: [u8; 18],
+}
+
+/// The status line, the header lines and the first body bytes, into `w`
+/// (written in one vectored write); says whether those bytes ran past the
+/// declared length (the rest of them is left out).
+fn head_lines<'a, B>(
+    w: &mut HeadWriter<'a>,
+    head: Head<'a, B>,
+    framing: &mut Framing,
+    keep: &mut bool,
+    bufs: &'a mut HeadBufs,
+) -> bool {
+    let Head {
+        resp,
+        raw,
+        ask,
+        first,
+    } = head;
+    let HeadBufs {
+        scratch,
+        digits,
+        chunk_pre,
+    } = bufs;
+    let mut close = false;
+    let mut overlong = false;
+    status_and_headers(w, resp, raw, ask, framing, scratch, &mut close);
+    if close {
+        *keep = false;
+    }
+    match &*framing {
+        Framing::Length { left, add: true } => {
+            w.header(b"content-length", digits.of(*left));
+        }
+        Framing::Chunked { .. } => w.header(b"transfer-encoding", b"chunked"),
+        _ => {}
+    }
+    if !close {
+        if ask.version == Version::HTTP_10 && *keep {
+            w.header(b"connection", b"keep-alive");
+        } else if ask.version == Version::HTTP_11 && !*keep {
+            w.header(b"connection", b"close");
+        }
+    }
+    w.push(b"\r\n");
+    if let Some(d) = first {
+        match framing {
+            Framing::Length { left, .. } => {
+                let take = (d.len() as u64).min(*left) as usize;
+                overlong = take < d.len();
+                *left -= take as u64;
+                w.push(&d[..take]);
+            }
+            Framing::Chunked { .. } => {
+                let n = write::chunk_prefix(d.len(), chunk_pre);
+                w.push(&chunk_pre[..n]);
+                w.push(d);
+                w.push(b"\r\n");
+            }
+            Framing::Close => w.push(d),
+            Framing::None => {}
+        }
+    }
+    overlong
+}
+
+/// Writes the rest of the body as `framing` frames it, and its end.
+async fn write_body<W: AsyncWrite + Unpin, B: Payload>(
+    io: &mut W,
+    body: &mut B,
+    mut framing: Framing,
+    keep: &mut bool,
+) -> io::Result<()> {
     let mut out = Out::default();
     loop {
         let more = match &framing {
@@ -181,6 +238,17 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
         }
         std::future::poll_fn(|cx| out.poll_write(io, cx)).await?;
     }
+    end_body(io, &mut out, framing, keep).await
+}
+
+/// The body's end: the last chunk, or the check that the declared length
+/// was all written; then the flush.
+async fn end_body<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    out: &mut Out,
+    framing: Framing,
+    keep: &mut bool,
+) -> io::Result<()> {
     match framing {
         Framing::Chunked { .. } => {
             out.last_chunk(Bytes::new());
@@ -199,9 +267,9 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin>(
 }
 
 /// Writes a 101 answer's head (the tunnel takes the connection after it).
-pub(super) async fn write_upgrade<W: AsyncWrite + Unpin>(
+pub(super) async fn write_upgrade<W: AsyncWrite + Unpin, B: Payload>(
     io: &mut W,
-    resp: Box<Response<ProxyBody>>,
+    resp: Box<Response<B>>,
 ) -> io::Result<()> {
     let ask = Ask {
         version: Version::HTTP_11,
@@ -287,7 +355,7 @@ enum Framing {
 }
 
 /// `Content-Length` of a response when it is one valid value.
-fn declared_length(resp: &Response<ProxyBody>) -> Option<u64> {
+fn declared_length<B: Payload>(resp: &Response<B>) -> Option<u64> {
     let value = match resp.body().raw_head() {
         // At most one line (the answer step made sure), checked by the
         // parser.
@@ -334,7 +402,7 @@ fn line_kind(name: &[u8]) -> Line {
 
 /// Decides a response's framing (the rules of hyper's server, so clients
 /// see what they saw before).
-fn framing(resp: &Response<ProxyBody>, ask: Ask) -> Framing {
+fn framing<B: Payload>(resp: &Response<B>, ask: Ask) -> Framing {
     let status = resp.status().as_u16();
     if ask.is_head || status < 200 || status == 204 || status == 304 {
         return Framing::None;
@@ -376,9 +444,9 @@ struct Scratch {
 /// The status line and header lines of a response, with the framing,
 /// connection and date lines it needs. `close`: says whether the response
 /// itself asks to close.
-fn status_and_headers<'a>(
+fn status_and_headers<'a, B>(
     w: &mut HeadWriter<'a>,
-    resp: &'a Response<ProxyBody>,
+    resp: &'a Response<B>,
     raw: Option<&'a RawHead>,
     ask: Ask,
     framing: &Framing,
@@ -444,7 +512,7 @@ fn status_and_headers<'a>(
         lines.write(w, line_kind(name), name, value.as_bytes(), close);
     }
     if !lines.has_date {
-        *date = crate::h1::date::now();
+        *date = super::date::now();
         w.header(b"date", &date[..]);
     }
 }
@@ -485,17 +553,19 @@ impl Lines {
 }
 
 /// A body's first data frame when it is ready without waiting.
-fn first_data(body: &mut ProxyBody) -> Result<Option<Bytes>, crate::body::BoxError> {
-    if let ProxyBody::Full(b) = body {
-        return Ok(b.take());
+fn first_data<B: Payload>(body: &mut B) -> Result<Option<Bytes>, BoxError> {
+    if let Some(whole) = body.take_whole() {
+        return Ok(whole);
     }
     match body.frame().now_or_never() {
         Some(Some(Ok(f))) => match f.into_data() {
             Ok(d) => Ok(Some(d)),
             // Trailers first: put back as a body of their own.
             Err(f) => {
-                let rest = std::mem::take(body);
-                *body = ProxyBody::prefixed(None, f.into_trailers().ok(), rest);
+                if let Ok(trailers) = f.into_trailers() {
+                    let rest = std::mem::take(body);
+                    *body = B::after_trailers(trailers, rest);
+                }
                 Ok(None)
             }
         },
@@ -507,6 +577,7 @@ fn first_data(body: &mut ProxyBody) -> Result<Option<Bytes>, crate::body::BoxErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::h1::testing::TestBody;
     use http::header::{HeaderMap, HeaderValue};
 
     fn ask(version: Version, is_head: bool, trailers_ok: bool) -> Ask {
@@ -518,11 +589,11 @@ mod tests {
     }
 
     /// A body of unknown length: `data`, then `trailers`.
-    fn streamed(data: &'static [u8], trailers: Option<HeaderMap>) -> ProxyBody {
-        ProxyBody::prefixed(Some(Bytes::from_static(data)), trailers, ProxyBody::Empty)
+    fn streamed(data: &'static [u8], trailers: Option<HeaderMap>) -> TestBody {
+        TestBody::prefixed(Some(Bytes::from_static(data)), trailers, TestBody::Empty)
     }
 
-    async fn written(resp: Response<ProxyBody>, ask: Ask) -> (String, bool) {
+    async fn written(resp: Response<TestBody>, ask: Ask) -> (String, bool) {
         let mut out: Vec<u8> = Vec::new();
         let mut keep = true;
         write_response(&mut out, Box::new(resp), ask, &mut keep)
@@ -552,9 +623,9 @@ mod tests {
         let head = b"HTTP/1.1 200 Fine\r\nServer: nginx\r\nConnection: keep-alive\r\n\
             Keep-Alive: timeout=5\r\nContent-Length: 2\r\nX-Mixed-Case:A  \r\n\r\n";
         let raw = || {
-            let mut r = Response::new(ProxyBody::with_raw_head(
+            let mut r = Response::new(TestBody::with_raw_head(
                 RawHead::parsed(head),
-                ProxyBody::full("ok"),
+                TestBody::full("ok"),
             ));
             r.headers_mut()
                 .append("set-cookie", HeaderValue::from_static("s=1"));
@@ -570,9 +641,9 @@ mod tests {
         // Its own `Date` is kept; HEAD keeps the length and sends no body.
         let dated = b"HTTP/1.1 200 OK\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\n\
             Content-Length: 7\r\n\r\n";
-        let r = Response::new(ProxyBody::with_raw_head(
+        let r = Response::new(TestBody::with_raw_head(
             RawHead::parsed(dated),
-            ProxyBody::Empty,
+            TestBody::Empty,
         ));
         let (t, _) = written(r, ask(Version::HTTP_11, true, false)).await;
         assert_eq!(
@@ -583,7 +654,7 @@ mod tests {
         // `Transfer-Encoding` is not repeated. An empty reason phrase is
         // the code's own.
         let chunked = b"HTTP/1.1 404 \r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n";
-        let mut r = Response::new(ProxyBody::with_raw_head(
+        let mut r = Response::new(TestBody::with_raw_head(
             RawHead::parsed(chunked),
             streamed(b"hello", None),
         ));
@@ -593,7 +664,7 @@ mod tests {
         // Materialized, the same head becomes map entries before the
         // added ones, with its reason phrase kept.
         let mut r = raw();
-        crate::h1::response_head::materialize(&mut r);
+        super::super::response_head::materialize(&mut r);
         assert!(r.body().raw_head().is_none());
         let names: Vec<_> = r.headers().keys().map(|n| n.as_str()).collect();
         assert_eq!(
@@ -617,9 +688,9 @@ mod tests {
     #[tokio::test]
     async fn a_raw_status_line_is_used_only_when_it_is_the_same_line() {
         let of = |head: &'static [u8], code: u16, version| async move {
-            let mut r = Response::new(ProxyBody::with_raw_head(
+            let mut r = Response::new(TestBody::with_raw_head(
                 RawHead::parsed(head),
-                ProxyBody::Empty,
+                TestBody::Empty,
             ));
             *r.status_mut() = http::StatusCode::from_u16(code).unwrap();
             let (t, _) = written(r, ask(version, false, false)).await;
@@ -654,7 +725,7 @@ mod tests {
     async fn answers_are_framed_as_hyper_framed_them() {
         // A known length is added; the body goes with the head.
         let (t, keep) = written(
-            Response::new(ProxyBody::full("hi")),
+            Response::new(TestBody::full("hi")),
             ask(Version::HTTP_11, false, false),
         )
         .await;
@@ -698,7 +769,7 @@ mod tests {
         assert_eq!(t, "HTTP/1.0 200 OK\r\ndate: *\r\n\r\nhello");
         assert!(!keep);
         // HEAD keeps the length it was given and sends no body.
-        let mut r = Response::new(ProxyBody::Empty);
+        let mut r = Response::new(TestBody::Empty);
         r.headers_mut()
             .insert(CONTENT_LENGTH, HeaderValue::from_static("1000"));
         let (t, _) = written(r, ask(Version::HTTP_11, true, false)).await;
@@ -707,7 +778,7 @@ mod tests {
             "HTTP/1.1 200 OK\r\ncontent-length: 1000\r\ndate: *\r\n\r\n"
         );
         // 204: no framing lines at all.
-        let mut r = Response::new(ProxyBody::Empty);
+        let mut r = Response::new(TestBody::Empty);
         *r.status_mut() = http::StatusCode::NO_CONTENT;
         r.headers_mut()
             .insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
@@ -719,7 +790,7 @@ mod tests {
         let mut keep = false;
         write_response(
             &mut out,
-            Box::new(Response::new(ProxyBody::Empty)),
+            Box::new(Response::new(TestBody::Empty)),
             ask(Version::HTTP_11, false, false),
             &mut keep,
         )
@@ -730,7 +801,7 @@ mod tests {
         let mut keep = true;
         write_response(
             &mut out,
-            Box::new(Response::new(ProxyBody::Empty)),
+            Box::new(Response::new(TestBody::Empty)),
             ask(Version::HTTP_10, false, false),
             &mut keep,
         )

@@ -3,6 +3,9 @@
 //! stopped), an upstream request head rendered into its connection's
 //! buffer, the framing an upstream request gets from its headers and body,
 //! and the chunked encoding of body frames.
+//!
+//! Must not touch: what the lines the caller adds to a request head say
+//! ([`ExtraLines`]), sockets beyond the writes asked for.
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -15,7 +18,19 @@ use http_body::Body;
 use tokio::io::AsyncWrite;
 
 use super::head::BodyKind;
-use crate::headers::SetLines;
+
+/// Lines a caller adds to an upstream request head after the header
+/// map's own (the gateway's `SetLines`), each handed to `line` as its
+/// fixed start (`"\r\nname: "`, the previous line's end included) and its
+/// value.
+pub trait ExtraLines {
+    fn each(&self, line: impl FnMut(&'static [u8], &[u8]));
+}
+
+/// No lines.
+impl ExtraLines for () {
+    fn each(&self, _: impl FnMut(&'static [u8], &[u8])) {}
+}
 
 /// A message head as slices of borrowed bytes, written in one go; the
 /// list of slices is the thread's spare ([`super::spare`]).
@@ -204,13 +219,13 @@ impl Digits {
 }
 
 /// What an upstream request head is rendered from.
-pub(crate) struct RequestHead<'a> {
+pub(crate) struct RequestHead<'a, S> {
     pub method: &'a Method,
     /// Origin form (or `*`, or the authority of a CONNECT).
     pub target: &'a str,
     pub headers: &'a HeaderMap,
     /// The lines the gateway sets, written after the map's.
-    pub set: &'a SetLines,
+    pub set: &'a S,
 }
 
 /// Renders the head of an upstream request into `out` (cleared first):
@@ -219,7 +234,11 @@ pub(crate) struct RequestHead<'a> {
 /// buffer, kept by the connection from one request to the next, costs
 /// less than a slice per piece: after the connection's first request it
 /// has room already, so each copy below only compares.
-pub(crate) fn request_head(out: &mut Vec<u8>, head: &RequestHead<'_>, framing: &RequestFraming) {
+pub(crate) fn request_head<S: ExtraLines>(
+    out: &mut Vec<u8>,
+    head: &RequestHead<'_, S>,
+    framing: &RequestFraming,
+) {
     out.clear();
     out.extend_from_slice(head.method.as_str().as_bytes());
     out.push(b' ');
@@ -403,18 +422,17 @@ pub(crate) fn encode_trailers(trailers: &HeaderMap, allowed: &[HeaderName]) -> B
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::body::ProxyBody;
+    use crate::h1::testing::TestBody;
     use http::HeaderValue;
 
-    fn head(method: Method, headers: &HeaderMap, body: &ProxyBody) -> (Vec<u8>, BodyKind) {
+    fn head(method: Method, headers: &HeaderMap, body: &TestBody) -> (Vec<u8>, BodyKind) {
         let framing = request_framing(&method, headers, body);
         let mut v = b"left from the last request".to_vec();
-        let set = SetLines::default();
         let rh = RequestHead {
             method: &method,
             target: "/p?q",
             headers,
-            set: &set,
+            set: &(),
         };
         request_head(&mut v, &rh, &framing);
         (v, framing.body)
@@ -426,14 +444,14 @@ mod tests {
         h.insert("host", HeaderValue::from_static("x"));
         h.append("x-multi", HeaderValue::from_static("1"));
         h.append("x-multi", HeaderValue::from_static("2"));
-        let (v, kind) = head(Method::GET, &h, &ProxyBody::Empty);
+        let (v, kind) = head(Method::GET, &h, &TestBody::Empty);
         assert_eq!(
             v,
             b"GET /p?q HTTP/1.1\r\nhost: x\r\nx-multi: 1\r\nx-multi: 2\r\n\r\n"
         );
         assert_eq!(kind, BodyKind::Empty);
         // A body of known size gets its length.
-        let (v, kind) = head(Method::PUT, &h, &ProxyBody::full("hello"));
+        let (v, kind) = head(Method::PUT, &h, &TestBody::full("hello"));
         assert!(
             v.ends_with(b"x-multi: 2\r\ncontent-length: 5\r\n\r\n"),
             "{}",
@@ -443,7 +461,7 @@ mod tests {
         // A given length is kept as it is.
         let mut with_len = h.clone();
         with_len.insert(CONTENT_LENGTH, HeaderValue::from_static("5"));
-        let (v, kind) = head(Method::POST, &with_len, &ProxyBody::full("hello"));
+        let (v, kind) = head(Method::POST, &with_len, &TestBody::full("hello"));
         assert_eq!(
             v.windows(17).filter(|w| w == b"content-length: 5").count(),
             1
@@ -452,7 +470,7 @@ mod tests {
         // A given Transfer-Encoding means chunked, and drops the length.
         let mut te = with_len.clone();
         te.insert(TRANSFER_ENCODING, HeaderValue::from_static("gzip"));
-        let (v, kind) = head(Method::POST, &te, &ProxyBody::full("hello"));
+        let (v, kind) = head(Method::POST, &te, &TestBody::full("hello"));
         let text = String::from_utf8_lossy(&v);
         assert!(
             !text.contains("content-length") && !text.contains("gzip"),
@@ -461,11 +479,11 @@ mod tests {
         assert!(text.contains("transfer-encoding: chunked\r\n"), "{text}");
         assert_eq!(kind, BodyKind::Chunked);
         // An ended body drops a Transfer-Encoding.
-        let (v, kind) = head(Method::POST, &te, &ProxyBody::Empty);
+        let (v, kind) = head(Method::POST, &te, &TestBody::Empty);
         assert!(!String::from_utf8_lossy(&v).contains("transfer-encoding"));
         assert_eq!(kind, BodyKind::Empty);
         // Unknown size: chunked, except GET/HEAD/CONNECT.
-        let unknown = ProxyBody::prefixed(Some(Bytes::from_static(b"x")), None, ProxyBody::Empty);
+        let unknown = TestBody::prefixed(Some(Bytes::from_static(b"x")), None, TestBody::Empty);
         let (v, kind) = head(Method::POST, &h, &unknown);
         assert!(String::from_utf8_lossy(&v).contains("transfer-encoding: chunked\r\n"));
         assert_eq!(kind, BodyKind::Chunked);
@@ -509,14 +527,13 @@ mod tests {
     async fn partial_writes_resume() {
         let mut h = HeaderMap::new();
         h.insert("host", HeaderValue::from_static("example"));
-        let framing = request_framing(&Method::GET, &h, &ProxyBody::Empty);
+        let framing = request_framing(&Method::GET, &h, &TestBody::Empty);
         let mut want = Vec::new();
-        let set = SetLines::default();
         let rh = RequestHead {
             method: &Method::GET,
             target: "/",
             headers: &h,
-            set: &set,
+            set: &(),
         };
         request_head(&mut want, &rh, &framing);
         let mut t = Trickle {

@@ -16,7 +16,6 @@ use hopgate_core::error::{ErrorKind, ProxyError};
 
 use super::{ConnState, H1Conn, H2Conn, Pool, PoolSettings};
 use crate::admission::{Entered, Grant, Rejected, Ticket};
-use crate::h1::client as h1;
 
 /// What a pool hands to a request waiting in its queue, besides a slot.
 pub(super) enum Handoff {
@@ -74,7 +73,7 @@ impl Pool {
                     if conn.meta.addr == addr
                         && conn.meta.generation >= generation
                         && !conn.meta.killed()
-                        && !h1::is_stale(&mut conn)
+                        && !super::is_stale(&mut conn)
                     {
                         conn.meta.set(ConnState::InUse);
                         return Ok((conn, true));

@@ -18,7 +18,7 @@ use std::time::Instant;
 use hopgate_core::config::UpstreamProtocol;
 use http::{Request, Response};
 
-use super::{Pool, PoolSettings, SendFailure};
+use super::{H1Conn, Pool, PoolSettings, SendFailure};
 use crate::body::ProxyBody;
 use crate::h1::client as h1;
 use crate::headers::SetLines;
@@ -36,7 +36,7 @@ impl Pool {
     ///
     /// `now` is the caller's clock reading (for the idle-timeout check and
     /// the request timeout). `raw_head`: an HTTP/1.1 answer may keep its
-    /// head as the backend's bytes ([`h1::RawHead`]) for a client
+    /// head as the backend's bytes ([`crate::h1::RawHead`]) for a client
     /// connection that writes it as it is.
     #[inline(always)]
     pub fn send<'a>(
@@ -93,7 +93,7 @@ type SendResult = Result<Box<Response<ProxyBody>>, SendFailure>;
 // it cost an allocation and a copy of the whole future per request.
 #[allow(clippy::large_enum_variant)]
 enum Stage<'a> {
-    Exchange(h1::Exchange<'a>),
+    Exchange(h1::Exchange<'a, Box<H1Conn>, ProxyBody>),
     Boxed(Pin<Box<dyn Future<Output = SendResult> + Send + 'a>>),
 }
 
@@ -142,10 +142,10 @@ impl Future for Sending<'_> {
                     // A pooled connection that turned out dead before any
                     // byte of the request was written handed the request
                     // back: moving on to the next one is always safe.
-                    Err(SendFailure::NotSent { request, .. }) => {
+                    Err(h1::Failure::NotSent { request, .. }) => {
                         this.stage = this.at.next_h1(request);
                     }
-                    other => return Poll::Ready(other),
+                    other => return Poll::Ready(other.map_err(SendFailure::from)),
                 },
                 Stage::Boxed(f) => return f.as_mut().poll(cx),
             }

@@ -14,9 +14,9 @@ use rustls::{ClientConfig, RootCertStore};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
+use super::certs::CertMap;
 use super::client::{ClientCert, UpstreamConnector};
 use super::metrics::Expiry;
-use super::server::CertMap;
 
 /// Everything TLS a config needs, read from its files.
 #[derive(Debug)]
@@ -350,7 +350,7 @@ impl TlsMaterial {
     /// snapshot goes in, so no request dials a node with the old setting.
     pub fn install(&self, listeners: &super::TlsListeners, snap: &crate::Snapshot) {
         self.install_upstreams(snap);
-        listeners.install(self);
+        listeners.install(&self.listeners, self.expiry.clone());
     }
 
     /// The upstream half of [`TlsMaterial::install`]: each node's pool

@@ -15,46 +15,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
-use super::load::TlsMaterial;
-use super::metrics::{Failure, TLS_METRICS};
-
-/// A listener's certificates by name.
-#[derive(Debug)]
-pub struct CertMap {
-    /// Exact names, lower case.
-    pub(super) exact: HashMap<String, Arc<CertifiedKey>>,
-    /// `*.example.com` kept as `example.com`: matches one more label.
-    pub(super) wildcard: HashMap<String, Arc<CertifiedKey>>,
-    /// The first certificate: no SNI, or a name no certificate lists.
-    pub(super) default: Arc<CertifiedKey>,
-}
-
-impl CertMap {
-    /// Exact name, then wildcard, then the default.
-    fn pick(&self, name: Option<&str>) -> &Arc<CertifiedKey> {
-        let Some(name) = name else {
-            return &self.default;
-        };
-        let lower;
-        let name = if name.bytes().any(|b| b.is_ascii_uppercase()) {
-            lower = name.to_ascii_lowercase();
-            lower.as_str()
-        } else {
-            name
-        };
-        let name = name.strip_suffix('.').unwrap_or(name);
-        if let Some(c) = self.exact.get(name) {
-            return c;
-        }
-        if let Some(c) = name
-            .split_once('.')
-            .and_then(|(_, rest)| self.wildcard.get(rest))
-        {
-            return c;
-        }
-        &self.default
-    }
-}
+use super::certs::CertMap;
+use super::metrics::{Expiry, Failure, TLS_METRICS};
 
 /// Reads the listener's current map at each handshake.
 #[derive(Debug)]
@@ -148,28 +110,32 @@ impl TlsListeners {
         )
     }
 
-    /// Swaps in the certificates of `material` (listeners it does not name
-    /// turn plain) and its expiry figures.
-    pub fn install(&self, material: &TlsMaterial) {
+    /// Swaps in the certificates of `listeners` (the listeners it does
+    /// not name turn plain) and their `expiry` figures
+    /// ([`super::TlsMaterial::install`]).
+    pub(crate) fn install(
+        &self,
+        listeners: &[(String, Option<Arc<CertMap>>)],
+        expiry: Vec<Expiry>,
+    ) {
         let mut by_name = self.by_name.lock();
         // Each listener's map is stored once: a handshake running meanwhile
         // sees the old certificates or the new ones, never none.
         for (name, state) in by_name.iter() {
-            let map = material
-                .listeners
+            let map = listeners
                 .iter()
                 .find(|(n, _)| n == name)
                 .and_then(|(_, m)| m.clone());
             state.certs.store(map);
         }
-        for (name, map) in &material.listeners {
+        for (name, map) in listeners {
             by_name
                 .entry(name.clone())
                 .or_insert_with(|| Arc::new(ListenerTlsState::new()))
                 .certs
                 .store(map.clone());
         }
-        TLS_METRICS.set_expiry(material.expiry.clone());
+        TLS_METRICS.set_expiry(expiry);
     }
 }
 
@@ -209,51 +175,5 @@ fn classify(e: &io::Error) -> Failure {
         }
         rustls::Error::AlertReceived(_) => Failure::Alert,
         _ => Failure::Protocol,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exact_then_wildcard_then_default() {
-        // Three distinct keys stand for three certificates.
-        let key = |n: u8| {
-            let der = rustls::pki_types::CertificateDer::from(vec![n]);
-            Arc::new(CertifiedKey::new(
-                vec![der],
-                Arc::new(NoKey) as Arc<dyn rustls::sign::SigningKey>,
-            ))
-        };
-        let (a, b, d) = (key(1), key(2), key(3));
-        let map = CertMap {
-            exact: HashMap::from([("example.com".to_owned(), Arc::clone(&a))]),
-            wildcard: HashMap::from([("example.com".to_owned(), Arc::clone(&b))]),
-            default: Arc::clone(&d),
-        };
-        assert!(Arc::ptr_eq(map.pick(Some("example.com")), &a));
-        assert!(Arc::ptr_eq(map.pick(Some("EXAMPLE.com.")), &a));
-        assert!(Arc::ptr_eq(map.pick(Some("api.example.com")), &b));
-        assert!(
-            Arc::ptr_eq(map.pick(Some("a.b.example.com")), &d),
-            "a wildcard covers one label"
-        );
-        assert!(Arc::ptr_eq(map.pick(Some("other.org")), &d));
-        assert!(Arc::ptr_eq(map.pick(None), &d));
-    }
-
-    #[derive(Debug)]
-    struct NoKey;
-    impl rustls::sign::SigningKey for NoKey {
-        fn choose_scheme(
-            &self,
-            _: &[rustls::SignatureScheme],
-        ) -> Option<Box<dyn rustls::sign::Signer>> {
-            None
-        }
-        fn algorithm(&self) -> rustls::SignatureAlgorithm {
-            rustls::SignatureAlgorithm::ECDSA
-        }
     }
 }

@@ -1,5 +1,7 @@
 //! Validation of `listeners[].http1`: which server speaks HTTP/1.1 to a
-//! listener's clients. Same contract as the parent module: every error
+//! listener's clients. hopgate's own server is the only one: `native` is
+//! the only value, kept so that configs naming it stay valid; `hyper`,
+//! once an escape hatch, is refused with its path. Same contract as the parent module: every error
 //! with its path, never a silent default for a present value, no I/O, no
 //! panic.
 
@@ -7,16 +9,21 @@ use super::super::Http1Server;
 use super::Validator;
 
 impl Validator {
-    /// `native` or `hyper`; absent means `native`. `p` is the listener's
-    /// path (`listeners[0]`).
+    /// `native`, or absent. `p` is the listener's path (`listeners[0]`).
     pub(super) fn http1_server(&mut self, p: &str, raw: Option<&str>) -> Http1Server {
         match raw {
             None | Some("native") => Http1Server::Native,
-            Some("hyper") => Http1Server::Hyper,
+            Some("hyper") => {
+                self.err(
+                    format!("{p}.http1"),
+                    "hyper's HTTP/1.1 server is gone: hopgate's own server now serves HTTP/1.1; use native or leave the field out",
+                );
+                Http1Server::Native
+            }
             Some(other) => {
                 self.err(
                     format!("{p}.http1"),
-                    format!("{other:?} is not a server: use native (hopgate's own, the default) or hyper"),
+                    format!("{other:?} is not a server: use native (hopgate's own, the only one)"),
                 );
                 Http1Server::Native
             }
@@ -35,13 +42,26 @@ mod tests {
     }
 
     #[test]
-    fn http1_server_defaults_to_native_and_takes_hyper() {
+    fn http1_server_defaults_to_native_and_takes_native() {
         let c = load(&listener(""), Format::Yaml).unwrap();
         assert_eq!(c.listeners[0].http1, Http1Server::Native);
         let c = load(&listener(", http1: native"), Format::Yaml).unwrap();
         assert_eq!(c.listeners[0].http1, Http1Server::Native);
-        let c = load(&listener(", http1: hyper"), Format::Yaml).unwrap();
-        assert_eq!(c.listeners[0].http1, Http1Server::Hyper);
+    }
+
+    #[test]
+    fn hyper_is_refused_under_its_path_saying_what_serves_http1_now() {
+        let e = load(&listener(", http1: hyper"), Format::Yaml).unwrap_err();
+        let text = e
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(text.contains("listeners[0].http1"), "{text}");
+        assert!(
+            text.contains("hopgate's own server now serves HTTP/1.1"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -390,3 +390,17 @@ fn trailers() {
     assert!(parse_trailers(b"\r\n").unwrap().is_empty());
     assert_eq!(parse_trailers(b"X-Sum: 1\n\r\n"), Err(HeadError::BareLf));
 }
+
+/// The thread's spare line list is reused, not reallocated; one grown for
+/// a rare large head is let go.
+#[test]
+fn the_spare_line_list_comes_back() {
+    let v = spare_lines(8);
+    let at = v.as_ptr() as usize;
+    give_lines(v);
+    let again = spare_lines(4);
+    assert_eq!(again.as_ptr() as usize, at);
+    assert!(again.is_empty());
+    give_lines(Vec::with_capacity(65));
+    assert!(spare_lines(0).capacity() <= 64);
+}
