@@ -8,6 +8,7 @@
 
 mod bound;
 pub mod fleet;
+mod proxy_protocol;
 pub mod raw;
 pub mod summary;
 mod tls;
@@ -23,6 +24,9 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
+pub use proxy_protocol::{
+    ListenerProxyProtocol, ProxyProtocolVersion, DEFAULT_PROXY_PROTOCOL_TIMEOUT,
+};
 pub use raw::RawConfig;
 pub use tls::{CertificateConfig, ListenerTls, UpstreamTls};
 pub use tracing::{OtlpConfig, TracingConfig, DEFAULT_OTLP_ENDPOINT};
@@ -479,6 +483,8 @@ pub struct ListenerConfig {
     pub tls: Option<ListenerTls>,
     /// Which server speaks HTTP/1.1 to its clients.
     pub http1: Http1Server,
+    /// PROXY protocol headers in front of every connection, when set.
+    pub proxy_protocol: Option<ListenerProxyProtocol>,
 }
 
 /// The HTTP/1.1 server of a listener's client connections (HTTP/2 is
@@ -554,6 +560,9 @@ pub struct ServiceConfig {
     pub maintenance: ServiceMaintenance,
     /// TLS to the nodes, when configured.
     pub tls: Option<UpstreamTls>,
+    /// The PROXY protocol header sent first on each new connection to the
+    /// nodes, when set.
+    pub proxy_protocol: Option<ProxyProtocolVersion>,
     pub nodes: Vec<NodeConfig>,
 }
 

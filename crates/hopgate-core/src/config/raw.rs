@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize};
 
+mod proxy_protocol;
 mod tls;
+pub use proxy_protocol::RawListenerProxyProtocol;
 pub use tls::{RawCertificate, RawListenerTls, RawUpstreamTls};
 
 /// A scalar kept as text (`2s`, `64KiB`, `10`): YAML may write it as a string
@@ -203,6 +205,9 @@ pub struct RawListener {
     /// hopgate's own) or `hyper`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http1: Option<String>,
+    /// Read a PROXY protocol header (v1/v2) first on every connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<RawListenerProxyProtocol>,
 }
 
 /// The admin listener.
@@ -253,6 +258,10 @@ pub struct RawService {
     /// Speak TLS to the nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<RawUpstreamTls>,
+    /// Send a PROXY protocol header (`v1` or `v2`) on every new connection
+    /// to the nodes, carrying the client's address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<String>,
     #[serde(default)]
     pub nodes: Vec<RawNode>,
 }

@@ -124,6 +124,7 @@ impl Validator {
             .tls
             .as_ref()
             .map(|t| self.upstream_tls(&format!("{p}.tls"), t));
+        let proxy_protocol = self.service_proxy_protocol(p, s.proxy_protocol.as_deref(), protocol);
 
         if s.nodes.is_empty() && !fleet {
             self.err(
@@ -162,6 +163,7 @@ impl Validator {
             drain,
             maintenance,
             tls,
+            proxy_protocol,
             nodes,
         }
     }

@@ -1645,6 +1645,11 @@ fn nasty_values_never_panic() {
                     }],
                 }),
                 http1: Some(s.into()),
+                proxy_protocol: Some(crate::config::raw::RawListenerProxyProtocol {
+                    versions: Some(vec![Text(s.into()), Text(s.into())]),
+                    trusted_cidrs: vec![s.into()],
+                    timeout: t(),
+                }),
             }],
             admin: Some(RawAdmin {
                 address: s.into(),
@@ -1699,6 +1704,7 @@ fn nasty_values_never_panic() {
                     client_cert: Some(s.into()),
                     client_key: None,
                 }),
+                proxy_protocol: Some(s.into()),
                 nodes: vec![RawNode {
                     id: s.into(),
                     address: s.into(),
@@ -1871,6 +1877,7 @@ fn random_documents_never_panic() {
                 normalize_path: None,
                 tls: None,
                 http1: Some(v()),
+                proxy_protocol: None,
             }],
             admin: None,
             services: vec![RawService {
@@ -1891,6 +1898,7 @@ fn random_documents_never_panic() {
                 drain: None,
                 maintenance: None,
                 tls: None,
+                proxy_protocol: Some(v()),
                 nodes: vec![RawNode {
                     id: v(),
                     address: v(),
