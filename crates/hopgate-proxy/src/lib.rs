@@ -26,6 +26,7 @@ mod listener;
 pub mod metrics;
 pub mod otlp;
 mod pool;
+pub mod proxy_protocol;
 mod respond;
 mod send_watch;
 mod session;

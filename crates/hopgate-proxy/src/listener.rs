@@ -64,6 +64,9 @@ pub struct ListenerSettings {
     pub shutdown_timeout: Duration,
     /// Which server speaks HTTP/1.1 to clients (HTTP/2 is hyper's).
     pub http1: Http1Server,
+    /// PROXY protocol: trusted sources only, each connection's header read
+    /// first ([`crate::proxy_protocol`]).
+    pub proxy_protocol: Option<Arc<crate::proxy_protocol::Inbound>>,
 }
 
 impl ListenerSettings {
@@ -85,6 +88,10 @@ impl ListenerSettings {
             idle_timeout: cfg.timeouts.idle,
             shutdown_timeout: cfg.timeouts.shutdown,
             http1: l.http1,
+            proxy_protocol: l
+                .proxy_protocol
+                .as_ref()
+                .map(|pp| Arc::new(crate::proxy_protocol::Inbound::new(&l.name, pp))),
         }
     }
 }
@@ -215,13 +222,16 @@ pub async fn serve_listener(
             refusing = false;
             tracing::info!(listener = %ctx.name, "below max_connections again; accepting");
         }
+        // PROXY protocol: only the trusted balancers may connect; the
+        // header is read in the connection's task.
+        let inbound = current.proxy_protocol.clone();
+        if inbound.as_ref().is_some_and(|pp| !pp.trusts(peer.ip())) {
+            tracing::debug!(listener = %ctx.name, %peer, "PROXY protocol: source not trusted; closed");
+            drop(stream);
+            continue;
+        }
         let _ = stream.set_nodelay(true);
-        let svc = ConnService(Arc::new(ClientConn::new(
-            ctx.forwarder.clone(),
-            peer,
-            Arc::clone(&req_ctx),
-        )));
-        let close = Arc::clone(&svc.0.close);
+        let (forwarder, conn_ctx) = (ctx.forwarder.clone(), Arc::clone(&req_ctx));
         let guard = OpenGuard::new(&open);
         let (builder, watcher) = (Arc::clone(&builder), graceful.watcher());
         let (first_bytes, stall) = (current.header_read_timeout, current.idle_timeout);
@@ -241,6 +251,18 @@ pub async fn serve_listener(
         let tls = current.tls.then(|| Arc::clone(&ctx.tls));
         tokio::spawn(async move {
             let _guard = guard;
+            let mut stream = stream;
+            // The address the header carries replaces the socket's for
+            // everything downstream (before TLS: the header comes first).
+            let peer = match inbound {
+                None => peer,
+                Some(pp) => match pp.read(&mut stream, peer).await {
+                    Some(client) => client,
+                    None => return,
+                },
+            };
+            let svc = ConnService(Arc::new(ClientConn::new(forwarder, peer, conn_ctx)));
+            let close = Arc::clone(&svc.0.close);
             let Some(tls) = tls else {
                 let io = ClientIo::new(stream, first_bytes, stall);
                 let Some(native) = native else {
