@@ -24,7 +24,7 @@ use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 
-use hopgate_core::config::HealthConfig;
+use hopgate_core::config::{HealthConfig, ProxyProtocolVersion};
 use hopgate_core::node::{Health, NodeKey, NodeState};
 use hopgate_proxy::tls::UpstreamConnector;
 use hopgate_proxy::{Snapshot, Upstream};
@@ -48,6 +48,9 @@ impl std::fmt::Debug for HealthChecker {
 struct Probe {
     addr: SocketAddr,
     cfg: HealthConfig,
+    /// `services[].proxy_protocol`: each check starts with a v2 `LOCAL`
+    /// (v1 `UNKNOWN`) header, as HAProxy's `check-send-proxy` does.
+    proxy_protocol: Option<ProxyProtocolVersion>,
 }
 
 impl HealthChecker {
@@ -64,6 +67,7 @@ impl HealthChecker {
                         Probe {
                             addr: n.address,
                             cfg: cfg.clone(),
+                            proxy_protocol: svc.proxy_protocol,
                         },
                         Arc::clone(&n.state),
                         Arc::clone(&n.upstream),
@@ -122,7 +126,11 @@ async fn run(probe: Probe, state: Arc<NodeState>, upstream: Arc<Upstream>) {
         // Over TLS when the service's nodes are (`services[].tls`), with
         // the connector its pool dials with.
         let tls = upstream.pool_if_set().and_then(|p| p.tls());
-        let result = tokio::time::timeout(cfg.timeout, check(addr, &cfg.path, tls)).await;
+        let result = tokio::time::timeout(
+            cfg.timeout,
+            check(addr, &cfg.path, tls, probe.proxy_protocol),
+        )
+        .await;
         let ok = match &result {
             Ok(Ok(status)) => (cfg.expect_status.0..=cfg.expect_status.1).contains(status),
             _ => false,
@@ -169,10 +177,19 @@ async fn check(
     addr: SocketAddr,
     path: &str,
     tls: Option<Arc<UpstreamConnector>>,
+    proxy_protocol: Option<ProxyProtocolVersion>,
 ) -> Result<u16, String> {
-    let stream = tokio::net::TcpStream::connect(addr)
+    let mut stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
+    if let Some(v) = proxy_protocol {
+        use tokio::io::AsyncWriteExt;
+        let header = hopgate_proxy::proxy_protocol::header_for(v, None, addr);
+        stream
+            .write_all(&header)
+            .await
+            .map_err(|e| format!("PROXY header: {e}"))?;
+    }
     match tls {
         None => get(stream, addr, path).await,
         Some(tls) => {

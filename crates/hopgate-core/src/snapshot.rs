@@ -129,6 +129,8 @@ pub struct CompiledService<U = ()> {
     pub drain: DrainConfig,
     /// `Hop-Maintenance` from this service's backends.
     pub maintenance: ServiceMaintenance,
+    /// The PROXY protocol header its new connections start with.
+    pub proxy_protocol: Option<crate::config::ProxyProtocolVersion>,
     /// Shared with the same service in the previous snapshot.
     pub retry_budget: Arc<RetryBudget>,
     pub nodes: Vec<CompiledNode<U>>,
@@ -356,6 +358,7 @@ impl<U: Default> Snapshot<U> {
                     circuit: svc.circuit,
                     drain: svc.drain,
                     maintenance: svc.maintenance.clone(),
+                    proxy_protocol: svc.proxy_protocol,
                     retry_budget: prev
                         .map_or_else(Default::default, |p| Arc::clone(&p.retry_budget)),
                     nodes,

@@ -326,6 +326,7 @@ impl Forwarder {
                     now,
                     upgrade.is_some(),
                     flight.grpc_deadline,
+                    conn.peer,
                 );
                 let pool = attempt::pool_of(node, settings.max_idle);
                 let inflight = node.state.begin_request();
