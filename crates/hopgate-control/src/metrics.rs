@@ -55,7 +55,9 @@ pub(crate) fn registry(
         fleet,
     }));
     r.register_collector(Box::new(hopgate_proxy::tls::metrics::TlsCollector));
-    r.register_collector(Box::new(hopgate_proxy::proxy_protocol::ProxyProtocolCollector));
+    r.register_collector(Box::new(
+        hopgate_proxy::proxy_protocol::ProxyProtocolCollector,
+    ));
     r.register_collector(Box::new(crate::canary::CanaryCollector(control)));
     r
 }

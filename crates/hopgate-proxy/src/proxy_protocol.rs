@@ -83,12 +83,11 @@ impl Inbound {
             v1: self.cfg.v1,
             v2: self.cfg.v2,
         };
-        let outcome = match tokio::time::timeout(self.cfg.timeout, read::header(stream, accepts))
-            .await
-        {
-            Err(_) => Err(Outcome::Timeout),
-            Ok(r) => r,
-        };
+        let outcome =
+            match tokio::time::timeout(self.cfg.timeout, read::header(stream, accepts)).await {
+                Err(_) => Err(Outcome::Timeout),
+                Ok(r) => r,
+            };
         match outcome {
             Ok(Some(client)) => {
                 self.counters.add(Outcome::Ok);

@@ -85,14 +85,12 @@ pub(super) fn parse(h: &[u8], accepts: Accepts) -> Result<Option<SocketAddr>, Ou
                 return Err(Outcome::Version);
             }
             Ok(match h.addresses {
-                ppp::v1::Addresses::Tcp4(a) => Some(SocketAddr::new(
-                    a.source_address.into(),
-                    a.source_port,
-                )),
-                ppp::v1::Addresses::Tcp6(a) => Some(SocketAddr::new(
-                    a.source_address.into(),
-                    a.source_port,
-                )),
+                ppp::v1::Addresses::Tcp4(a) => {
+                    Some(SocketAddr::new(a.source_address.into(), a.source_port))
+                }
+                ppp::v1::Addresses::Tcp6(a) => {
+                    Some(SocketAddr::new(a.source_address.into(), a.source_port))
+                }
                 ppp::v1::Addresses::Unknown => None,
             })
         }
@@ -104,14 +102,12 @@ pub(super) fn parse(h: &[u8], accepts: Accepts) -> Result<Option<SocketAddr>, Ou
                 return Ok(None);
             }
             Ok(match h.addresses {
-                ppp::v2::Addresses::IPv4(a) => Some(SocketAddr::new(
-                    a.source_address.into(),
-                    a.source_port,
-                )),
-                ppp::v2::Addresses::IPv6(a) => Some(SocketAddr::new(
-                    a.source_address.into(),
-                    a.source_port,
-                )),
+                ppp::v2::Addresses::IPv4(a) => {
+                    Some(SocketAddr::new(a.source_address.into(), a.source_port))
+                }
+                ppp::v2::Addresses::IPv6(a) => {
+                    Some(SocketAddr::new(a.source_address.into(), a.source_port))
+                }
                 ppp::v2::Addresses::Unspecified | ppp::v2::Addresses::Unix(_) => None,
             })
         }

@@ -3,9 +3,9 @@ use std::net::SocketAddr;
 use hopgate_core::config::ProxyProtocolVersion;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::header_for;
 use super::metrics::Outcome;
 use super::read::{extent, header, parse, Accepts, Extent};
-use super::header_for;
 
 const BOTH: Accepts = Accepts { v1: true, v2: true };
 
@@ -69,8 +69,14 @@ fn versions_not_accepted_and_garbage_are_refused() {
     let n = addr("10.0.0.1:80");
     let v1 = header_for(ProxyProtocolVersion::V1, Some(c), n);
     let v2 = header_for(ProxyProtocolVersion::V2, Some(c), n);
-    let only1 = Accepts { v1: true, v2: false };
-    let only2 = Accepts { v1: false, v2: true };
+    let only1 = Accepts {
+        v1: true,
+        v2: false,
+    };
+    let only2 = Accepts {
+        v1: false,
+        v2: true,
+    };
     assert_eq!(parse(&v2, only1), Err(Outcome::Version));
     assert_eq!(parse(&v1, only2), Err(Outcome::Version));
     assert_eq!(parse(&v1, only1), Ok(Some(c)));
@@ -131,7 +137,10 @@ async fn a_split_header_is_read_exactly_and_the_rest_stays() {
                 client.flush().await.expect("flush");
                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;
             }
-            client.write_all(b"GET / HTTP/1.1\r\n").await.expect("write");
+            client
+                .write_all(b"GET / HTTP/1.1\r\n")
+                .await
+                .expect("write");
             client
         });
         assert_eq!(header(&mut server, BOTH).await, Ok(Some(c)), "{v:?}");
