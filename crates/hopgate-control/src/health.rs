@@ -3,7 +3,8 @@
 //! Owns one checking task per node of every service that has a `health`
 //! section: an HTTP GET of the configured path on a fresh connection (over
 //! TLS, with the connector the node's pool dials with, when the service
-//! has a `tls` block) every
+//! has a `tls` block; after a PROXY protocol `LOCAL` header when it has
+//! `proxy_protocol`) every
 //! `interval` (jittered ±10 % so checks of many nodes do not align), bounded
 //! by `timeout`; `rise` consecutive passes make a node healthy, `fall`
 //! consecutive failures make it unhealthy. Results go into the node's live
