@@ -18,7 +18,6 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
 
 use hopgate_core::access::CidrSet;
 use hopgate_core::config::{ListenerProxyProtocol, ProxyProtocolVersion};
@@ -103,11 +102,6 @@ impl Inbound {
                 None
             }
         }
-    }
-
-    /// The header deadline.
-    pub fn timeout(&self) -> Duration {
-        self.cfg.timeout
     }
 }
 
