@@ -3,7 +3,8 @@
 //! Owns one checking task per node of every service that has a `health`
 //! section: an HTTP GET of the configured path on a fresh connection (over
 //! TLS, with the connector the node's pool dials with, when the service
-//! has a `tls` block) every
+//! has a `tls` block; after a PROXY protocol `LOCAL` header when it has
+//! `proxy_protocol`) every
 //! `interval` (jittered ±10 % so checks of many nodes do not align), bounded
 //! by `timeout`; `rise` consecutive passes make a node healthy, `fall`
 //! consecutive failures make it unhealthy. Results go into the node's live
@@ -24,7 +25,7 @@ use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 
-use hopgate_core::config::HealthConfig;
+use hopgate_core::config::{HealthConfig, ProxyProtocolVersion};
 use hopgate_core::node::{Health, NodeKey, NodeState};
 use hopgate_proxy::{Snapshot, Upstream, UpstreamConnector};
 
@@ -47,6 +48,9 @@ impl std::fmt::Debug for HealthChecker {
 struct Probe {
     addr: SocketAddr,
     cfg: HealthConfig,
+    /// `services[].proxy_protocol`: each check starts with a v2 `LOCAL`
+    /// (v1 `UNKNOWN`) header, as HAProxy's `check-send-proxy` does.
+    proxy_protocol: Option<ProxyProtocolVersion>,
 }
 
 impl HealthChecker {
@@ -63,6 +67,7 @@ impl HealthChecker {
                         Probe {
                             addr: n.address,
                             cfg: cfg.clone(),
+                            proxy_protocol: svc.proxy_protocol,
                         },
                         Arc::clone(&n.state),
                         Arc::clone(&n.upstream),
@@ -121,7 +126,11 @@ async fn run(probe: Probe, state: Arc<NodeState>, upstream: Arc<Upstream>) {
         // Over TLS when the service's nodes are (`services[].tls`), with
         // the connector its pool dials with.
         let tls = upstream.pool_if_set().and_then(|p| p.tls());
-        let result = tokio::time::timeout(cfg.timeout, check(addr, &cfg.path, tls)).await;
+        let result = tokio::time::timeout(
+            cfg.timeout,
+            check(addr, &cfg.path, tls, probe.proxy_protocol),
+        )
+        .await;
         let ok = match &result {
             Ok(Ok(status)) => (cfg.expect_status.0..=cfg.expect_status.1).contains(status),
             _ => false,
@@ -168,10 +177,19 @@ async fn check(
     addr: SocketAddr,
     path: &str,
     tls: Option<Arc<UpstreamConnector>>,
+    proxy_protocol: Option<ProxyProtocolVersion>,
 ) -> Result<u16, String> {
-    let stream = tokio::net::TcpStream::connect(addr)
+    let mut stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
+    if let Some(v) = proxy_protocol {
+        use tokio::io::AsyncWriteExt;
+        let header = hopgate_proxy::proxy_protocol_header(v, None, addr);
+        stream
+            .write_all(&header)
+            .await
+            .map_err(|e| format!("PROXY header: {e}"))?;
+    }
     match tls {
         None => get(stream, addr, path).await,
         Some(tls) => {

@@ -58,6 +58,7 @@ pub(crate) fn registry(
     r.register_collector(Box::new(hopgate_proxy::TlsCollector));
     r.register_collector(Box::new(crate::dns::DnsCollector(control.clone())));
     r.register_collector(Box::new(crate::control::canary::CanaryCollector(control)));
+    r.register_collector(Box::new(hopgate_proxy::ProxyProtocolCollector));
     r
 }
 

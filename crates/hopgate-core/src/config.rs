@@ -9,6 +9,7 @@
 mod bound;
 pub mod discovery;
 pub mod fleet;
+mod proxy_protocol;
 pub mod raw;
 pub mod summary;
 mod tls;
@@ -24,6 +25,9 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
+pub use proxy_protocol::{
+    ListenerProxyProtocol, ProxyProtocolVersion, DEFAULT_PROXY_PROTOCOL_TIMEOUT,
+};
 pub use raw::RawConfig;
 pub use tls::{CertificateConfig, ListenerTls, UpstreamTls};
 pub use tracing::{OtlpConfig, TracingConfig, DEFAULT_OTLP_ENDPOINT};
@@ -480,6 +484,8 @@ pub struct ListenerConfig {
     pub tls: Option<ListenerTls>,
     /// Which server speaks HTTP/1.1 to its clients.
     pub http1: Http1Server,
+    /// PROXY protocol headers in front of every connection, when set.
+    pub proxy_protocol: Option<ListenerProxyProtocol>,
 }
 
 /// The HTTP/1.1 server of a listener's client connections (HTTP/2 is
@@ -561,6 +567,9 @@ pub struct ServiceConfig {
     /// Nodes from DNS (`discovery.dns`), resolved by the control plane and
     /// merged into `nodes` before validation.
     pub discovery: Option<discovery::DnsDiscovery>,
+    /// The PROXY protocol header sent first on each new connection to the
+    /// nodes, when set.
+    pub proxy_protocol: Option<ProxyProtocolVersion>,
     pub nodes: Vec<NodeConfig>,
 }
 

@@ -133,6 +133,8 @@ pub struct CompiledService<U = ()> {
     pub drain: DrainConfig,
     /// `Hop-Maintenance` from this service's backends.
     pub maintenance: ServiceMaintenance,
+    /// The PROXY protocol header its new connections start with.
+    pub proxy_protocol: Option<crate::config::ProxyProtocolVersion>,
     /// Shared with the same service in the previous snapshot.
     pub retry_budget: Arc<RetryBudget>,
     /// `services[].retries`: answers retried on another node.

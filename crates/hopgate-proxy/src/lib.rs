@@ -48,6 +48,7 @@ mod metrics;
 #[allow(unreachable_pub, dead_code)]
 mod otlp;
 mod pool;
+mod proxy_protocol;
 mod respond;
 mod send_watch;
 #[allow(unreachable_pub)]
@@ -70,6 +71,7 @@ pub use handover::begin_handover;
 pub use listener::{serve_listener, ListenerCtx, ListenerSettings};
 pub use otlp::start as start_otlp_export;
 pub use pool::{Pool, PoolSettings, PoolStats};
+pub use proxy_protocol::{header_for as proxy_protocol_header, ProxyProtocolCollector};
 pub use tls::metrics::TlsCollector;
 pub use tls::{TlsListeners, TlsMaterial, UpstreamConnector};
 pub use tunnel::wait_closed;

@@ -63,6 +63,9 @@ pub struct ListenerSettings {
     pub idle_timeout: Duration,
     /// How long shutdown waits for in-flight requests.
     pub shutdown_timeout: Duration,
+    /// PROXY protocol: trusted sources only, each connection's header read
+    /// first ([`crate::proxy_protocol`]).
+    pub proxy_protocol: Option<Arc<crate::proxy_protocol::Inbound>>,
 }
 
 impl ListenerSettings {
@@ -83,6 +86,10 @@ impl ListenerSettings {
             header_read_timeout: cfg.timeouts.header_read,
             idle_timeout: cfg.timeouts.idle,
             shutdown_timeout: cfg.timeouts.shutdown,
+            proxy_protocol: l
+                .proxy_protocol
+                .as_ref()
+                .map(|pp| Arc::new(crate::proxy_protocol::Inbound::new(&l.name, pp))),
         }
     }
 }
@@ -204,13 +211,19 @@ pub async fn serve_listener(
             refusing = false;
             tracing::info!(listener = %ctx.name, "below max_connections again; accepting");
         }
+        // PROXY protocol: only the trusted balancers may connect; the
+        // header is read in the connection's task.
+        let inbound = s.proxy_protocol.clone();
+        if inbound.as_ref().is_some_and(|pp| !pp.trusts(peer.ip())) {
+            tracing::debug!(listener = %ctx.name, %peer, "PROXY protocol: source not trusted; closed");
+            drop(stream);
+            continue;
+        }
         let _ = stream.set_nodelay(true);
         let conn = Accepted {
-            svc: ConnService(Arc::new(ClientConn::new(
-                ctx.forwarder.clone(),
-                peer,
-                Arc::clone(&current.req_ctx),
-            ))),
+            forwarder: ctx.forwarder.clone(),
+            req_ctx: Arc::clone(&current.req_ctx),
+            inbound,
             stream,
             peer,
             guard: OpenGuard::new(&open),
@@ -265,8 +278,12 @@ async fn shut_down(
 /// An accepted connection and what its task needs to serve it.
 struct Accepted {
     stream: TcpStream,
+    /// The socket's peer address (the balancer's, with PROXY protocol).
     peer: SocketAddr,
-    svc: ConnService,
+    forwarder: Forwarder,
+    req_ctx: Arc<RequestCtx>,
+    /// The listener's PROXY protocol, when it takes a header first.
+    inbound: Option<Arc<crate::proxy_protocol::Inbound>>,
     /// Counts the connection open until its task ends.
     guard: OpenGuard,
     builder: Arc<auto::Builder<TokioExecutor>>,
@@ -284,9 +301,11 @@ struct Accepted {
 /// HTTP/1.1 server (everything else).
 async fn serve_accepted(a: Accepted) {
     let Accepted {
-        stream,
+        mut stream,
         peer,
-        svc,
+        forwarder,
+        req_ctx,
+        inbound,
         guard: _guard,
         builder,
         watcher,
@@ -295,6 +314,16 @@ async fn serve_accepted(a: Accepted) {
         native,
         tls,
     } = a;
+    // The address a PROXY protocol header carries replaces the socket's
+    // for everything downstream (read before TLS: the header comes first).
+    let peer = match inbound {
+        None => peer,
+        Some(pp) => match pp.read(&mut stream, peer).await {
+            Some(client) => client,
+            None => return,
+        },
+    };
+    let svc = ConnService(Arc::new(ClientConn::new(forwarder, peer, req_ctx)));
     let close = Arc::clone(&svc.0.close);
     let Some(tls) = tls else {
         let io = ClientIo::new(stream, first_bytes, stall);

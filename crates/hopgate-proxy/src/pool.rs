@@ -89,6 +89,10 @@ pub struct PoolSettings {
     pub request_timeout: Duration,
     /// Connections per node and the queue for them.
     pub limits: PoolLimits,
+    /// `services[].proxy_protocol`: the header each new connection starts
+    /// with, and the client it names; a pooled connection is reused only
+    /// for the client address it was opened for.
+    pub proxy_protocol: Option<crate::proxy_protocol::SendProxy>,
 }
 
 impl PoolSettings {
@@ -104,6 +108,9 @@ impl PoolSettings {
             connect_timeout: t.connect,
             request_timeout: t.request,
             limits: svc.pool.limits,
+            proxy_protocol: svc
+                .proxy_protocol
+                .map(crate::proxy_protocol::SendProxy::without_client),
         }
     }
 
@@ -466,6 +473,11 @@ impl Pool {
             self.idle.store(Arc::new(IdleSet::new(s.max_idle)));
         }
         self.sweep_if_due(&queue, generation, s.idle_timeout, now);
+        let proxied_for = crate::proxy_protocol::client_ip(s.proxy_protocol);
+        // PROXY protocol: connections opened for other clients, put back
+        // after the search (no allocation unless there are some).
+        let mut others: Vec<Box<H1Conn>> = Vec::new();
+        let mut found = None;
         while let Some(mut conn) = queue.pop() {
             if conn.meta.addr != addr
                 || conn.meta.generation < generation
@@ -475,10 +487,20 @@ impl Pool {
                 conn.meta.set(ConnState::Closed);
                 continue;
             }
+            if conn.proxied_for != proxied_for {
+                others.push(conn);
+                continue;
+            }
             conn.meta.set(ConnState::InUse);
-            return Some(conn);
+            found = Some(conn);
+            break;
         }
-        None
+        for conn in others {
+            if let Err(conn) = queue.push(conn) {
+                conn.meta.set(ConnState::Closed);
+            }
+        }
+        found
     }
 
     /// At most every [`SWEEP_EVERY`], closes the idle connections that
@@ -548,7 +570,15 @@ impl Pool {
     }
 
     async fn dial(&self, addr: SocketAddr, s: &PoolSettings) -> Result<UpstreamIo, ProxyError> {
-        let res = tokio::time::timeout(s.connect_timeout, TcpStream::connect(addr)).await;
+        let connect = async {
+            let mut tcp = TcpStream::connect(addr).await?;
+            // The PROXY header goes first, before TLS.
+            if let Some(p) = s.proxy_protocol {
+                crate::proxy_protocol::send(&mut tcp, p, addr).await?;
+            }
+            Ok::<_, std::io::Error>(tcp)
+        };
+        let res = tokio::time::timeout(s.connect_timeout, connect).await;
         let stream = match res {
             Err(_) => Err(ProxyError::with_detail(ErrorKind::ConnectTimeout, addr)),
             Ok(Err(e)) => Err(ProxyError::with_detail(
@@ -624,6 +654,7 @@ impl Pool {
             out: Vec::new(),
             timer: Default::default(),
             idle_since: Instant::now(),
+            proxied_for: crate::proxy_protocol::client_ip(s.proxy_protocol),
             _live: live,
         }))
     }

@@ -11,8 +11,10 @@ use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize};
 
 mod discovery;
+mod proxy_protocol;
 mod tls;
 pub use discovery::{RawDiscovery, RawDnsDiscovery};
+pub use proxy_protocol::RawListenerProxyProtocol;
 pub use tls::{RawCertificate, RawListenerTls, RawUpstreamTls};
 
 /// A scalar kept as text (`2s`, `64KiB`, `10`): YAML may write it as a string
@@ -205,6 +207,9 @@ pub struct RawListener {
     /// the only one; `hyper` is refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http1: Option<String>,
+    /// Read a PROXY protocol header (v1/v2) first on every connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<RawListenerProxyProtocol>,
 }
 
 /// The admin listener.
@@ -267,6 +272,10 @@ pub struct RawService {
     /// Nodes discovered by DNS, besides (or instead of) the static ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discovery: Option<RawDiscovery>,
+    /// Send a PROXY protocol header (`v1` or `v2`) on every new connection
+    /// to the nodes, carrying the client's address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_protocol: Option<String>,
     #[serde(default)]
     pub nodes: Vec<RawNode>,
 }

@@ -29,6 +29,7 @@ mod edge;
 mod http1;
 mod maintenance_guard;
 mod pool_limits;
+mod proxy_protocol;
 mod resilience;
 mod routes;
 mod services;

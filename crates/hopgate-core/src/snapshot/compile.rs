@@ -116,6 +116,7 @@ fn compile_service<U: Default>(
         circuit: svc.circuit,
         drain: svc.drain,
         maintenance: svc.maintenance.clone(),
+        proxy_protocol: svc.proxy_protocol,
         retry_budget: prev.map_or_else(Default::default, |p| Arc::clone(&p.retry_budget)),
         retry_on: svc.retry_on,
         nodes,

@@ -216,8 +216,9 @@ fn retarget(req: &mut Request<ProxyBody>, node: &CompiledNode, svc: &CompiledSer
 }
 
 /// Step 4: the send's settings: the snapshot's, raised while the node is
-/// relaxed (maintenance), HTTP/1.1 for an upgrade, and bounded by a gRPC
-/// client's deadline.
+/// relaxed (maintenance), HTTP/1.1 for an upgrade, bounded by a gRPC
+/// client's deadline, and naming the client (`peer`) for a service that
+/// sends the PROXY protocol.
 #[inline]
 pub(super) fn settings(
     snap: &Snapshot,
@@ -226,8 +227,12 @@ pub(super) fn settings(
     now: u64,
     upgrade: bool,
     grpc_deadline: Option<Instant>,
+    peer: std::net::SocketAddr,
 ) -> PoolSettings {
     let mut settings = PoolSettings::of(snap, svc);
+    if let Some(p) = &mut settings.proxy_protocol {
+        p.client = Some(peer);
+    }
     if node.state.is_relaxed(now) {
         // Maintenance: slow answers are not failures.
         settings = settings.relaxed(snap.config.maintenance.relaxed_timeout);

@@ -322,7 +322,8 @@ impl Tries {
             keys,
         );
         let upgrade = trip.upgrade.is_some();
-        let settings = attempt::settings(snap, svc, node, now, upgrade, flight.grpc_deadline);
+        let deadline = flight.grpc_deadline;
+        let settings = attempt::settings(snap, svc, node, now, upgrade, deadline, conn.peer);
         let inflight = node.state.begin_request();
         // The first attempt of a request that waited for nothing since it
         // arrived is sent at its arrival.

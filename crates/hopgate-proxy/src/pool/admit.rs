@@ -71,6 +71,7 @@ impl Pool {
                 }
                 Grant::Handoff(Handoff::H1(mut conn)) => {
                     if conn.meta.addr == addr
+                        && conn.proxied_for == crate::proxy_protocol::client_ip(s.proxy_protocol)
                         && conn.meta.generation >= generation
                         && !conn.meta.killed()
                         && !super::is_stale(&mut conn)

@@ -31,6 +31,9 @@ pub(crate) struct H1Conn {
     pub timer: LazyTimer,
     /// When it was last parked in the idle set.
     pub(super) idle_since: Instant,
+    /// The client address its PROXY protocol header named (the service's
+    /// `proxy_protocol`): it serves only that client's requests.
+    pub(crate) proxied_for: Option<std::net::IpAddr>,
     pub(super) _live: LiveGuard,
 }
 

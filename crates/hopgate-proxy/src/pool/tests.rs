@@ -28,6 +28,7 @@ fn send_future_stays_small() {
         connect_timeout: Duration::from_secs(1),
         request_timeout: Duration::from_secs(1),
         limits: PoolLimits::default(),
+        proxy_protocol: None,
     };
     let req = Request::new(ProxyBody::Empty);
     let set = SetLines::default();
@@ -66,6 +67,7 @@ async fn drain_aborts_busy_connections_at_the_deadline() {
         connect_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(60),
         limits: PoolLimits::default(),
+        proxy_protocol: None,
     };
     let sending = {
         let pool = Arc::clone(&pool);
@@ -158,6 +160,7 @@ fn settings() -> PoolSettings {
         connect_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(10),
         limits: PoolLimits::default(),
+        proxy_protocol: None,
     }
 }
 

@@ -35,6 +35,7 @@ mod metrics_format;
 mod observability;
 mod otlp;
 mod prometheus;
+mod proxy_protocol;
 mod reload;
 mod resilience;
 mod retry_on_status;

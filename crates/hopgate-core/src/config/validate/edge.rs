@@ -66,6 +66,10 @@ impl Validator {
                 .as_ref()
                 .map(|t| self.listener_tls(&format!("{p}.tls"), t));
             let http1 = self.http1_server(&p, l.http1.as_deref());
+            let proxy_protocol = l
+                .proxy_protocol
+                .as_ref()
+                .map(|pp| self.listener_proxy_protocol(&format!("{p}.proxy_protocol"), pp));
             out.push((
                 ListenerConfig {
                     name: l.name.clone(),
@@ -74,6 +78,7 @@ impl Validator {
                     normalize_path: l.normalize_path.unwrap_or(true),
                     tls,
                     http1,
+                    proxy_protocol,
                 },
                 address.is_some(),
             ));

@@ -136,6 +136,7 @@ impl Validator {
             Duration::from_secs(3600),
             Duration::ZERO,
         );
+        let proxy_protocol = self.service_proxy_protocol(p, s.proxy_protocol.as_deref(), protocol);
 
         let discovery = self.discovery(&format!("{p}.discovery"), s.discovery.as_ref());
         let dns = s.discovery.as_ref().is_some_and(|d| d.dns.is_some());
@@ -179,6 +180,7 @@ impl Validator {
             slow_start,
             retry_on,
             discovery,
+            proxy_protocol,
             nodes,
         }
     }

@@ -1645,6 +1645,11 @@ fn nasty_values_never_panic() {
                     }],
                 }),
                 http1: Some(s.into()),
+                proxy_protocol: Some(crate::config::raw::RawListenerProxyProtocol {
+                    versions: Some(vec![Text(s.into()), Text(s.into())]),
+                    trusted_cidrs: vec![s.into()],
+                    timeout: t(),
+                }),
             }],
             admin: Some(RawAdmin {
                 address: s.into(),
@@ -1714,6 +1719,7 @@ fn nasty_values_never_panic() {
                         refresh_max: t(),
                     }),
                 }),
+                proxy_protocol: Some(s.into()),
                 nodes: vec![RawNode {
                     id: s.into(),
                     address: s.into(),
@@ -1886,6 +1892,7 @@ fn random_documents_never_panic() {
                 normalize_path: None,
                 tls: None,
                 http1: Some(v()),
+                proxy_protocol: None,
             }],
             admin: None,
             services: vec![RawService {
@@ -1909,6 +1916,7 @@ fn random_documents_never_panic() {
                 slow_start: None,
                 retries: None,
                 discovery: None,
+                proxy_protocol: Some(v()),
                 nodes: vec![RawNode {
                     id: v(),
                     address: v(),
