@@ -23,6 +23,9 @@ cargo clippy --locked -p hopgate --no-default-features -- -D warnings
 step "no unused dependencies"
 bash scripts/unused-deps.sh
 
+step "no import cycles between modules"
+python3 scripts/module-cycles.py
+
 step "cargo test"
 cargo test --workspace --locked
 

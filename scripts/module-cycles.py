@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fails when modules of a crate import each other in a cycle.
+"""Fails when modules of a crate import each other in a cycle (run by
+scripts/ci.sh).
 
 For every crate under crates/ (and any directory given on the command
 line that holds a src/lib.rs or src/main.rs), builds the module-level

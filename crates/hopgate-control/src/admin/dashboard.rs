@@ -107,8 +107,12 @@ fn render_state(admin: &Admin) -> String {
              <th>circuit</th><th>maintenance</th><th>in flight</th><th>sessions</th></tr></thead><tbody>",
             esc(&svc.name)
         );
-        for n in &svc.nodes {
+        for (i, n) in svc.nodes.iter().enumerate() {
             let s = &n.state;
+            let warming = match svc.all.balancer.ramp_of(i, now_ms) / 100 * 10 {
+                100 => String::new(),
+                p => format!(" warming {p}%"),
+            };
             let bound = admin
                 .sessions()
                 .map_or(0, |x| x.store.bindings_to(&svc.name, &n.id));
@@ -132,10 +136,13 @@ fn render_state(admin: &Admin) -> String {
                 esc(&n.id),
                 esc(&n.id),
                 esc(&n.address.to_string()),
-                esc(&serde_json::to_value(s.health())
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default()),
+                esc(&format!(
+                    "{}{warming}",
+                    serde_json::to_value(s.health())
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default()
+                )),
                 if s.is_draining() { "draining" } else { "-" },
                 esc(&serde_json::to_value(s.circuit())
                     .ok()

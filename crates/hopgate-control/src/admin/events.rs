@@ -381,7 +381,7 @@ impl NodeWatch {
         let mut seen = HashMap::with_capacity(self.sent.len());
         let mut changed = Vec::new();
         for svc in &snap.services {
-            for n in &svc.nodes {
+            for (i, n) in svc.nodes.iter().enumerate() {
                 let key = (svc.name.clone(), n.id.clone());
                 let bound = self
                     .bound
@@ -402,6 +402,9 @@ impl NodeWatch {
                     "ejected": s.is_ejected(now_ms),
                     "available": s.is_available(now_ms),
                     "circuit": s.circuit(),
+                    // Slow start in steps of 10 %: an event per step, not
+                    // per percent (100: warm or off).
+                    "slow_start_percent": svc.all.balancer.ramp_of(i, now_ms) / 100 * 10,
                     "in_flight": s.in_flight(),
                     "requests": s.requests(),
                     "failures": s.failures(),

@@ -63,7 +63,7 @@ fn nodes_json(control: &Control, sessions: Option<&Sessions>) -> Value {
         .services
         .iter()
         .flat_map(|svc| {
-            svc.nodes.iter().map(move |n| {
+            svc.nodes.iter().enumerate().map(move |(i, n)| {
                 let s = &n.state;
                 json!({
                     "service": svc.name,
@@ -71,6 +71,8 @@ fn nodes_json(control: &Control, sessions: Option<&Sessions>) -> Value {
                     "address": n.address.to_string(),
                     "version": n.version,
                     "weight": n.weight,
+                    // Member i of `all` is node i; 100 when warm or off.
+                    "slow_start_percent": svc.all.balancer.ramp_of(i, now) / 10,
                     "health": s.health(),
                     "draining": s.is_draining(),
                     "ejected": s.is_ejected(now),

@@ -72,6 +72,16 @@ async fn a_restarted_node_ramps_up_over_the_window() {
     b2.restart().await;
     wait_health(&gw, "n2", "healthy").await;
     let back = Instant::now();
+    let nodes = gw.admin_json("/admin/v1/nodes").await;
+    let percent = |id: &str| {
+        nodes["nodes"]
+            .as_array()
+            .and_then(|a| a.iter().find(|n| n["id"] == id))
+            .and_then(|n| n["slow_start_percent"].as_u64())
+            .unwrap_or_else(|| panic!("no slow_start_percent for {id}: {nodes}"))
+    };
+    assert!(percent("n2") < 50, "n2 is not ramping: {nodes}");
+    assert_eq!(percent("n1"), 100, "n1 is warm");
     // The first quarter of the window: n2's ramp goes from 10 % to ~33 %
     // of its half, so it answers about a tenth of the requests.
     let (e1, e2) = shares_until(&gw, back + Duration::from_secs(WINDOW_S) / 4, 200).await;
