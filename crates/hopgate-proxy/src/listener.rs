@@ -211,14 +211,10 @@ pub async fn serve_listener(
             refusing = false;
             tracing::info!(listener = %ctx.name, "below max_connections again; accepting");
         }
-        // PROXY protocol: only the trusted balancers may connect; the
-        // header is read in the connection's task.
-        let inbound = s.proxy_protocol.clone();
-        if inbound.as_ref().is_some_and(|pp| !pp.trusts(peer.ip())) {
-            tracing::debug!(listener = %ctx.name, %peer, "PROXY protocol: source not trusted; closed");
+        let Some(inbound) = proxy_protocol_admits(&ctx, s, peer) else {
             drop(stream);
             continue;
-        }
+        };
         let _ = stream.set_nodelay(true);
         let conn = Accepted {
             forwarder: ctx.forwarder.clone(),
@@ -250,6 +246,25 @@ pub async fn serve_listener(
     }
     drop(listener);
     shut_down(&ctx, &open, &drain, graceful).await;
+}
+
+/// PROXY protocol: only the trusted balancers may connect (`None`: close
+/// this one); the header is read in the connection's task. `Some(None)`
+/// for a listener without it.
+#[inline]
+fn proxy_protocol_admits(
+    ctx: &ListenerCtx,
+    s: &ListenerSettings,
+    peer: SocketAddr,
+) -> Option<Option<Arc<crate::proxy_protocol::Inbound>>> {
+    match &s.proxy_protocol {
+        None => Some(None),
+        Some(pp) if pp.trusts(peer.ip()) => Some(Some(Arc::clone(pp))),
+        Some(_) => {
+            tracing::debug!(listener = %ctx.name, %peer, "PROXY protocol: source not trusted; closed");
+            None
+        }
+    }
 }
 
 /// Stops a listener: lingers while the process hands over, then drains

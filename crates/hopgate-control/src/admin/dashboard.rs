@@ -86,6 +86,61 @@ fn esc(s: &str) -> String {
     o
 }
 
+/// One node's row of its service's table.
+fn node_row(
+    o: &mut String,
+    admin: &Admin,
+    svc: &hopgate_proxy::CompiledService,
+    i: usize,
+    now_ms: u64,
+) {
+    let n = &svc.nodes[i];
+    let s = &n.state;
+    let warming = match svc.all.balancer.ramp_of(i, now_ms) / 100 * 10 {
+        100 => String::new(),
+        p => format!(" warming {p}%"),
+    };
+    let bound = admin
+        .sessions()
+        .map_or(0, |x| x.store.bindings_to(&svc.name, &n.id));
+    let maint = if s.is_unreachable() {
+        "unreachable".to_owned()
+    } else if let Some(to) = s.moved_to() {
+        format!("moved to {to}")
+    } else if s.is_relaxed(now_ms) {
+        format!(
+            "relaxed, {} s left",
+            s.relaxed_until().saturating_sub(now_ms) / 1000
+        )
+    } else {
+        "-".to_owned()
+    };
+    let _ = write!(
+        o,
+        "<tr data-node=\"{}/{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+         <td>{}</td><td>{}</td><td>{}</td></tr>",
+        esc(&svc.name),
+        esc(&n.id),
+        esc(&n.id),
+        esc(&n.address.to_string()),
+        esc(&format!(
+            "{}{warming}",
+            serde_json::to_value(s.health())
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        )),
+        if s.is_draining() { "draining" } else { "-" },
+        esc(&serde_json::to_value(s.circuit())
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()),
+        esc(&maint),
+        s.in_flight(),
+        bound,
+    );
+}
+
 /// The state as HTML: the config line, one table per service, recent hops.
 fn render_state(admin: &Admin) -> String {
     let config = super::events::config_json(admin);
@@ -107,51 +162,8 @@ fn render_state(admin: &Admin) -> String {
              <th>circuit</th><th>maintenance</th><th>in flight</th><th>sessions</th></tr></thead><tbody>",
             esc(&svc.name)
         );
-        for (i, n) in svc.nodes.iter().enumerate() {
-            let s = &n.state;
-            let warming = match svc.all.balancer.ramp_of(i, now_ms) / 100 * 10 {
-                100 => String::new(),
-                p => format!(" warming {p}%"),
-            };
-            let bound = admin
-                .sessions()
-                .map_or(0, |x| x.store.bindings_to(&svc.name, &n.id));
-            let maint = if s.is_unreachable() {
-                "unreachable".to_owned()
-            } else if let Some(to) = s.moved_to() {
-                format!("moved to {to}")
-            } else if s.is_relaxed(now_ms) {
-                format!(
-                    "relaxed, {} s left",
-                    s.relaxed_until().saturating_sub(now_ms) / 1000
-                )
-            } else {
-                "-".to_owned()
-            };
-            let _ = write!(
-                o,
-                "<tr data-node=\"{}/{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&svc.name),
-                esc(&n.id),
-                esc(&n.id),
-                esc(&n.address.to_string()),
-                esc(&format!(
-                    "{}{warming}",
-                    serde_json::to_value(s.health())
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default()
-                )),
-                if s.is_draining() { "draining" } else { "-" },
-                esc(&serde_json::to_value(s.circuit())
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default()),
-                esc(&maint),
-                s.in_flight(),
-                bound,
-            );
+        for i in 0..svc.nodes.len() {
+            node_row(&mut o, admin, svc, i, now_ms);
         }
         o.push_str("</tbody></table>");
     }

@@ -168,25 +168,21 @@ pub(super) fn decide(f: Facts) -> Decision {
             observe: true,
             hop: false,
         },
-        // Nothing left to try it with: the answer goes to the client as
-        // the backend gave it.
-        Class::NotProcessed
-            if !(f.attempts_left && f.budget_left) || f.copy == CopyKind::Absent =>
-        {
-            Decision {
-                next: Next::Deliver,
-                observe: false,
-                hop: false,
-            }
-        }
-        // Not processed, whatever the method: sent again elsewhere. The
-        // node is not failing (it refuses work while it drains): it backs
-        // off, and a session bound to it moves.
-        Class::NotProcessed => Decision {
-            next: Next::Replay,
-            observe: false,
-            hop: true,
-        },
+        Class::NotProcessed => not_processed(f),
+    }
+}
+
+/// [`decide`] for a "not processed" answer: sent again elsewhere,
+/// whatever the method, when a copy, an attempt and a budget token are
+/// left (the node is not failing, it refuses work while it drains: it
+/// backs off and a session bound to it moves); otherwise the answer goes
+/// to the client as the backend gave it.
+fn not_processed(f: Facts) -> Decision {
+    let retry = f.attempts_left && f.budget_left && f.copy != CopyKind::Absent;
+    Decision {
+        next: if retry { Next::Replay } else { Next::Deliver },
+        observe: false,
+        hop: retry,
     }
 }
 

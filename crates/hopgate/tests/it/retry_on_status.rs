@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::harness::{addr_after, client, config, temp_path, Gateway, BIN};
+use crate::harness::{addr_after, client, config, metric, temp_path, Gateway, BIN};
 
 /// A `hopgate backend` that records every request id it processes and,
 /// after SIGTERM, refuses work with 503 for `refuse` before it exits.
@@ -55,13 +55,6 @@ impl Refusing {
             .args(["-TERM", &pid])
             .status();
     }
-}
-
-fn metric(text: &str, name_and_labels: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name_and_labels))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
 }
 
 #[tokio::test]
@@ -143,8 +136,10 @@ async fn a_draining_backends_503s_are_retried_and_no_post_runs_twice() {
     let metrics = gw.metrics().await;
     let retried = metric(
         &metrics,
-        "hopgate_retries_on_status_total{service=\"app\",status=\"503\"}",
-    );
+        "hopgate_retries_on_status_total",
+        &[("service", "app"), ("status", "503")],
+    )
+    .unwrap_or(0.0);
     println!("{served} POSTs served, {retried} answers of 503 retried on the other node");
     assert!(retried > 0, "no 503 was retried:\n{metrics}");
     let _ = std::fs::remove_file(&record);

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::{client, config, node_of, Backend, Gateway};
+use crate::harness::{client, config, node_of, within, Backend, Gateway};
 
 const WINDOW_S: u64 = 4;
 
@@ -19,11 +19,11 @@ async fn health_of(gw: &Gateway, id: &str) -> String {
 }
 
 async fn wait_health(gw: &Gateway, id: &str, want: &str) {
-    let until = Instant::now() + Duration::from_secs(30);
-    while health_of(gw, id).await != want {
-        assert!(Instant::now() < until, "{id} never became {want}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let became = within(Duration::from_secs(30), || async {
+        health_of(gw, id).await == want
+    })
+    .await;
+    assert!(became, "{id} never became {want}");
 }
 
 /// Requests one at a time until `until`, at least `min` of them; how many
@@ -107,11 +107,11 @@ async fn a_restarted_node_ramps_up_over_the_window() {
     // A node a reload adds to the running service starts cold too.
     let n3 = format!("      - {{ id: n3, address: \"{}\" }}\n", b3.addr);
     gw.rewrite_config(&config(&services(&n3), route));
-    let until = Instant::now() + Duration::from_secs(30);
-    while health_of(&gw, "n3").await.is_empty() {
-        assert!(Instant::now() < until, "the reload adding n3 never applied");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let applied = within(Duration::from_secs(30), || async {
+        !health_of(&gw, "n3").await.is_empty()
+    })
+    .await;
+    assert!(applied, "the reload adding n3 never applied");
     let added = Instant::now();
     let n = counts_until(&gw, added + Duration::from_secs(WINDOW_S) / 4, 300).await;
     let share = n[2] as f64 / n.iter().sum::<usize>() as f64;
