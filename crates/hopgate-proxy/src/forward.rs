@@ -48,9 +48,7 @@ use hopgate_core::maintenance::Notification;
 
 use crate::body::{ClientBody, ProxyBody, RequestBody};
 use crate::canary::CanarySlot;
-use crate::headers::{
-    new_request_id, scan_request, valid_request_id, RequestFacts, RequestId, X_REQUEST_ID,
-};
+use crate::headers::{new_request_id, scan_request, valid_request_id, RequestId, X_REQUEST_ID};
 use crate::metrics::METRICS;
 use crate::session::Sessions;
 
@@ -66,7 +64,6 @@ mod tries;
 
 use done::{Done, Outcome};
 pub(crate) use logged::{AccessLine, LoggedBody};
-use plan::Plan;
 use replay::Capture;
 use tries::{Tries, Trip};
 
@@ -163,11 +160,13 @@ impl Forwarder {
         req: Box<Request<ProxyBody>>,
         body: RequestBody,
     ) -> Box<Response<ProxyBody>> {
-        let Begun(snap, plan, facts, done) = match conn.begin(req, body) {
+        // Taken apart in the pattern: each part is written into its place
+        // in the future once (a whole plan bound first and taken apart
+        // after would be copied twice, ~900 bytes each).
+        let Begun(snap, mut trip, fetch, request, body) = match conn.begin(req, body) {
             Ok(begun) => begun,
             Err(resp) => return resp,
         };
-        let (mut trip, fetch, request, body) = Trip::new(plan, facts.grpc, done);
         if let Some(fetch) = fetch {
             // A known session bound on another replica: follow the shared
             // store's binding (bounded by the store's timeout).
@@ -361,7 +360,8 @@ impl ClientConn {
                 if let RequestId::Made(id) = done.request_id {
                     plan.set.request_id = Some(id);
                 }
-                Ok(Begun(snap, plan, facts, done))
+                let (trip, fetch, request, body) = Trip::new(plan, facts.grpc, done);
+                Ok(Begun(snap, trip, fetch, request, body))
             }
             Err(kind) => Err(done.finish(&snap, self, Err(kind))),
         }
@@ -397,7 +397,16 @@ impl crate::h1::Handler for Arc<ClientConn> {
 }
 
 /// A request planned and ready to forward ([`ClientConn::begin`]).
-struct Begun(Arc<Snapshot>, Plan, RequestFacts, Done);
+/// What [`ClientConn::begin`] hands the request's future: the snapshot,
+/// the request's state ([`Trip`]), the shared store's lookup, the request
+/// and its body.
+struct Begun(
+    Arc<Snapshot>,
+    Trip,
+    Option<hopgate_store::FetchFuture>,
+    Box<Request<ProxyBody>>,
+    RequestBody,
+);
 
 #[cfg(test)]
 mod tests {

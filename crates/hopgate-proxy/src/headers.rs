@@ -133,6 +133,7 @@ fn is_hop_name(token: &str) -> bool {
 /// names only `keep-alive` or `close`, no gRPC content type, at most one
 /// `Content-Length`, and none of the names in `taken` (those the gateway
 /// may set on the answer).
+#[inline]
 pub(crate) fn passes_raw<'a>(
     lines: impl Iterator<Item = (&'a [u8], &'a [u8])>,
     taken: &[&[u8]],

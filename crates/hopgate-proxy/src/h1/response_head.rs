@@ -104,6 +104,7 @@ impl RawHead {
     /// The header lines whose names `keep` says yes to, handed to `out`
     /// as runs of whole lines (line ends included), one slice per run: a
     /// head with one line left out is written in two pieces.
+    #[inline]
     pub(crate) fn kept_runs<'a>(
         &'a self,
         mut keep: impl FnMut(&[u8]) -> bool,
@@ -134,6 +135,7 @@ impl RawHead {
     /// one space after the version and after the code, and the parse
     /// refused bare LFs, so the line is version, space, code, space,
     /// reason, CRLF).
+    #[inline]
     pub(crate) fn status_line(&self, status: u16, minor: u8) -> Option<&[u8]> {
         let version: &[u8] = if minor == 0 {
             b"HTTP/1.0 "

@@ -124,6 +124,7 @@ struct HeadBufs {
 /// The status line, the header lines and the first body bytes, into `w`
 /// (written in one vectored write); says whether those bytes ran past the
 /// declared length (the rest of them is left out).
+#[inline]
 fn head_lines<'a, B>(
     w: &mut HeadWriter<'a>,
     head: Head<'a, B>,
@@ -388,6 +389,7 @@ enum Line {
 }
 
 /// Which of them a name is, in any case.
+#[inline]
 fn line_kind(name: &[u8]) -> Line {
     let is = |n: &[u8]| super::head::name_is(name, n);
     match name.len() {
