@@ -473,8 +473,8 @@ fn strip(headers: &mut HeaderMap, hop: u16, is_request: bool) {
         }
     }
     if is_request {
-        // hopgate answers `Expect: 100-continue` itself (hyper sends the 100
-        // when the body is first read).
+        // hopgate answers `Expect: 100-continue` itself (its HTTP/1.1 server
+        // sends the 100 when the body is first read).
         if hop & EXPECT_BIT != 0 {
             headers.remove(header::EXPECT);
         }

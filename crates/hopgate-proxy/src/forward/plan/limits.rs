@@ -1,4 +1,5 @@
-//! Phase 4: the limits hyper does not enforce, checked on the request as
+//! Phase 4: the request limits the servers (hopgate's HTTP/1.1 codec,
+//! hyper's HTTP/2) do not enforce on their own, checked on the request as
 //! the client sent it.
 //!
 //! Owns the refusal of `TRACE`, the URI, header-count, head-size and
