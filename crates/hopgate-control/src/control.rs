@@ -135,6 +135,10 @@ pub struct Control {
     pub(crate) canary: CanaryState,
     /// DNS discovery's last good sets, merged into every apply.
     pub(crate) dns: crate::dns::state::Dns,
+    /// The process's open-file limit ([`Control::set_fd_limit`]; `u64::MAX`:
+    /// unlimited or not told), which an explicit `limits.max_connections`
+    /// of an applied config must fit in.
+    fd_limit: AtomicU64,
 }
 
 impl std::fmt::Debug for Control {
@@ -187,6 +191,7 @@ impl Control {
             tls_files: Mutex::new(Vec::new()),
             canary: CanaryState::default(),
             dns: crate::dns::state::Dns::default(),
+            fd_limit: AtomicU64::new(u64::MAX),
         };
         control.health.reconcile(&control.snapshot.load());
         control.versions.lock().push_back(VersionRecord {
@@ -198,6 +203,25 @@ impl Control {
             raw,
         });
         Arc::new(control)
+    }
+
+    /// Tells the control plane the process's open-file limit (`None`:
+    /// unlimited): a reload whose explicit `limits.max_connections` would
+    /// not fit is refused like at start.
+    pub fn set_fd_limit(&self, nofile: Option<u64>) {
+        self.fd_limit
+            .store(nofile.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// `config`, or the error a start with it would have given.
+    fn fits_fd_limit(&self, config: Config) -> Result<Config, Vec<ConfigError>> {
+        let limit = Some(self.fd_limit.load(Ordering::Relaxed)).filter(|&n| n != u64::MAX);
+        match config.limits.max_connections {
+            Some(n) => config::check_fd_fit(config.listeners.len(), n, limit)
+                .map(|()| config)
+                .map_err(|e| vec![e]),
+            None => Ok(config),
+        }
     }
 
     /// Where the data plane finds a baking config canary
@@ -423,7 +447,9 @@ impl Control {
         source: Source,
     ) -> Result<ApplyOutcome, Vec<ConfigError>> {
         // DNS discovery's resolved nodes go into every document applied.
-        let result = self.with_dns_nodes(result);
+        let result = self
+            .with_dns_nodes(result)
+            .and_then(|c| self.fits_fd_limit(c));
         // The TLS files are read with every apply (a SIGHUP re-reads
         // rotated certificates); a bad one refuses the config.
         let loaded = result.and_then(|c| self.load_tls(&c).map(|m| (c, m)));

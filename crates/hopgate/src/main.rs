@@ -24,6 +24,7 @@ mod fdlimit;
 mod gateway;
 mod listenfd;
 mod logwriter;
+mod pidfile;
 mod sdnotify;
 mod upgrade;
 
@@ -130,6 +131,11 @@ struct RunArgs {
     /// started, then tell it to drain (a zero-downtime binary upgrade).
     #[arg(long)]
     upgrade: bool,
+    /// Write the process id to this file once serving (removed at exit
+    /// while it still names this process; a binary upgrade's new process
+    /// writes its own).
+    #[arg(long, value_name = "FILE")]
+    pid_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -152,6 +158,7 @@ fn main() -> ExitCode {
         (None, false) => Command::Run(RunArgs {
             config: cli.config,
             upgrade: false,
+            pid_file: None,
         }),
     };
     match command {
@@ -336,6 +343,14 @@ fn validate(file: &Path) -> ExitCode {
     let loaded = loaded.and_then(|cfg| {
         hopgate_proxy::TlsMaterial::load(&cfg, &gateway::config_dir(Some(file))).map(|_| cfg)
     });
+    // What `run` would refuse: listeners × max_connections beyond the
+    // open-file limit a started process has (the hard limit).
+    let loaded = loaded.and_then(|cfg| match cfg.limits.max_connections {
+        Some(n) => config::check_fd_fit(cfg.listeners.len(), n, fdlimit::hard_nofile())
+            .map(|()| cfg)
+            .map_err(|e| vec![e]),
+        None => Ok(cfg),
+    });
     match loaded {
         Ok(cfg) => {
             println!(
@@ -410,7 +425,11 @@ async fn run(
         Some(etcd) => fleet_boot(cfg, source, etcd, path.as_deref()).await?,
     };
     // Sockets: from the running process (--upgrade), else from systemd.
-    let socket = upgrade::socket_path(cfg.upgrade.socket.as_deref(), path.as_deref());
+    let socket = upgrade::socket_path(
+        cfg.upgrade.socket.as_deref(),
+        cfg.replica_id.as_deref(),
+        path.as_deref(),
+    );
     let (taking, inherited) = if args.upgrade {
         let (t, i) = upgrade::connect(&socket).await?;
         (Some(t), i)
@@ -436,6 +455,7 @@ async fn run(
     }
     let (handed_tx, mut handed_rx) = tokio::sync::oneshot::channel();
     let server = upgrade::Server::start(&socket, gw.handover_source(), handed_tx);
+    let pid;
     let handed = {
         // Every handler is installed before the ready lines, so a signal
         // right after them is never the default action (exit); and one
@@ -445,6 +465,16 @@ async fn run(
         let mut usr2 =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2()).ok();
         gw.print_ready();
+        pid = args
+            .pid_file
+            .as_deref()
+            .and_then(|p| match pidfile::PidFile::write(p) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    tracing::warn!(path = %p.display(), error = %e, "cannot write the pid file");
+                    None
+                }
+            });
         if args.upgrade {
             sdnotify::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
         } else {
@@ -462,7 +492,7 @@ async fn run(
                 Ok(()) = &mut handed_rx => break true,
                 _ = usr2 => {
                     tracing::info!("SIGUSR2: starting a new process to take over");
-                    upgrade::spawn_new(path.as_deref(), log_format.as_str());
+                    upgrade::spawn_new(path.as_deref(), args.pid_file.as_deref(), log_format.as_str());
                 }
             }
         }
@@ -475,6 +505,9 @@ async fn run(
         }
         sdnotify::notify("STOPPING=1");
         gw.shutdown().await;
+    }
+    if let Some(f) = pid {
+        f.remove();
     }
     Ok(())
 }

@@ -64,14 +64,21 @@ const HANDOVER_BOUND: Duration = Duration::from_secs(60);
 /// `DRAIN` or `FAIL` before giving up on it and serving on.
 const START_BOUND: Duration = Duration::from_secs(120);
 
-/// The handover socket of a config: `upgrade.socket` or
-/// `hopgate-upgrade.sock`, relative paths against the config file's
+/// The handover socket of a config: `upgrade.socket`, else
+/// `hopgate-upgrade-<replica_id>.sock` when the config names its replica
+/// (replicas started from one directory each get their own), else
+/// `hopgate-upgrade.sock`; relative paths against the config file's
 /// directory (the working directory for the embedded default config).
-pub(crate) fn socket_path(configured: Option<&Path>, config_file: Option<&Path>) -> PathBuf {
-    let p = configured.map_or_else(
-        || PathBuf::from(hopgate_core::config::DEFAULT_UPGRADE_SOCKET),
-        Path::to_path_buf,
-    );
+pub(crate) fn socket_path(
+    configured: Option<&Path>,
+    replica_id: Option<&str>,
+    config_file: Option<&Path>,
+) -> PathBuf {
+    let p = match (configured, replica_id) {
+        (Some(p), _) => p.to_path_buf(),
+        (None, Some(id)) => PathBuf::from(format!("hopgate-upgrade-{}.sock", file_safe(id))),
+        (None, None) => PathBuf::from(hopgate_core::config::DEFAULT_UPGRADE_SOCKET),
+    };
     if p.is_absolute() {
         return p;
     }
@@ -79,6 +86,17 @@ pub(crate) fn socket_path(configured: Option<&Path>, config_file: Option<&Path>)
         Some(dir) if !dir.as_os_str().is_empty() => dir.join(p),
         _ => p,
     }
+}
+
+/// `id` with every character but letters, digits, `-`, `_` and `.` made
+/// `_`: a replica id as part of a file name.
+fn file_safe(id: &str) -> String {
+    id.chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' | '.' => c,
+            _ => '_',
+        })
+        .collect()
 }
 
 /// A Unix stream with a line buffer and the descriptors that came with it.
@@ -535,9 +553,9 @@ async fn hand_over(
 }
 
 /// SIGUSR2: starts `hopgate run --upgrade` from the binary now installed at
-/// this process's path, with the same config file and log format; its exit
+/// this process's path, with the same config file, pid file and log format; its exit
 /// status is logged if it ends early.
-pub(crate) fn spawn_new(config: Option<&Path>, log_format: &str) {
+pub(crate) fn spawn_new(config: Option<&Path>, pid_file: Option<&Path>, log_format: &str) {
     let exe = match std::env::current_exe() {
         Ok(p) => {
             // The file this process runs was replaced by the new binary.
@@ -559,6 +577,9 @@ pub(crate) fn spawn_new(config: Option<&Path>, log_format: &str) {
         .arg("--upgrade");
     if let Some(c) = config {
         cmd.arg("--config").arg(c);
+    }
+    if let Some(p) = pid_file {
+        cmd.arg("--pid-file").arg(p);
     }
     match cmd.spawn() {
         Ok(mut child) => {
@@ -594,23 +615,35 @@ mod tests {
     fn the_socket_path_sits_next_to_the_config_file() {
         let cfg = Path::new("/etc/hopgate/hopgate.yaml");
         assert_eq!(
-            socket_path(None, Some(cfg)),
+            socket_path(None, None, Some(cfg)),
             Path::new("/etc/hopgate/hopgate-upgrade.sock")
         );
         assert_eq!(
-            socket_path(Some(Path::new("run/up.sock")), Some(cfg)),
+            socket_path(Some(Path::new("run/up.sock")), Some("gw-1"), Some(cfg)),
             Path::new("/etc/hopgate/run/up.sock")
         );
         assert_eq!(
-            socket_path(Some(Path::new("/run/hopgate/up.sock")), Some(cfg)),
+            socket_path(Some(Path::new("/run/hopgate/up.sock")), None, Some(cfg)),
             Path::new("/run/hopgate/up.sock")
         );
         // The embedded default (no file) and a bare file name: the working
         // directory.
-        assert_eq!(socket_path(None, None), Path::new("hopgate-upgrade.sock"));
         assert_eq!(
-            socket_path(None, Some(Path::new("hopgate.yaml"))),
+            socket_path(None, None, None),
             Path::new("hopgate-upgrade.sock")
+        );
+        assert_eq!(
+            socket_path(None, None, Some(Path::new("hopgate.yaml"))),
+            Path::new("hopgate-upgrade.sock")
+        );
+        // A named replica: its own socket, the id made safe for a file name.
+        assert_eq!(
+            socket_path(None, Some("gw-2"), Some(cfg)),
+            Path::new("/etc/hopgate/hopgate-upgrade-gw-2.sock")
+        );
+        assert_eq!(
+            socket_path(None, Some("a/b c"), None),
+            Path::new("hopgate-upgrade-a_b_c.sock")
         );
     }
 

@@ -46,6 +46,7 @@ impl Gateway {
         let file_watch = config_file;
         let fds = check_fd_limit(&cfg)?;
         let control = start_control(&cfg, source, config_path.as_deref())?;
+        control.set_fd_limit(fds.nofile);
         inherited.apply_health(&control.snapshot().load());
         let (shutdown, rx) = watch::channel(false);
         // Sessions stop after the listeners have drained, so the final save
