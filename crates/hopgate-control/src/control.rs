@@ -26,8 +26,10 @@ use hopgate_proxy::{NodeRegistry, SharedSnapshot, Snapshot, TlsListeners, TlsMat
 
 use crate::health::HealthChecker;
 use canary::CanaryState;
+pub use carry::Carried;
 
 pub(crate) mod canary;
+mod carry;
 
 /// How many applied versions are kept for listing and rollback.
 pub(crate) const KEEP_VERSIONS: usize = 20;
@@ -164,11 +166,37 @@ pub(crate) fn content_hash(raw: &RawConfig) -> String {
 impl Control {
     /// Starts the control plane with an already validated config as version 1.
     pub fn new(config: Config, source: Source) -> Arc<Control> {
+        let record = VersionRecord {
+            version: 1,
+            hash: content_hash(&config.raw),
+            source: source.to_string(),
+            applied_at: unix_now(),
+            canary: None,
+            raw: config.raw.clone(),
+        };
+        Arc::new(Control::open(config, 1, VecDeque::from([record]), 2))
+    }
+
+    /// The control plane running `config` as `version`, with `versions` as
+    /// its history and `next_version` the next number to give out.
+    fn open(
+        config: Config,
+        version: u64,
+        versions: VecDeque<VersionRecord>,
+        next_version: u64,
+    ) -> Control {
         let registry = NodeRegistry::default();
-        let hash = content_hash(&config.raw);
-        let raw = config.raw.clone();
-        tracing::info!(version = 1, source = %source, "config loaded: {}", config::summary::summary(&config));
-        let snap = Snapshot::compile(Arc::new(config), 1, &registry, None);
+        let source = versions
+            .iter()
+            .find(|r| r.version == version)
+            .map_or("", |r| r.source.as_str());
+        tracing::info!(
+            version,
+            source,
+            "config loaded: {}",
+            config::summary::summary(&config)
+        );
+        let snap = Snapshot::compile(Arc::new(config), version, &registry, None);
         snap.configure_nodes();
         // Nodes a later reload adds to these services start under slow start.
         registry.mark_running(snap.services.iter().map(|s| s.name.as_str()));
@@ -176,15 +204,15 @@ impl Control {
             snapshot: Arc::new(ArcSwap::from_pointee(snap)),
             registry,
             writer: Mutex::new(()),
-            versions: Mutex::new(VecDeque::new()),
+            versions: Mutex::new(versions),
             last_error: Mutex::new(None),
-            next_version: AtomicU64::new(2),
+            next_version: AtomicU64::new(next_version),
             reload_failures: AtomicU64::new(0),
             reloads: AtomicU64::new(0),
             last_reload_ok: AtomicBool::new(true),
             last_reload_at: AtomicU64::new(unix_now()),
             health: HealthChecker::default(),
-            applied: tokio::sync::watch::Sender::new(1),
+            applied: tokio::sync::watch::Sender::new(version),
             runtime_layer: Mutex::new(None),
             tls: Arc::default(),
             tls_base: Mutex::new(std::path::PathBuf::from(".")),
@@ -194,15 +222,7 @@ impl Control {
             fd_limit: AtomicU64::new(u64::MAX),
         };
         control.health.reconcile(&control.snapshot.load());
-        control.versions.lock().push_back(VersionRecord {
-            version: 1,
-            hash,
-            source: source.to_string(),
-            applied_at: unix_now(),
-            canary: None,
-            raw,
-        });
-        Arc::new(control)
+        control
     }
 
     /// Tells the control plane the process's open-file limit (`None`:

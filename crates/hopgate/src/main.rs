@@ -33,6 +33,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use gateway::Resume;
 use hopgate_control::FileWatch;
 use hopgate_core::config::{self, Format};
 
@@ -430,13 +431,14 @@ async fn run(
         cfg.replica_id.as_deref(),
         path.as_deref(),
     );
-    let (taking, inherited) = if args.upgrade {
-        let (t, i) = upgrade::connect(&socket).await?;
-        (Some(t), i)
+    let (taking, inherited, carried) = if args.upgrade {
+        let (t, i, c) = upgrade::connect(&socket).await?;
+        (Some(t), i, c)
     } else {
-        (None, systemd)
+        (None, systemd, None)
     };
-    let mut gw = match gateway::Gateway::start(cfg, source, watch, inherited).await {
+    let (cfg, resume) = resume_from(cfg, &source, carried, fleet.is_some());
+    let mut gw = match gateway::Gateway::start(cfg, source, watch, inherited, resume).await {
         Ok(gw) => gw,
         Err(e) => {
             if let Some(t) = taking {
@@ -510,6 +512,69 @@ async fn run(
         f.remove();
     }
     Ok(())
+}
+
+/// An upgrade's new process resumes the previous one's state (version
+/// history, drains). It starts from the previous process's running config
+/// (admin changes included) unless its config file was edited since that
+/// file was last applied: then the edited file is what it runs, as the
+/// next version. The file also wins when the carried document no longer
+/// validates, and in fleet mode etcd holds the config.
+fn resume_from(
+    file_cfg: config::Config,
+    source: &hopgate_control::Source,
+    carried: Option<hopgate_control::Carried>,
+    fleet: bool,
+) -> (config::Config, Option<Resume>) {
+    let Some(carried) = carried else {
+        return (file_cfg, None);
+    };
+    if fleet {
+        tracing::info!(
+            "upgrade: fleet mode; the config comes from etcd, not from the previous process"
+        );
+        return (file_cfg, None);
+    }
+    if matches!(source, hopgate_control::Source::File(_))
+        && !carried.file_unchanged(&file_cfg, source)
+    {
+        tracing::info!("upgrade: the config file changed since it was last applied; starting from it, with the previous process's history and drains");
+        return (
+            file_cfg,
+            Some(Resume {
+                carried,
+                fresh: Some(source.clone()),
+            }),
+        );
+    }
+    match carried.config() {
+        Ok(cfg) => {
+            tracing::info!(
+                version = carried.running,
+                "upgrade: starting from the previous process's running config (an unchanged config file is applied again on SIGHUP)"
+            );
+            (
+                cfg,
+                Some(Resume {
+                    carried,
+                    fresh: None,
+                }),
+            )
+        }
+        Err(errors) => {
+            for e in &errors {
+                tracing::warn!("upgrade: the carried config is refused by this binary: {e}");
+            }
+            tracing::warn!("upgrade: starting from the config file instead");
+            (
+                file_cfg,
+                Some(Resume {
+                    carried,
+                    fresh: Some(source.clone()),
+                }),
+            )
+        }
+    }
 }
 
 /// Fleet mode at start: the local file holds only bootstrap sections; the

@@ -5,11 +5,16 @@
 //! Owns the handover socket (its path, permissions, stale files) and the
 //! protocol, one text line per message:
 //!
-//! 1. new → old: `HELLO 1 <pid>` — the new process has loaded and checked
-//!    its config (a config that fails never gets this far).
+//! 1. new → old: `HELLO 2 <pid>` — the new process has loaded and checked
+//!    its config (a config that fails never gets this far). A running
+//!    process of protocol 1 answers `BUSY unsupported protocol`; the new
+//!    one then asks again with `HELLO 1` and gets no `STATE` block.
 //! 2. old → new: `FDS <n>`, then `n` lines `<kind>\t<configured address>\t<name>`,
 //!    then one line `health\t<service>\t<node id>\t<address>\t<healthy|unhealthy>`
-//!    per actively checked node with a verdict, then `END`, sent with one
+//!    per actively checked node with a verdict, then (protocol 2) one line
+//!    `STATE <n>` followed by `n` bytes of JSON, the running state the new
+//!    process resumes from ([`hopgate_control::Carried`]: the running config
+//!    and its version, the version history, the drains), then `END`, sent with one
 //!    `sendmsg` carrying the `n` descriptors in the same order (the public
 //!    listeners and the admin API). Before it sends them, the old process
 //!    saves its session bindings (memory store with `store.path`), so the
@@ -50,8 +55,10 @@ use hopgate_core::config::Health;
 use crate::gateway::HandoverSource;
 use crate::listenfd::{Handed, Inherited, Kind};
 
-/// Protocol version in `HELLO`.
-const VERSION: u32 = 1;
+/// Protocol version in `HELLO` (2: with the `STATE` block).
+const VERSION: u32 = 2;
+/// The largest `STATE` block accepted.
+const MAX_STATE: usize = 64 << 20;
 /// The most descriptors one handover carries (listeners + admin).
 const MAX_FDS: usize = 64;
 /// How long either side waits for a protocol line (not for the new
@@ -168,6 +175,14 @@ impl Wire {
         Ok(())
     }
 
+    /// The next `n` bytes.
+    fn block(&mut self, n: usize) -> std::io::Result<Vec<u8>> {
+        while self.buf.len() < n {
+            self.fill()?;
+        }
+        Ok(self.buf.drain(..n).collect())
+    }
+
     fn line(&mut self) -> std::io::Result<String> {
         loop {
             if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
@@ -218,78 +233,119 @@ pub(crate) struct Taking {
     old_pid: Option<u32>,
 }
 
-/// Connects to the running process and receives its sockets.
-pub(crate) async fn connect(path: &Path) -> anyhow::Result<(Taking, Inherited)> {
+/// Connects to the running process and receives its sockets, and (from a
+/// process of protocol 2) the running state to resume from.
+pub(crate) async fn connect(
+    path: &Path,
+) -> anyhow::Result<(Taking, Inherited, Option<hopgate_control::Carried>)> {
     let path = path.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        let s = StdUnixStream::connect(&path).with_context(|| {
-            format!(
-                "--upgrade: no running hopgate answers on {} (upgrade.socket)",
-                path.display()
-            )
-        })?;
-        let old_pid = rustix::net::sockopt::socket_peercred(&s)
-            .ok()
-            .map(|c| c.pid.as_raw_nonzero().get() as u32);
-        let mut wire = Wire::new(s, HANDOVER_BOUND)?;
-        let step = |e: std::io::Error| anyhow::anyhow!("--upgrade: {}", io_why(&e));
-        wire.send(&format!("HELLO {VERSION} {}", std::process::id()))
-            .map_err(step)?;
-        let head = wire.line().map_err(step)?;
-        let n: usize = match head.strip_prefix("FDS ") {
-            Some(n) => n.parse().context("--upgrade: bad FDS line")?,
-            None => anyhow::bail!("--upgrade: the running process refused: {head}"),
-        };
-        let mut meta = Vec::with_capacity(n);
-        let mut health = Vec::new();
-        loop {
-            let l = wire.line().map_err(step)?;
-            if l == "END" {
-                break;
+    tokio::task::spawn_blocking(move || match receive(&path, VERSION)? {
+        Received::Refused(why) if why == "BUSY unsupported protocol" => {
+            tracing::info!(
+                "upgrade: the running process speaks protocol 1; its state is not carried"
+            );
+            match receive(&path, 1)? {
+                Received::Refused(why) => {
+                    anyhow::bail!("--upgrade: the running process refused: {why}")
+                }
+                Received::Sockets(x) => Ok(*x),
             }
-            if let Some(h) = l.strip_prefix("health\t") {
-                health.extend(parse_health(h));
-                continue;
-            }
-            let mut parts = l.splitn(3, '\t');
-            let (Some(kind), Some(addr), Some(name)) = (parts.next(), parts.next(), parts.next())
-            else {
-                anyhow::bail!("--upgrade: bad socket line {l:?}");
-            };
-            let kind =
-                Kind::parse(kind).with_context(|| format!("--upgrade: bad kind in {l:?}"))?;
-            let addr: SocketAddr = addr
-                .parse()
-                .with_context(|| format!("--upgrade: bad address in {l:?}"))?;
-            meta.push((kind, addr, name.to_owned()));
         }
-        anyhow::ensure!(
-            meta.len() == n && wire.fds.len() == n,
-            "--upgrade: expected {n} sockets, got {} descriptions and {} descriptors",
-            meta.len(),
-            wire.fds.len()
-        );
-        let socks = meta
-            .into_iter()
-            .zip(wire.fds.drain(..))
-            .map(|((kind, configured, name), fd)| Handed {
-                kind,
-                name,
-                configured: Some(configured),
-                sock: std::net::TcpListener::from(fd),
-            })
-            .collect::<Vec<_>>();
-        tracing::info!(
-            sockets = socks.len(),
-            old_pid,
-            "upgrade: received the listening sockets"
-        );
-        Ok((
-            Taking { wire, old_pid },
-            Inherited::handed_over(socks, health),
-        ))
+        Received::Refused(why) => anyhow::bail!("--upgrade: the running process refused: {why}"),
+        Received::Sockets(x) => Ok(*x),
     })
     .await?
+}
+
+/// What one `HELLO` got.
+enum Received {
+    Refused(String),
+    Sockets(Box<(Taking, Inherited, Option<hopgate_control::Carried>)>),
+}
+
+/// One attempt at the handover with protocol `version`.
+fn receive(path: &Path, version: u32) -> anyhow::Result<Received> {
+    let s = StdUnixStream::connect(path).with_context(|| {
+        format!(
+            "--upgrade: no running hopgate answers on {} (upgrade.socket)",
+            path.display()
+        )
+    })?;
+    let old_pid = rustix::net::sockopt::socket_peercred(&s)
+        .ok()
+        .map(|c| c.pid.as_raw_nonzero().get() as u32);
+    let mut wire = Wire::new(s, HANDOVER_BOUND)?;
+    let step = |e: std::io::Error| anyhow::anyhow!("--upgrade: {}", io_why(&e));
+    wire.send(&format!("HELLO {version} {}", std::process::id()))
+        .map_err(step)?;
+    let head = wire.line().map_err(step)?;
+    let n: usize = match head.strip_prefix("FDS ") {
+        Some(n) => n.parse().context("--upgrade: bad FDS line")?,
+        None => return Ok(Received::Refused(head)),
+    };
+    let mut meta = Vec::with_capacity(n);
+    let mut health = Vec::new();
+    let mut carried = None;
+    loop {
+        let l = wire.line().map_err(step)?;
+        if l == "END" {
+            break;
+        }
+        if let Some(h) = l.strip_prefix("health\t") {
+            health.extend(parse_health(h));
+            continue;
+        }
+        if let Some(len) = l.strip_prefix("STATE ") {
+            let len: usize = len.parse().context("--upgrade: bad STATE line")?;
+            anyhow::ensure!(len <= MAX_STATE, "--upgrade: a STATE block of {len} bytes");
+            let block = wire.block(len).map_err(step)?;
+            carried = hopgate_control::Carried::from_json(&block)
+                .inspect_err(|e| tracing::warn!(error = %e, "upgrade: the running state cannot be read; starting from the config file"))
+                .ok();
+            continue;
+        }
+        meta.push(parse_socket(&l)?);
+    }
+    anyhow::ensure!(
+        meta.len() == n && wire.fds.len() == n,
+        "--upgrade: expected {n} sockets, got {} descriptions and {} descriptors",
+        meta.len(),
+        wire.fds.len()
+    );
+    let socks = meta
+        .into_iter()
+        .zip(wire.fds.drain(..))
+        .map(|((kind, configured, name), fd)| Handed {
+            kind,
+            name,
+            configured: Some(configured),
+            sock: std::net::TcpListener::from(fd),
+        })
+        .collect::<Vec<_>>();
+    tracing::info!(
+        sockets = socks.len(),
+        old_pid,
+        state = carried.is_some(),
+        "upgrade: received the listening sockets"
+    );
+    Ok(Received::Sockets(Box::new((
+        Taking { wire, old_pid },
+        Inherited::handed_over(socks, health),
+        carried,
+    ))))
+}
+
+/// One socket line: kind, configured address, name.
+fn parse_socket(l: &str) -> anyhow::Result<(Kind, SocketAddr, String)> {
+    let mut parts = l.splitn(3, '\t');
+    let (Some(kind), Some(addr), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+        anyhow::bail!("--upgrade: bad socket line {l:?}");
+    };
+    let kind = Kind::parse(kind).with_context(|| format!("--upgrade: bad kind in {l:?}"))?;
+    let addr: SocketAddr = addr
+        .parse()
+        .with_context(|| format!("--upgrade: bad address in {l:?}"))?;
+    Ok((kind, addr, name.to_owned()))
 }
 
 impl Taking {
@@ -497,8 +553,10 @@ async fn hand_over(
         }
         Err(e) => anyhow::bail!("{}", io_why(&e)),
     };
-    let new_pid = match hello.split(' ').collect::<Vec<_>>()[..] {
-        ["HELLO", v, pid] if v == VERSION.to_string() => pid.to_owned(),
+    let (version, new_pid) = match hello.split(' ').collect::<Vec<_>>()[..] {
+        ["HELLO", v, pid] if matches!(v.parse::<u32>(), Ok(1..=VERSION)) => {
+            (v.parse::<u32>().unwrap_or(1), pid.to_owned())
+        }
         _ => {
             let _ = wire.send("BUSY unsupported protocol");
             anyhow::bail!("unexpected greeting {hello:?}");
@@ -523,6 +581,17 @@ async fn hand_over(
             "unhealthy"
         };
         text.push_str(&format!("health\t{service}\t{id}\t{addr}\t{h}\n"));
+    }
+    if version >= 2 {
+        match source.carry().to_json() {
+            Ok(state) => {
+                text.push_str(&format!("STATE {}\n", state.len()));
+                text.push_str(&state);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "upgrade: cannot write the running state; the new process starts from its config file")
+            }
+        }
     }
     text.push_str("END\n");
     let fds: Vec<OwnedFd> = socks.into_iter().map(|s| s.3).collect();
