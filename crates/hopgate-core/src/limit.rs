@@ -34,8 +34,8 @@ mod table;
 #[cfg(test)]
 mod tests;
 
-pub use table::{KeyFill, MAX_KEYS};
 use table::Table;
+pub use table::{KeyFill, MAX_KEYS};
 
 /// Nanoseconds since the first call in this process (the buckets' clock).
 pub fn ns_at(at: Instant) -> u64 {
@@ -162,7 +162,10 @@ impl RateLimiter {
             None => None,
         };
         if self.interval != 0 {
-            if let Err(wait) = self.table.take(slot.index, now, self.interval, self.capacity) {
+            if let Err(wait) = self
+                .table
+                .take(slot.index, now, self.interval, self.capacity)
+            {
                 if !self.log_only(&self.counters.logged, now) {
                     self.counters.limited.fetch_add(1, Ordering::Relaxed);
                     return Decision::Limited {
@@ -306,6 +309,5 @@ pub(crate) fn ip_bits(ip: IpAddr) -> u128 {
 /// [`ip_bits`] back to an address.
 pub(crate) fn ip_of(bits: u128) -> IpAddr {
     let v6 = Ipv6Addr::from(bits);
-    v6.to_ipv4_mapped()
-        .map_or(IpAddr::V6(v6), IpAddr::V4)
+    v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
 }

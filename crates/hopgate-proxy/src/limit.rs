@@ -87,10 +87,7 @@ pub(crate) fn hold(resp: &mut Response<ProxyBody>, held: Held) {
         return;
     }
     ProxyBody::wrap_in(resp, |inner| {
-        ProxyBody::Held(Box::new(HeldBody {
-            inner,
-            _held: held,
-        }))
+        ProxyBody::Held(Box::new(HeldBody { inner, _held: held }))
     });
 }
 

@@ -36,7 +36,11 @@ pub(super) fn list(admin: &Admin, uri: &Uri) -> AdminResponse {
             let routes: Vec<&str> = snap
                 .routes
                 .iter()
-                .filter(|r| r.rate_limit.as_ref().is_some_and(|x| std::sync::Arc::ptr_eq(x, l)))
+                .filter(|r| {
+                    r.rate_limit
+                        .as_ref()
+                        .is_some_and(|x| std::sync::Arc::ptr_eq(x, l))
+                })
                 .map(|r| r.id.as_str())
                 .collect();
             let keys: Vec<Value> = l
@@ -104,7 +108,10 @@ fn counters_json(l: &RateLimiter) -> Value {
 fn key_json(l: &RateLimiter, k: &KeyFill, snap: &hopgate_proxy::Snapshot) -> Value {
     let burst = l.config.rate.map_or(0, |r| r.burst);
     let secret = l.config.key.iter().any(LimitKey::is_secret);
-    let route = k.route.and_then(|r| snap.routes.get(r)).map(|r| r.id.as_str());
+    let route = k
+        .route
+        .and_then(|r| snap.routes.get(r))
+        .map(|r| r.id.as_str());
     json!({
         "client_ip": k.ip.map(|ip| ip.to_string()),
         "route": route,

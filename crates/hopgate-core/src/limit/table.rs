@@ -139,11 +139,12 @@ impl Table {
         let bits = ip.map_or(0, ip_bits);
         s.ip_hi.store((bits >> 64) as u64, Ordering::Relaxed);
         s.ip_lo.store(bits as u64, Ordering::Relaxed);
-        s.route
-            .store(
-                route.and_then(|r| u32::try_from(r).ok()).unwrap_or(NO_ROUTE),
-                Ordering::Relaxed,
-            );
+        s.route.store(
+            route
+                .and_then(|r| u32::try_from(r).ok())
+                .unwrap_or(NO_ROUTE),
+            Ordering::Relaxed,
+        );
     }
 
     /// One more request in flight on slot `idx`, unless `max` are already.

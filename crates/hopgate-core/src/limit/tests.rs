@@ -51,7 +51,10 @@ fn a_burst_then_the_rate() {
         Decision::Limited { retry_after } => assert_eq!(retry_after, 60),
         other => panic!("{other:?}"),
     }
-    assert!(passes(&l.admit(&who(2, &h), now)), "another client has its own bucket");
+    assert!(
+        passes(&l.admit(&who(2, &h), now)),
+        "another client has its own bucket"
+    );
     assert!(passes(&l.admit(&who(1, &h), now + 60 * SEC)));
     assert!(!passes(&l.admit(&who(1, &h), now + 60 * SEC)));
     assert_eq!(l.counters.limited.load(Ordering::Relaxed), 2);
@@ -73,7 +76,10 @@ fn header_keys_separate_clients() {
     assert!(passes(&l.admit(&who(1, &a), SEC)));
     assert!(passes(&l.admit(&who(1, &b), SEC)));
     assert!(passes(&l.admit(&who(1, &none), SEC)));
-    assert!(!passes(&l.admit(&who(2, &a), SEC)), "same header, other address");
+    assert!(
+        !passes(&l.admit(&who(2, &a), SEC)),
+        "same header, other address"
+    );
     assert!(!passes(&l.admit(&who(2, &none), SEC)));
 }
 
@@ -100,7 +106,10 @@ fn in_flight_is_bounded_until_released() {
     let one = l.admit(&who(1, &h), SEC);
     let two = l.admit(&who(1, &h), SEC);
     assert!(passes(&one) && passes(&two));
-    assert!(matches!(l.admit(&who(1, &h), SEC), Decision::TooManyInFlight));
+    assert!(matches!(
+        l.admit(&who(1, &h), SEC),
+        Decision::TooManyInFlight
+    ));
     drop(one);
     assert!(passes(&l.admit(&who(1, &h), SEC)));
     assert_eq!(l.counters.in_flight_limited.load(Ordering::Relaxed), 1);
@@ -134,14 +143,22 @@ fn fullest_lists_busy_keys() {
     assert_eq!(top[0].used, 3);
     assert_eq!(top[0].ip, Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
     assert_eq!(top[1].used, 1);
-    assert!(l.fullest(10, 1000 * SEC).is_empty(), "refilled buckets are idle");
+    assert!(
+        l.fullest(10, 1000 * SEC).is_empty(),
+        "refilled buckets are idle"
+    );
 }
 
 /// Keys past the table share the overflow bucket, counted; idle slots are
 /// taken again.
 #[test]
 fn the_table_is_bounded() {
-    let l = Arc::new(RateLimiter::new(policy(vec![LimitKey::ClientIp], 1, 3600, 1)));
+    let l = Arc::new(RateLimiter::new(policy(
+        vec![LimitKey::ClientIp],
+        1,
+        3600,
+        1,
+    )));
     let h = HeaderMap::new();
     let mut refused = 0;
     for i in 0..(MAX_KEYS as u32 + 5000) {

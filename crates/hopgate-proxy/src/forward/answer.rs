@@ -81,7 +81,13 @@ pub(super) fn answer(
     session_step(resp.headers_mut(), req, at, hop, (status, rf.context()));
     out.status = status;
     if let (Some(on_upstream), Some((upgrade, held))) = (on_upstream, upgrade) {
-        tunnelled(resp.headers_mut(), req, at, (upgrade, held.take()), on_upstream);
+        tunnelled(
+            resp.headers_mut(),
+            req,
+            at,
+            (upgrade, held.take()),
+            on_upstream,
+        );
         return resp;
     }
     streamed(resp, req, at, rf.grpc)

@@ -210,9 +210,7 @@ fn key_part(k: &RawLimitKey) -> Result<LimitKey, String> {
             "client_ip" => Ok(LimitKey::ClientIp),
             "session" => Ok(LimitKey::Session),
             "route" => Ok(LimitKey::Route),
-            "header" | "cookie" => Err(format!(
-                "{n} needs a name: write {{ {n}: NAME }}"
-            )),
+            "header" | "cookie" => Err(format!("{n} needs a name: write {{ {n}: NAME }}")),
             other => Err(format!("unknown key kind {other:?}: expected {KINDS}")),
         },
         RawLimitKey::Map(m) => {

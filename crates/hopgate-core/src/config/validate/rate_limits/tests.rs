@@ -27,8 +27,7 @@ fn errors(routes_limit: &str, policies: &str) -> Vec<(String, String)> {
 }
 
 fn has(errs: &[(String, String)], path: &str, fragment: &str) -> bool {
-    errs.iter()
-        .any(|(p, m)| p == path && m.contains(fragment))
+    errs.iter().any(|(p, m)| p == path && m.contains(fragment))
 }
 
 #[test]
@@ -42,7 +41,10 @@ fn a_full_policy_validates() {
     let p = &cfg.rate_limits[0];
     assert_eq!(cfg.routes[0].rate_limit, Some(0));
     assert_eq!(p.key.len(), 5);
-    assert_eq!(p.key[1], LimitKey::Header(http::HeaderName::from_static("x-api-key")));
+    assert_eq!(
+        p.key[1],
+        LimitKey::Header(http::HeaderName::from_static("x-api-key"))
+    );
     assert_eq!(
         p.rate,
         Some(Rate {
@@ -72,19 +74,44 @@ fn every_mistake_is_named_by_its_path() {
          \x20 - { name: other, key: [ip, { header: X }, { query: q }], rate: 1/h, scope: fleet }\n\
          \x20 - { name: inflight, key: [client_ip], max_in_flight: 0, mode: strict }\n",
     );
-    assert!(has(&errs, "routes[0].rate_limit", "did you mean \"per-client\""), "{errs:?}");
-    assert!(has(&errs, "rate_limits[0].rate", "invalid rate"), "{errs:?}");
-    assert!(has(&errs, "rate_limits[0].burst", "burst 0"), "{errs:?}");
-    assert!(has(&errs, "rate_limits[1].name", "duplicate"), "{errs:?}");
-    assert!(has(&errs, "rate_limits[1].key", "at least one part"), "{errs:?}");
-    assert!(has(&errs, "rate_limits[2].key[0]", "unknown key kind \"ip\""), "{errs:?}");
-    assert!(has(&errs, "rate_limits[2].key[2]", "unknown key kind \"query\""), "{errs:?}");
     assert!(
-        has(&errs, "rate_limits[2].scope", "scope: fleet is not available yet; use local"),
+        has(&errs, "routes[0].rate_limit", "did you mean \"per-client\""),
         "{errs:?}"
     );
-    assert!(has(&errs, "rate_limits[3].max_in_flight", "out of range"), "{errs:?}");
-    assert!(has(&errs, "rate_limits[3].mode", "enforce or log"), "{errs:?}");
+    assert!(
+        has(&errs, "rate_limits[0].rate", "invalid rate"),
+        "{errs:?}"
+    );
+    assert!(has(&errs, "rate_limits[0].burst", "burst 0"), "{errs:?}");
+    assert!(has(&errs, "rate_limits[1].name", "duplicate"), "{errs:?}");
+    assert!(
+        has(&errs, "rate_limits[1].key", "at least one part"),
+        "{errs:?}"
+    );
+    assert!(
+        has(&errs, "rate_limits[2].key[0]", "unknown key kind \"ip\""),
+        "{errs:?}"
+    );
+    assert!(
+        has(&errs, "rate_limits[2].key[2]", "unknown key kind \"query\""),
+        "{errs:?}"
+    );
+    assert!(
+        has(
+            &errs,
+            "rate_limits[2].scope",
+            "scope: fleet is not available yet; use local"
+        ),
+        "{errs:?}"
+    );
+    assert!(
+        has(&errs, "rate_limits[3].max_in_flight", "out of range"),
+        "{errs:?}"
+    );
+    assert!(
+        has(&errs, "rate_limits[3].mode", "enforce or log"),
+        "{errs:?}"
+    );
     assert_eq!(errs.len(), 10, "{errs:?}");
 }
 
@@ -93,7 +120,10 @@ fn a_policy_needs_a_rate_or_max_in_flight() {
     let errs = errors("", "  - { name: p, key: [client_ip] }\n");
     assert!(has(&errs, "rate_limits[0].rate", "required"), "{errs:?}");
     let errs = errors("", "  - { name: p, key: [client_ip], burst: 3 }\n");
-    assert!(has(&errs, "rate_limits[0].burst", "needs a rate"), "{errs:?}");
+    assert!(
+        has(&errs, "rate_limits[0].burst", "needs a rate"),
+        "{errs:?}"
+    );
 }
 
 #[test]
