@@ -243,7 +243,14 @@ pub enum ProxyBody {
     Headed(Box<Headed>),
     /// An answer whose request counts against a rate limit's
     /// `max_in_flight` until its body ends ([`crate::limit::hold`]).
-    Held(Box<crate::limit::HeldBody>),
+    Held(Box<HeldBody>),
+}
+
+/// See [`ProxyBody::Held`].
+#[derive(Debug)]
+pub struct HeldBody {
+    inner: ProxyBody,
+    _held: hopgate_core::limit::Held,
 }
 
 /// See [`ProxyBody::Headed`]. Its box is kept for the thread's next
@@ -382,6 +389,12 @@ impl Guarded {
 }
 
 impl ProxyBody {
+    /// `inner`, holding `held` (a place in a rate limit's
+    /// `max_in_flight`) until it ends or is dropped.
+    pub(crate) fn held(inner: ProxyBody, held: hopgate_core::limit::Held) -> ProxyBody {
+        ProxyBody::Held(Box::new(HeldBody { inner, _held: held }))
+    }
+
     pub fn full(b: impl Into<Bytes>) -> ProxyBody {
         ProxyBody::Full(Some(b.into()))
     }
