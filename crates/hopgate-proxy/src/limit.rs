@@ -86,14 +86,5 @@ pub(crate) fn hold(resp: &mut Response<ProxyBody>, held: Held) {
     if resp.body().is_end_stream() {
         return;
     }
-    ProxyBody::wrap_in(resp, |inner| {
-        ProxyBody::Held(Box::new(HeldBody { inner, _held: held }))
-    });
-}
-
-/// See [`ProxyBody::Held`].
-#[derive(Debug)]
-pub struct HeldBody {
-    pub(crate) inner: ProxyBody,
-    _held: Held,
+    ProxyBody::wrap_in(resp, |inner| ProxyBody::held(inner, held));
 }

@@ -220,7 +220,7 @@ impl Table {
                 overflow,
             });
         }
-        out.sort_by(|a, b| (b.used, b.in_flight).cmp(&(a.used, a.in_flight)));
+        out.sort_by_key(|k| std::cmp::Reverse((k.used, k.in_flight)));
         out.truncate(n);
         out
     }
