@@ -23,6 +23,7 @@
 //! | POST | `/admin/v1/maintenance` | `maintenance::post`: a notification to the intake |
 //! | GET | `/admin/v1/fleet` | `fleet::get`: this replica's view of the fleet |
 //! | GET | `/admin/v1/hops?limit=N` | `hops::recent`: the latest hops, newest first |
+//! | GET | `/admin/v1/limits?top=N` | `limits::list`: rate-limit policies and their fullest keys |
 //!
 //! A path no endpoint has is a 404; a known path with another method a
 //! 405 with `Allow` ([`allowed_methods`]). Answers are JSON; errors
@@ -58,6 +59,7 @@ mod dashboard;
 mod events;
 mod fleet;
 mod hops;
+mod limits;
 mod maintenance;
 mod nodes;
 mod probes;
@@ -253,6 +255,7 @@ async fn v1(
         ("POST", ["maintenance"]) => maintenance::post(admin, req).await,
         ("GET", ["fleet"]) => fleet::get(admin),
         ("GET", ["hops"]) => hops::recent(req.uri()),
+        ("GET", ["limits"]) => limits::list(admin, req.uri()),
         ("POST", ["events", "ticket"]) => events::ticket(admin),
         (_, rest) => not_routed(method, allowed_v1(rest)),
     }
@@ -280,7 +283,8 @@ fn allowed_v1(rest: &[&str]) -> Option<&'static str> {
         | ["nodes"]
         | ["sessions", _]
         | ["fleet"]
-        | ["hops"] => "GET",
+        | ["hops"]
+        | ["limits"] => "GET",
         ["config", "rollback", _]
         | ["config", "canary", "promote" | "abort"]
         | ["maintenance"]

@@ -552,6 +552,9 @@ impl Control {
         // Compiling wrote no live state; the nodes take the new parameters
         // now, as the snapshot goes in.
         snap.configure_nodes();
+        for policy in &snap.limits_reset {
+            tracing::info!(policy = %policy, "rate limit policy changed by reload: its buckets start afresh");
+        }
         self.snapshot.store(Arc::clone(&snap));
         self.reloads.fetch_add(1, Ordering::Relaxed);
         self.last_reload_ok.store(true, Ordering::Relaxed);

@@ -10,6 +10,7 @@ mod bound;
 pub mod discovery;
 pub mod fleet;
 mod proxy_protocol;
+mod rate_limits;
 pub mod raw;
 pub mod summary;
 mod tls;
@@ -28,6 +29,7 @@ use ipnet::IpNet;
 pub use proxy_protocol::{
     ListenerProxyProtocol, ProxyProtocolVersion, DEFAULT_PROXY_PROTOCOL_TIMEOUT,
 };
+pub use rate_limits::{LimitKey, LimitMode, Rate, RateLimitConfig};
 pub use raw::RawConfig;
 pub use tls::{CertificateConfig, ListenerTls, UpstreamTls};
 pub use tracing::{OtlpConfig, TracingConfig, DEFAULT_OTLP_ENDPOINT};
@@ -199,6 +201,8 @@ pub struct Config {
     pub admin: AdminConfig,
     pub services: Vec<ServiceConfig>,
     pub routes: Vec<RouteConfig>,
+    /// `rate_limits[]`, indexed by `RouteConfig::rate_limit`.
+    pub rate_limits: Vec<RateLimitConfig>,
     pub access: AccessConfig,
     pub timeouts: Timeouts,
     pub limits: Limits,
@@ -771,6 +775,8 @@ pub struct RouteConfig {
     pub target: Target,
     pub strict_version: bool,
     pub enabled: bool,
+    /// Index into [`Config::rate_limits`].
+    pub rate_limit: Option<usize>,
 }
 
 #[derive(Clone, Debug, Default)]

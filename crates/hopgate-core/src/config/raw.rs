@@ -12,9 +12,11 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 mod discovery;
 mod proxy_protocol;
+mod rate_limits;
 mod tls;
 pub use discovery::{RawDiscovery, RawDnsDiscovery};
 pub use proxy_protocol::RawListenerProxyProtocol;
+pub use rate_limits::{RawLimitKey, RawRateLimit};
 pub use tls::{RawCertificate, RawListenerTls, RawUpstreamTls};
 
 /// A scalar kept as text (`2s`, `64KiB`, `10`): YAML may write it as a string
@@ -84,6 +86,9 @@ pub struct RawConfig {
     pub services: Vec<RawService>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
+    /// Named rate-limit policies, referred to by `routes[].rate_limit`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rate_limits: Vec<RawRateLimit>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<RawAccess>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -367,6 +372,9 @@ pub struct RawRoute {
     pub strict_version: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    /// The `rate_limits[]` policy this route's requests pass through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<String>,
 }
 
 /// Match conditions of a rule; every present condition must hold.

@@ -5,7 +5,8 @@
 //!
 //! Owns the translation from config to compiled form, and what is carried
 //! over from the previous snapshot: balancer counters of groups whose
-//! membership did not change, a service's retry budget, a route's stats.
+//! membership did not change, a service's retry budget, a route's stats,
+//! a rate-limit policy's limiter (same name and parameters).
 //!
 //! Must not touch: live state of existing nodes (node states and upstream
 //! handles come from the [`NodeRegistry`]; the writer pushes config into
@@ -21,6 +22,7 @@ use super::{CompiledNode, CompiledRoute, CompiledService, CompiledTarget, Group,
 use crate::access::AccessControl;
 use crate::balance::{Balancer, Member};
 use crate::config::{Config, NodeConfig, RouteConfig, ServiceConfig, Target};
+use crate::limit::RateLimiter;
 use crate::node::NodeRegistry;
 use crate::route::{Router, RuleSpec};
 use crate::stats::RouteStats;
@@ -46,6 +48,7 @@ impl<U: Default> Snapshot<U> {
             })
             .collect();
 
+        let (limiters, limits_reset) = compile_limiters(&config, previous);
         let prev_route_stats: HashMap<&str, &Arc<RouteStats>> = previous
             .map(|p| p.routes.iter().map(|r| (r.id.as_str(), &r.stats)).collect())
             .unwrap_or_default();
@@ -54,7 +57,8 @@ impl<U: Default> Snapshot<U> {
             .iter()
             .map(|r| {
                 let stats = prev_route_stats.get(r.id.as_str()).copied();
-                compile_route(r, &services[r.service], stats)
+                let limiter = r.rate_limit.and_then(|i| limiters.get(i)).cloned();
+                compile_route(r, &services[r.service], stats, limiter)
             })
             .collect();
 
@@ -71,8 +75,33 @@ impl<U: Default> Snapshot<U> {
             routes,
             services,
             access,
+            limiters,
+            limits_reset,
         }
     }
+}
+
+/// One limiter per policy: the previous snapshot's when the policy is
+/// unchanged, else a new one (named in the second list when it replaces
+/// one of the same name).
+fn compile_limiters<U>(
+    config: &Config,
+    previous: Option<&Snapshot<U>>,
+) -> (Vec<Arc<RateLimiter>>, Vec<String>) {
+    let mut reset = Vec::new();
+    let limiters = config
+        .rate_limits
+        .iter()
+        .map(|p| {
+            let prev = previous.and_then(|s| s.limiters.iter().find(|l| l.config.name == p.name));
+            let (limiter, replaced) = RateLimiter::carry(p, prev);
+            if replaced {
+                reset.push(p.name.clone());
+            }
+            limiter
+        })
+        .collect();
+    (limiters, reset)
 }
 
 /// One service: its nodes (state and upstream from `registry`), its `all`
@@ -199,6 +228,7 @@ fn compile_route<U>(
     r: &RouteConfig,
     svc: &CompiledService<U>,
     stats: Option<&Arc<RouteStats>>,
+    rate_limit: Option<Arc<RateLimiter>>,
 ) -> CompiledRoute {
     CompiledRoute {
         id: r.id.clone(),
@@ -207,6 +237,7 @@ fn compile_route<U>(
         service: r.service,
         target: compile_target(&r.target, svc),
         strict_version: r.strict_version,
+        rate_limit,
         stats: stats.map_or_else(Default::default, Arc::clone),
         fallback_logged_ms: AtomicU64::new(0),
         protocol_logged_ms: AtomicU64::new(0),
