@@ -11,6 +11,7 @@ pub mod discovery;
 pub mod fleet;
 mod proxy_protocol;
 pub mod raw;
+pub mod route_policy;
 pub mod summary;
 mod tls;
 mod tracing;
@@ -771,6 +772,9 @@ pub struct RouteConfig {
     pub target: Target,
     pub strict_version: bool,
     pub enabled: bool,
+    /// `timeouts`, `retries`, `limits` as the route sets them
+    /// ([`route_policy`]: what it inherits is resolved when compiled).
+    pub policy: route_policy::RoutePolicy,
 }
 
 #[derive(Clone, Debug, Default)]

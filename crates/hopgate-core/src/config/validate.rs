@@ -31,6 +31,7 @@ mod maintenance_guard;
 mod pool_limits;
 mod proxy_protocol;
 mod resilience;
+mod route_policy;
 mod routes;
 mod services;
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //! groups, each route ([`compile_route`]) with its target, then the router
 //! and the access sets.
 //!
-//! Owns the translation from config to compiled form, and what is carried
+//! Owns the translation from config to compiled form (a route's policy
+//! resolved against its service and the global sections here, once), and
+//! what is carried
 //! over from the previous snapshot: balancer counters of groups whose
 //! membership did not change, a service's retry budget, a route's stats.
 //!
@@ -20,6 +22,7 @@ use http::HeaderValue;
 use super::{CompiledNode, CompiledRoute, CompiledService, CompiledTarget, Group, Snapshot};
 use crate::access::AccessControl;
 use crate::balance::{Balancer, Member};
+use crate::config::route_policy::EffectivePolicy;
 use crate::config::{Config, NodeConfig, RouteConfig, ServiceConfig, Target};
 use crate::node::NodeRegistry;
 use crate::route::{Router, RuleSpec};
@@ -54,7 +57,9 @@ impl<U: Default> Snapshot<U> {
             .iter()
             .map(|r| {
                 let stats = prev_route_stats.get(r.id.as_str()).copied();
-                compile_route(r, &services[r.service], stats)
+                let policy =
+                    EffectivePolicy::resolve(&r.policy, &config.services[r.service], &config);
+                compile_route(r, &services[r.service], policy, stats)
             })
             .collect();
 
@@ -193,11 +198,12 @@ fn compile_group<U>(
     }
 }
 
-/// One route of service `svc`. `stats` are the same route id's in the
-/// previous snapshot, if any.
+/// One route of service `svc`, with its resolved `policy`. `stats` are
+/// the same route id's in the previous snapshot, if any.
 fn compile_route<U>(
     r: &RouteConfig,
     svc: &CompiledService<U>,
+    policy: EffectivePolicy,
     stats: Option<&Arc<RouteStats>>,
 ) -> CompiledRoute {
     CompiledRoute {
@@ -207,6 +213,7 @@ fn compile_route<U>(
         service: r.service,
         target: compile_target(&r.target, svc),
         strict_version: r.strict_version,
+        policy,
         stats: stats.map_or_else(Default::default, Arc::clone),
         fallback_logged_ms: AtomicU64::new(0),
         protocol_logged_ms: AtomicU64::new(0),
