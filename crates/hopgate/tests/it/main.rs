@@ -39,6 +39,7 @@ mod proxy_protocol;
 mod reload;
 mod resilience;
 mod retry_on_status;
+mod route_policy;
 mod routing;
 mod sessions;
 mod sessions_lazy;
