@@ -1,13 +1,17 @@
 //! Per-route policy (`routes[].timeouts`, `.retries`, `.limits`) with real
 //! processes: each route's whole-request deadline, a slow attempt retried
 //! on another node, body limits above and below the global one (with curl
-//! as the client too), `retries.attempts: 1`, `GET /admin/v1/routes`, and a
-//! bad policy on reload keeping the running config.
+//! as the client too), `retries.attempts: 1`, a route's idle limit on its
+//! WebSocket tunnels, `GET /admin/v1/routes`, and a bad policy on reload
+//! keeping the running config.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::Message;
 
 use crate::harness::{client, config, dead_addr, json, within, Backend, Gateway};
 
@@ -262,4 +266,47 @@ async fn a_bad_policy_on_reload_keeps_the_running_config() {
         .await
         .unwrap();
     assert_eq!(r.status(), 504, "the running 1 s deadline still holds");
+}
+
+/// `timeouts.idle` on a route: its WebSocket tunnel closes once idle that
+/// long, while a tunnel on a route with the global 60 s keeps echoing.
+#[tokio::test]
+async fn a_routes_idle_limit_closes_its_idle_tunnels_only() {
+    let b = Backend::start("ws").await;
+    let routes = "  - { id: brief, match: { path_prefix: /ws, query: { idle: short } }, service: s, timeouts: { idle: 1s } }\n  - { id: rest, match: { path_prefix: / }, service: s }\n";
+    let gw = Gateway::start(&config(&one_node("s", b.addr), routes)).await;
+    let open = |q: &'static str| {
+        let url = format!("ws://{}/ws{q}", gw.addr);
+        async move {
+            let (ws, resp) = tokio_tungstenite::connect_async(url)
+                .await
+                .expect("upgrade");
+            assert_eq!(resp.status(), 101);
+            ws
+        }
+    };
+    let mut brief = open("?idle=short").await;
+    let mut kept = open("").await;
+    for ws in [&mut brief, &mut kept] {
+        ws.send(Message::text("hi")).await.unwrap();
+        assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("hi"));
+    }
+    // Nothing flows: the brief route's tunnel ends (a bound against hangs,
+    // not a timing assertion).
+    let ended = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            match brief.next().await {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => break,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the 1 s idle tunnel was never closed");
+    kept.send(Message::text("still here")).await.unwrap();
+    assert_eq!(
+        kept.next().await.unwrap().unwrap(),
+        Message::text("still here"),
+        "the tunnel on the global idle limit was closed too"
+    );
 }
