@@ -1,7 +1,8 @@
 //! Per-route policy (`routes[].timeouts`, `.retries`, `.limits`) with real
 //! processes: each route's whole-request deadline, a slow attempt retried
 //! on another node, body limits above and below the global one (with curl
-//! as the client too), `retries.attempts: 1`, a route's idle limit on its
+//! as the client too), `retries.attempts: 1`, a route's status list over
+//! its service's, a route's idle limit on its
 //! WebSocket tunnels, `GET /admin/v1/routes`, and a bad policy on reload
 //! keeping the running config.
 
@@ -13,7 +14,9 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::harness::{client, config, dead_addr, json, within, Backend, Gateway};
+use crate::harness::{
+    client, config, dead_addr, h2_client, json, metric, within, Backend, Gateway,
+};
 
 /// A node that accepts connections and never answers; counts them.
 async fn silent_node() -> (SocketAddr, Arc<AtomicUsize>) {
@@ -65,6 +68,64 @@ async fn each_route_answers_504_at_its_own_deadline() {
     // Past its own deadline the long route answers 504 too.
     let r = c.get(gw.url("/long/x?sleep_ms=6000")).send().await.unwrap();
     assert_eq!(r.status(), 504);
+    // An HTTP/2 client's request is held to the route's deadline as well.
+    let r = h2_client()
+        .get(gw.url("/short/x?sleep_ms=2500"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.version(), r.status().as_u16()),
+        (reqwest::Version::HTTP_2, 504)
+    );
+}
+
+/// `retries.on_status` on a route replaces the service's list: `[]`
+/// turns the service's "retry a 503 elsewhere" off on that route only.
+#[tokio::test]
+async fn a_routes_status_list_overrides_the_services() {
+    let (a, b) = (Backend::start("a").await, Backend::start("b").await);
+    let services = format!(
+        "  - name: s\n    retries: {{ on_status: [503] }}\n    nodes:\n      - {{ id: a, address: \"{}\" }}\n      - {{ id: b, address: \"{}\" }}\n",
+        a.addr, b.addr
+    );
+    let routes = "  - { id: plain, match: { path_prefix: /plain }, service: s, retries: { on_status: [] } }\n  - { id: rest, match: { path_prefix: / }, service: s, retries: { attempts: 2 } }\n";
+    let gw = Gateway::start(&config(&services, routes)).await;
+    let c = client();
+    let retried = || async {
+        let m = gw.metrics().await;
+        metric(
+            &m,
+            "hopgate_retries_on_status_total",
+            &[("service", "s"), ("status", "503")],
+        )
+        .unwrap_or(0.0)
+    };
+    for i in 0..4 {
+        let r = c
+            .post(gw.url(&format!("/plain/{i}?status=503")))
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503);
+    }
+    assert_eq!(retried().await, 0.0, "the route's empty list still retried");
+    let r = c
+        .post(gw.url("/rest/x?status=503"))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        503,
+        "every node answers 503: the last one passes through"
+    );
+    assert!(
+        retried().await > 0.0,
+        "the service's list was not used on the other route"
+    );
 }
 
 /// An attempt past the route's `attempt` bound is retried on the other
