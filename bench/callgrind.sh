@@ -24,6 +24,10 @@
 #     code costs more cycles (each I1 miss is an L2 access).
 #   CG_INSTR=on keeps counts per instruction (--dump-instr=yes), for
 #     bench/cg_breadth.py: how much distinct code a request runs.
+#   CG_RATE_LIMIT=on puts the route under a local rate limit keyed by the
+#     client address (rate_limits[], a rate no request reaches: every
+#     request pays the check and passes); CG_RATE_LIMIT=in_flight adds
+#     max_in_flight (the per-key count and its guard); default off.
 #   CG_PATH=4k (or 64k) requests a 4 KiB (64 KiB) static file from the
 #     origins (sendfile, as bench/run.sh's origins serve it) instead of
 #     the empty answer at /0.
@@ -77,8 +81,12 @@ services:
       - { id: o1, address: 127.0.0.1:$P1 }
       - { id: o2, address: 127.0.0.1:$P2 }
 routes:
-  - { id: all, match: { path_prefix: / }, service: origin }
+  - { id: all, match: { path_prefix: / }, service: origin$([[ ${CG_RATE_LIMIT:-off} != off ]] && echo ", rate_limit: bench") }
 Y
+case ${CG_RATE_LIMIT:-off} in
+  on) printf 'rate_limits:\n  - { name: bench, key: [client_ip], rate: 1000000/s, burst: 1000000 }\n' >> "$D/hopgate.yaml" ;;
+  in_flight) printf 'rate_limits:\n  - { name: bench, key: [client_ip], rate: 1000000/s, burst: 1000000, max_in_flight: 1000 }\n' >> "$D/hopgate.yaml" ;;
+esac
 case ${CG_OTLP:-off} in
   on|unsampled)
     RATIO=1; [[ $CG_OTLP == unsampled ]] && RATIO=0
@@ -176,7 +184,7 @@ sleep 1
 REQS=$(grep -oE '^ *[0-9]+ requests' "$D/wrk.txt" | awk '{print $1}')
 F=$(ls -t "$D"/cg.out* | grep -v '^$' | head -1)
 IR=$(grep -E '^(summary|totals):' "$F" | head -1 | awk '{print $2}')
-echo "$LABEL proxy=${CG_PROXY:-hopgate} path=/$URL_PATH conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
+echo "$LABEL proxy=${CG_PROXY:-hopgate} path=/$URL_PATH conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} rate_limit=${CG_RATE_LIMIT:-off} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
 if [[ ${CG_CACHE:-off} == on ]]; then
   python3 - "$F" "$REQS" <<'PY'
 import sys

@@ -34,6 +34,10 @@ for f in examples/*.yaml; do
   cargo run --quiet --locked -p hopgate -- validate "$f"
 done
 
+step "Kubernetes manifests (schemas, config, probes and grace periods)"
+python3 scripts/check-kubernetes.py --self-test
+python3 scripts/check-kubernetes.py --hopgate target/debug/hopgate
+
 step "fuzz targets (15 s each)"
 bash scripts/fuzz.sh 15
 

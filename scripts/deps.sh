@@ -72,4 +72,8 @@ if ! python3 -c "import dnslib" >/dev/null 2>&1; then
   echo "deps: installing dnslib (pip)"
   python3 -m pip install -q --disable-pip-version-check dnslib >/dev/null
 fi
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+  echo "deps: installing kubernetes-validate (pip)"
+  python3 -m pip install -q --disable-pip-version-check kubernetes-validate >/dev/null
+fi
 echo "deps: ok"

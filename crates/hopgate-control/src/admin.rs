@@ -8,8 +8,8 @@
 //! | GET | `/` | `dashboard::page`: the dashboard (no token needed; state only for a request that may use the API) |
 //! | GET | `/admin/v1/events` | `events::stream`: Server-Sent Events (the bearer token, or `?ticket=`; `Last-Event-ID` / `?last_event_id=` resumes) |
 //! | POST | `/admin/v1/events/ticket` | `events::ticket`: a 60 s ticket for `EventSource` |
-//! | GET | `/livez` | `probes::livez` |
-//! | GET | `/readyz` | `probes::readyz`: 503 once shutdown has begun |
+//! | GET | `/livez` | `probes::livez` (no token needed) |
+//! | GET | `/readyz` | `probes::readyz`: 503 once shutdown has begun (no token needed) |
 //! | GET | `/metrics` | `scrape::metrics`: OpenMetrics or Prometheus text, by `Accept` |
 //! | GET | `/admin/v1/config` | `config::get`: the running document, version, hash |
 //! | PUT | `/admin/v1/config` | `config::put`: apply (`?canary=P&bake=D`: bake it as a canary) |
@@ -24,12 +24,13 @@
 //! | POST | `/admin/v1/maintenance` | `maintenance::post`: a notification to the intake |
 //! | GET | `/admin/v1/fleet` | `fleet::get`: this replica's view of the fleet |
 //! | GET | `/admin/v1/hops?limit=N` | `hops::recent`: the latest hops, newest first |
+//! | GET | `/admin/v1/limits?top=N` | `limits::list`: rate-limit policies and their fullest keys |
 //!
 //! A path no endpoint has is a 404; a known path with another method a
 //! 405 with `Allow` ([`allowed_methods`]). Answers are JSON; errors
 //! `{"errors":[{"path","message"}]}` (`respond`). When a token is
-//! configured every request but `GET /` (and the event stream with a
-//! ticket) needs `Authorization: Bearer` (`auth`, constant-time), else 401.
+//! configured every request but `GET /`, `GET /livez`, `GET /readyz` (and
+//! the event stream with a ticket) needs `Authorization: Bearer` (`auth`, constant-time), else 401.
 //! Queries are read by one parser (`query`). The listener, its connection
 //! limit and its graceful end are `serve`.
 //!
@@ -59,6 +60,7 @@ mod dashboard;
 mod events;
 mod fleet;
 mod hops;
+mod limits;
 mod maintenance;
 mod nodes;
 mod probes;
@@ -183,8 +185,8 @@ impl Admin {
 /// A whole answer, or an event stream.
 type AdminBody = Either<Full<Bytes>, events::SseBody>;
 
-/// The dashboard (`GET /`, no token needed: it shows state only to a
-/// request that may see it) and the event stream (the bearer token or an
+/// The probes and the dashboard (`GET /`, no token needed: it shows state
+/// only to a request that may see it) and the event stream (the bearer token or an
 /// event ticket) before the rest of the API.
 async fn route(
     admin: Arc<Admin>,
@@ -192,6 +194,16 @@ async fn route(
     shutdown: watch::Receiver<bool>,
 ) -> Response<AdminBody> {
     let path = req.uri().path();
+    if req.method() == Method::GET {
+        // The probes answer without the token: a kubelet or load-balancer
+        // health check cannot send one, and they tell nothing but
+        // "alive" and "ready".
+        match path {
+            "/livez" => return probes::livez().map(Either::Left),
+            "/readyz" => return probes::readyz(&admin).map(Either::Left),
+            _ => {}
+        }
+    }
     if req.method() == Method::GET && path == "/" {
         let show = auth::bearer_ok(&admin, &req);
         return dashboard::page(&admin, admin.token.is_some(), show).map(Either::Left);
@@ -219,8 +231,6 @@ async fn handle(admin: &Admin, req: Request<Incoming>) -> AdminResponse {
     let path = req.uri().path().to_owned();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method.as_str(), segments.as_slice()) {
-        ("GET", ["livez"]) => probes::livez(),
-        ("GET", ["readyz"]) => probes::readyz(admin),
         ("GET", ["metrics"]) => scrape::metrics(admin, req.headers()),
         (_, ["admin", "v1", rest @ ..]) => v1(admin, &method, rest, req).await,
         (_, segments) => not_routed(&method, allowed_methods(segments)),
@@ -248,6 +258,7 @@ async fn v1(
         ("POST", ["maintenance"]) => maintenance::post(admin, req).await,
         ("GET", ["fleet"]) => fleet::get(admin),
         ("GET", ["hops"]) => hops::recent(req.uri()),
+        ("GET", ["limits"]) => limits::list(admin, req.uri()),
         ("POST", ["events", "ticket"]) => events::ticket(admin),
         (_, rest) => not_routed(method, allowed_v1(rest)),
     }
@@ -276,7 +287,8 @@ fn allowed_v1(rest: &[&str]) -> Option<&'static str> {
         | ["routes"]
         | ["sessions", _]
         | ["fleet"]
-        | ["hops"] => "GET",
+        | ["hops"]
+        | ["limits"] => "GET",
         ["config", "rollback", _]
         | ["config", "canary", "promote" | "abort"]
         | ["maintenance"]

@@ -26,8 +26,10 @@ use hopgate_proxy::{NodeRegistry, SharedSnapshot, Snapshot, TlsListeners, TlsMat
 
 use crate::health::HealthChecker;
 use canary::CanaryState;
+pub use carry::Carried;
 
 pub(crate) mod canary;
+mod carry;
 
 /// How many applied versions are kept for listing and rollback.
 pub(crate) const KEEP_VERSIONS: usize = 20;
@@ -135,6 +137,10 @@ pub struct Control {
     pub(crate) canary: CanaryState,
     /// DNS discovery's last good sets, merged into every apply.
     pub(crate) dns: crate::dns::state::Dns,
+    /// The process's open-file limit ([`Control::set_fd_limit`]; `u64::MAX`:
+    /// unlimited or not told), which an explicit `limits.max_connections`
+    /// of an applied config must fit in.
+    fd_limit: AtomicU64,
 }
 
 impl std::fmt::Debug for Control {
@@ -160,11 +166,37 @@ pub(crate) fn content_hash(raw: &RawConfig) -> String {
 impl Control {
     /// Starts the control plane with an already validated config as version 1.
     pub fn new(config: Config, source: Source) -> Arc<Control> {
+        let record = VersionRecord {
+            version: 1,
+            hash: content_hash(&config.raw),
+            source: source.to_string(),
+            applied_at: unix_now(),
+            canary: None,
+            raw: config.raw.clone(),
+        };
+        Arc::new(Control::open(config, 1, VecDeque::from([record]), 2))
+    }
+
+    /// The control plane running `config` as `version`, with `versions` as
+    /// its history and `next_version` the next number to give out.
+    fn open(
+        config: Config,
+        version: u64,
+        versions: VecDeque<VersionRecord>,
+        next_version: u64,
+    ) -> Control {
         let registry = NodeRegistry::default();
-        let hash = content_hash(&config.raw);
-        let raw = config.raw.clone();
-        tracing::info!(version = 1, source = %source, "config loaded: {}", config::summary::summary(&config));
-        let snap = Snapshot::compile(Arc::new(config), 1, &registry, None);
+        let source = versions
+            .iter()
+            .find(|r| r.version == version)
+            .map_or("", |r| r.source.as_str());
+        tracing::info!(
+            version,
+            source,
+            "config loaded: {}",
+            config::summary::summary(&config)
+        );
+        let snap = Snapshot::compile(Arc::new(config), version, &registry, None);
         snap.configure_nodes();
         // Nodes a later reload adds to these services start under slow start.
         registry.mark_running(snap.services.iter().map(|s| s.name.as_str()));
@@ -172,32 +204,44 @@ impl Control {
             snapshot: Arc::new(ArcSwap::from_pointee(snap)),
             registry,
             writer: Mutex::new(()),
-            versions: Mutex::new(VecDeque::new()),
+            versions: Mutex::new(versions),
             last_error: Mutex::new(None),
-            next_version: AtomicU64::new(2),
+            next_version: AtomicU64::new(next_version),
             reload_failures: AtomicU64::new(0),
             reloads: AtomicU64::new(0),
             last_reload_ok: AtomicBool::new(true),
             last_reload_at: AtomicU64::new(unix_now()),
             health: HealthChecker::default(),
-            applied: tokio::sync::watch::Sender::new(1),
+            applied: tokio::sync::watch::Sender::new(version),
             runtime_layer: Mutex::new(None),
             tls: Arc::default(),
             tls_base: Mutex::new(std::path::PathBuf::from(".")),
             tls_files: Mutex::new(Vec::new()),
             canary: CanaryState::default(),
             dns: crate::dns::state::Dns::default(),
+            fd_limit: AtomicU64::new(u64::MAX),
         };
         control.health.reconcile(&control.snapshot.load());
-        control.versions.lock().push_back(VersionRecord {
-            version: 1,
-            hash,
-            source: source.to_string(),
-            applied_at: unix_now(),
-            canary: None,
-            raw,
-        });
-        Arc::new(control)
+        control
+    }
+
+    /// Tells the control plane the process's open-file limit (`None`:
+    /// unlimited): a reload whose explicit `limits.max_connections` would
+    /// not fit is refused like at start.
+    pub fn set_fd_limit(&self, nofile: Option<u64>) {
+        self.fd_limit
+            .store(nofile.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// `config`, or the error a start with it would have given.
+    fn fits_fd_limit(&self, config: Config) -> Result<Config, Vec<ConfigError>> {
+        let limit = Some(self.fd_limit.load(Ordering::Relaxed)).filter(|&n| n != u64::MAX);
+        match config.limits.max_connections {
+            Some(n) => config::check_fd_fit(config.listeners.len(), n, limit)
+                .map(|()| config)
+                .map_err(|e| vec![e]),
+            None => Ok(config),
+        }
     }
 
     /// Where the data plane finds a baking config canary
@@ -423,7 +467,9 @@ impl Control {
         source: Source,
     ) -> Result<ApplyOutcome, Vec<ConfigError>> {
         // DNS discovery's resolved nodes go into every document applied.
-        let result = self.with_dns_nodes(result);
+        let result = self
+            .with_dns_nodes(result)
+            .and_then(|c| self.fits_fd_limit(c));
         // The TLS files are read with every apply (a SIGHUP re-reads
         // rotated certificates); a bad one refuses the config.
         let loaded = result.and_then(|c| self.load_tls(&c).map(|m| (c, m)));
@@ -506,6 +552,9 @@ impl Control {
         // Compiling wrote no live state; the nodes take the new parameters
         // now, as the snapshot goes in.
         snap.configure_nodes();
+        for policy in &snap.limits_reset {
+            tracing::info!(policy = %policy, "rate limit policy changed by reload: its buckets start afresh");
+        }
         self.snapshot.store(Arc::clone(&snap));
         self.reloads.fetch_add(1, Ordering::Relaxed);
         self.last_reload_ok.store(true, Ordering::Relaxed);

@@ -30,7 +30,7 @@ mod tls_watch;
 mod watch;
 
 pub use admin::{serve_admin, Admin};
-pub use control::{ApplyOutcome, Control, Source};
+pub use control::{ApplyOutcome, Carried, Control, Source};
 pub use dns::start as start_dns;
 pub use fleet::{Fleet, SharedStoreStatus};
 pub use maintenance::Maintenance;

@@ -37,6 +37,8 @@ use crate::exposition::{counter, counters, gauge, gauges, Cumulative, Durations}
 use crate::fleet::Fleet;
 use crate::maintenance::Maintenance;
 
+mod limits;
+
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 /// The registry behind `/metrics`, built once per admin API: the gateway's
@@ -117,6 +119,7 @@ impl Collector for Gateway {
             i64::try_from(at).unwrap_or(i64::MAX),
         )?;
         fleet(&mut enc, self.fleet.get().map(|f| &**f))?;
+        limits::rate_limits(&mut enc, &snap)?;
         traffic(&mut enc, &snap)
     }
 }

@@ -10,6 +10,7 @@ mod bound;
 pub mod discovery;
 pub mod fleet;
 mod proxy_protocol;
+mod rate_limits;
 pub mod raw;
 pub mod route_policy;
 pub mod summary;
@@ -29,6 +30,7 @@ use ipnet::IpNet;
 pub use proxy_protocol::{
     ListenerProxyProtocol, ProxyProtocolVersion, DEFAULT_PROXY_PROTOCOL_TIMEOUT,
 };
+pub use rate_limits::{LimitKey, LimitMode, Rate, RateLimitConfig};
 pub use raw::RawConfig;
 pub use tls::{CertificateConfig, ListenerTls, UpstreamTls};
 pub use tracing::{OtlpConfig, TracingConfig, DEFAULT_OTLP_ENDPOINT};
@@ -200,6 +202,8 @@ pub struct Config {
     pub admin: AdminConfig,
     pub services: Vec<ServiceConfig>,
     pub routes: Vec<RouteConfig>,
+    /// `rate_limits[]`, indexed by `RouteConfig::rate_limit`.
+    pub rate_limits: Vec<RateLimitConfig>,
     pub access: AccessConfig,
     pub timeouts: Timeouts,
     pub limits: Limits,
@@ -775,6 +779,8 @@ pub struct RouteConfig {
     /// `timeouts`, `retries`, `limits` as the route sets them
     /// ([`route_policy`]: what it inherits is resolved when compiled).
     pub policy: route_policy::RoutePolicy,
+    /// Index into [`Config::rate_limits`].
+    pub rate_limit: Option<usize>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -854,6 +860,29 @@ pub const RESERVED_FDS: u64 = 256;
 /// `ulimit -n`), after [`RESERVED_FDS`]; at most [`MAX_CONNECTIONS_CAP`],
 /// at least 1. A machine's limit never stops the process: a low one gives
 /// a low value.
+/// Whether `listeners` listeners of `max_connections` client connections
+/// each fit in `limit` file descriptors (`None`: unlimited) with
+/// [`RESERVED_FDS`] to spare. The same check refuses a start, a
+/// `hopgate validate` and a reload; the error names the field and shows
+/// the arithmetic.
+pub fn check_fd_fit(
+    listeners: usize,
+    max_connections: usize,
+    limit: Option<u64>,
+) -> Result<(), ConfigError> {
+    let Some(limit) = limit else { return Ok(()) };
+    let need = (listeners as u64)
+        .saturating_mul(max_connections as u64)
+        .saturating_add(RESERVED_FDS);
+    if need > limit {
+        return Err(ConfigError::new(
+            "limits.max_connections",
+            format!("{max_connections} per listener × {listeners} listener(s) + {RESERVED_FDS} reserved = {need} file descriptors, above this process's limit of {limit} (RLIMIT_NOFILE hard limit; raise it with `ulimit -Hn` / systemd LimitNOFILE=, or lower limits.max_connections, or leave it unset to derive it from the limit)"),
+        ));
+    }
+    Ok(())
+}
+
 pub fn derive_max_connections(listeners: usize, nofile: Option<u64>) -> usize {
     let Some(nofile) = nofile else {
         return MAX_CONNECTIONS_CAP;

@@ -68,6 +68,9 @@ pub enum ErrorKind {
     /// No connection to the node became free within `pool.queue_timeout`.
     /// Not sent; load, not a failure.
     PoolQueueTimeout,
+    /// The route's rate limit (`rate_limits[]`) refused the request: over
+    /// the rate or over `max_in_flight` for its key.
+    RateLimited,
     /// hopgate is shutting down.
     ShuttingDown,
 }
@@ -93,6 +96,7 @@ impl ErrorKind {
             ErrorKind::BadRequest | ErrorKind::MalformedBody | ErrorKind::ClientAborted => 400,
             ErrorKind::ClientTimeout | ErrorKind::ClientStalled => 408,
             ErrorKind::MethodNotAllowed => 405,
+            ErrorKind::RateLimited => 429,
             ErrorKind::GrpcNeedsHttp2 => 502,
         }
     }
@@ -114,7 +118,8 @@ impl ErrorKind {
             | ErrorKind::ClientAborted
             | ErrorKind::ClientTimeout
             | ErrorKind::ClientStalled
-            | ErrorKind::MethodNotAllowed => Side::Downstream,
+            | ErrorKind::MethodNotAllowed
+            | ErrorKind::RateLimited => Side::Downstream,
             _ => Side::Upstream,
         }
     }
@@ -168,6 +173,7 @@ impl ErrorKind {
             ErrorKind::PoolQueueTimeout => {
                 "backend busy: no connection to the node became free in time"
             }
+            ErrorKind::RateLimited => "too many requests: rate limit exceeded",
             ErrorKind::ShuttingDown => "gateway is shutting down",
         }
     }
@@ -196,6 +202,7 @@ impl ErrorKind {
             ErrorKind::GrpcNeedsHttp2 => "grpc_needs_http2",
             ErrorKind::PoolQueueFull => "pool_queue_full",
             ErrorKind::PoolQueueTimeout => "pool_queue_timeout",
+            ErrorKind::RateLimited => "rate_limited",
             ErrorKind::ShuttingDown => "shutting_down",
         }
     }

@@ -45,6 +45,7 @@ use crate::config::{
     CircuitConfig, Config, DrainConfig, HashOn, HealthConfig, OutlierConfig, PoolConfig,
     ServiceMaintenance, UpstreamProtocol,
 };
+use crate::limit::RateLimiter;
 use crate::node::{Health, NodeState};
 use crate::retry::RetryBudget;
 use crate::route::Router;
@@ -65,6 +66,13 @@ pub struct Snapshot<U = ()> {
     pub routes: Vec<CompiledRoute>,
     pub services: Vec<CompiledService<U>>,
     pub access: AccessControl,
+    /// One limiter per `rate_limits[]` policy, indexed like
+    /// `config.rate_limits`; carried from the previous snapshot when the
+    /// policy is unchanged ([`RateLimiter::carry`]).
+    pub limiters: Vec<Arc<RateLimiter>>,
+    /// Policies whose previous limiter was replaced (parameters changed):
+    /// their buckets start afresh. The writer logs them at the swap.
+    pub limits_reset: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -79,6 +87,9 @@ pub struct CompiledRoute {
     /// resolved ([`EffectivePolicy::resolve`]): the request path reads
     /// them as they are.
     pub policy: EffectivePolicy,
+    /// `routes[].rate_limit`: the policy's limiter (one of
+    /// [`Snapshot::limiters`]).
+    pub rate_limit: Option<Arc<RateLimiter>>,
     /// Responses and durations; shared with the same route id in the
     /// previous snapshot.
     pub stats: Arc<RouteStats>,

@@ -241,6 +241,16 @@ pub enum ProxyBody {
     /// ([`ProxyBody::take_raw_head`]) or turned into header-map entries
     /// ([`crate::h1::response_head::materialize`]).
     Headed(Box<Headed>),
+    /// An answer whose request counts against a rate limit's
+    /// `max_in_flight` until its body ends ([`crate::limit::hold`]).
+    Held(Box<HeldBody>),
+}
+
+/// See [`ProxyBody::Held`].
+#[derive(Debug)]
+pub struct HeldBody {
+    inner: ProxyBody,
+    _held: hopgate_core::limit::Held,
 }
 
 /// See [`ProxyBody::Headed`]. Its box is kept for the thread's next
@@ -379,6 +389,12 @@ impl Guarded {
 }
 
 impl ProxyBody {
+    /// `inner`, holding `held` (a place in a rate limit's
+    /// `max_in_flight`) until it ends or is dropped.
+    pub(crate) fn held(inner: ProxyBody, held: hopgate_core::limit::Held) -> ProxyBody {
+        ProxyBody::Held(Box::new(HeldBody { inner, _held: held }))
+    }
+
     pub fn full(b: impl Into<Bytes>) -> ProxyBody {
         ProxyBody::Full(Some(b.into()))
     }
@@ -435,6 +451,7 @@ impl ProxyBody {
             ProxyBody::Headed(h) => h.raw.as_ref(),
             ProxyBody::H1(b) => b.0.raw_head(),
             ProxyBody::Logged(l) => l.inner().raw_head(),
+            ProxyBody::Held(h) => h.inner.raw_head(),
             _ => None,
         }
     }
@@ -463,6 +480,7 @@ impl ProxyBody {
             },
             ProxyBody::H1(b) => b.0.take_raw_head(),
             ProxyBody::Logged(l) => l.inner_mut().take_raw_head(),
+            ProxyBody::Held(h) => h.inner.take_raw_head(),
             _ => None,
         }
     }
@@ -516,6 +534,7 @@ impl Body for ProxyBody {
             ProxyBody::Logged(l) => l.poll_frame(cx),
             ProxyBody::Headed(h) => Pin::new(&mut h.body).poll_frame(cx),
             ProxyBody::Guarded(g) => g.poll_frame(cx),
+            ProxyBody::Held(h) => Pin::new(&mut h.inner).poll_frame(cx),
         }
     }
 
@@ -536,6 +555,7 @@ impl Body for ProxyBody {
             ProxyBody::SendWatched(w) => w.is_end_stream(),
             ProxyBody::Logged(l) => l.is_end_stream(),
             ProxyBody::Headed(h) => h.body.is_end_stream(),
+            ProxyBody::Held(h) => h.inner.is_end_stream(),
             ProxyBody::Prefixed(p) => {
                 p.head.is_none() && p.trailers.is_none() && p.rest.is_end_stream()
             }
@@ -552,6 +572,7 @@ impl Body for ProxyBody {
             ProxyBody::Logged(l) => l.size_hint(),
             ProxyBody::Headed(h) => h.body.size_hint(),
             ProxyBody::H1(b) => b.0.size_hint(),
+            ProxyBody::Held(h) => h.inner.size_hint(),
             ProxyBody::Guarded(_) | ProxyBody::Prefixed(_) => SizeHint::default(),
         }
     }

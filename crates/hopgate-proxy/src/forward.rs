@@ -197,7 +197,12 @@ impl Forwarder {
                 break end;
             }
         };
-        trip.done.finish(&snap, &conn, result)
+        let held = trip.held.take();
+        let mut resp = trip.done.finish(&snap, &conn, result);
+        if let Some(held) = held {
+            crate::limit::hold(&mut resp, held);
+        }
+        resp
     }
 }
 

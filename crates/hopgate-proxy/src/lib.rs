@@ -41,6 +41,7 @@ mod handover;
 #[cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
 mod headers;
 mod latency;
+mod limit;
 mod listener;
 mod metrics;
 // Its `pub` items predate this crate's narrow surface (only `start` is

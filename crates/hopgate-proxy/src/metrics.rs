@@ -133,7 +133,7 @@ pub(crate) struct Metrics {
 }
 
 /// Number of [`ErrorKind`]s tracked (index = `error_index`).
-pub const ERROR_KINDS: usize = 22;
+pub const ERROR_KINDS: usize = 23;
 
 /// Every error kind, in the index order of `upstream_errors`.
 pub const ERROR_KIND_LIST: [ErrorKind; ERROR_KINDS] = [
@@ -159,6 +159,7 @@ pub const ERROR_KIND_LIST: [ErrorKind; ERROR_KINDS] = [
     ErrorKind::PoolQueueFull,
     ErrorKind::PoolQueueTimeout,
     ErrorKind::ClientStalled,
+    ErrorKind::RateLimited,
 ];
 
 fn error_index(kind: ErrorKind) -> usize {

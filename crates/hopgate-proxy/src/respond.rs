@@ -57,6 +57,7 @@ pub(crate) fn grpc_status(kind: ErrorKind) -> u8 {
         ErrorKind::ClientTimeout => 4,                         // DEADLINE_EXCEEDED
         ErrorKind::UpstreamProtocol | ErrorKind::GrpcNeedsHttp2 => 13, // INTERNAL
         ErrorKind::MethodNotAllowed => 12,                     // UNIMPLEMENTED
+        ErrorKind::RateLimited => 8,                           // RESOURCE_EXHAUSTED
         _ => 14,                                               // UNAVAILABLE
     }
 }

@@ -62,6 +62,9 @@ pub(crate) struct TunnelCtx {
     /// Held, never read: counts the tunnel in flight on its node until
     /// the tunnel ends.
     pub _inflight: InFlight,
+    /// The request's place in its rate limit's `max_in_flight`, held
+    /// while the tunnel lives.
+    pub _held: Option<hopgate_core::limit::Held>,
 }
 
 /// Tunnels currently open (hyper's graceful shutdown does not see upgraded

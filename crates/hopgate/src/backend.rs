@@ -262,7 +262,9 @@ async fn serve_state(
     Ok(())
 }
 
-/// SIGTERM and SIGINT, registered up front.
+/// SIGTERM and SIGINT, registered up front; SIGUSR1 and SIGUSR2 are
+/// caught and ignored, so a `kill -USR1` meant for the gateway (log
+/// rotation) does not end a backend on the same host.
 struct Signals {
     #[cfg(unix)]
     term: tokio::signal::unix::Signal,
@@ -274,6 +276,10 @@ impl Signals {
     #[cfg(unix)]
     fn install() -> std::io::Result<Self> {
         use tokio::signal::unix::{signal, SignalKind};
+        // A handler, once registered, stays for the process's life: the
+        // default action (exit) never comes back, and nobody listens.
+        drop(signal(SignalKind::user_defined1())?);
+        drop(signal(SignalKind::user_defined2())?);
         Ok(Self {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,

@@ -130,6 +130,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
         Source::Embedded,
         None,
         crate::listenfd::Inherited::none(),
+        None,
     )
     .await?;
     gw.print_ready();

@@ -8,7 +8,7 @@
 //! derived from the limit when the config sets none) and the start-up log
 //! line that says which. Must not touch: sockets.
 
-use hopgate_core::config::{derive_max_connections, Limits, RESERVED_FDS};
+use hopgate_core::config::{check_fd_fit, derive_max_connections, Limits, RESERVED_FDS};
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit; the soft limit in
@@ -76,23 +76,19 @@ impl FdBudget {
     }
 }
 
-/// Whether `listeners` listeners of `max_connections` each fit in `limit`
-/// descriptors with [`RESERVED_FDS`] to spare; the error names the field.
+/// [`check_fd_fit`] as text, for the start-up error.
 pub(crate) fn check_fits(
     listeners: usize,
     max_connections: usize,
     limit: Option<u64>,
 ) -> Result<(), String> {
-    let Some(limit) = limit else { return Ok(()) };
-    let need = (listeners as u64)
-        .saturating_mul(max_connections as u64)
-        .saturating_add(RESERVED_FDS);
-    if need > limit {
-        return Err(format!(
-            "limits.max_connections: {max_connections} per listener × {listeners} listener(s) + {RESERVED_FDS} reserved = {need} file descriptors, above this process's limit of {limit} (RLIMIT_NOFILE hard limit; raise it with `ulimit -Hn` / systemd LimitNOFILE=, or lower limits.max_connections)"
-        ));
-    }
-    Ok(())
+    check_fd_fit(listeners, max_connections, limit).map_err(|e| e.to_string())
+}
+
+/// The hard `RLIMIT_NOFILE` (`None`: unlimited): what a started process
+/// raises its soft limit to, so what `hopgate validate` checks against.
+pub(crate) fn hard_nofile() -> Option<u64> {
+    getrlimit(Resource::Nofile).maximum
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ mod sessions;
 mod start;
 
 pub(crate) use handover::HandoverSource;
+pub(crate) use start::Resume;
 
 /// One running listener.
 struct Running {

@@ -24,6 +24,7 @@ mod fdlimit;
 mod gateway;
 mod listenfd;
 mod logwriter;
+mod pidfile;
 mod sdnotify;
 mod upgrade;
 
@@ -32,6 +33,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use gateway::Resume;
 use hopgate_control::FileWatch;
 use hopgate_core::config::{self, Format};
 
@@ -130,6 +132,11 @@ struct RunArgs {
     /// started, then tell it to drain (a zero-downtime binary upgrade).
     #[arg(long)]
     upgrade: bool,
+    /// Write the process id to this file once serving (removed at exit
+    /// while it still names this process; a binary upgrade's new process
+    /// writes its own).
+    #[arg(long, value_name = "FILE")]
+    pid_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -152,6 +159,7 @@ fn main() -> ExitCode {
         (None, false) => Command::Run(RunArgs {
             config: cli.config,
             upgrade: false,
+            pid_file: None,
         }),
     };
     match command {
@@ -336,6 +344,14 @@ fn validate(file: &Path) -> ExitCode {
     let loaded = loaded.and_then(|cfg| {
         hopgate_proxy::TlsMaterial::load(&cfg, &gateway::config_dir(Some(file))).map(|_| cfg)
     });
+    // What `run` would refuse: listeners × max_connections beyond the
+    // open-file limit a started process has (the hard limit).
+    let loaded = loaded.and_then(|cfg| match cfg.limits.max_connections {
+        Some(n) => config::check_fd_fit(cfg.listeners.len(), n, fdlimit::hard_nofile())
+            .map(|()| cfg)
+            .map_err(|e| vec![e]),
+        None => Ok(cfg),
+    });
     match loaded {
         Ok(cfg) => {
             println!(
@@ -410,14 +426,19 @@ async fn run(
         Some(etcd) => fleet_boot(cfg, source, etcd, path.as_deref()).await?,
     };
     // Sockets: from the running process (--upgrade), else from systemd.
-    let socket = upgrade::socket_path(cfg.upgrade.socket.as_deref(), path.as_deref());
-    let (taking, inherited) = if args.upgrade {
-        let (t, i) = upgrade::connect(&socket).await?;
-        (Some(t), i)
+    let socket = upgrade::socket_path(
+        cfg.upgrade.socket.as_deref(),
+        cfg.replica_id.as_deref(),
+        path.as_deref(),
+    );
+    let (taking, inherited, carried) = if args.upgrade {
+        let (t, i, c) = upgrade::connect(&socket).await?;
+        (Some(t), i, c)
     } else {
-        (None, systemd)
+        (None, systemd, None)
     };
-    let mut gw = match gateway::Gateway::start(cfg, source, watch, inherited).await {
+    let (cfg, resume) = resume_from(cfg, &source, carried, fleet.is_some());
+    let mut gw = match gateway::Gateway::start(cfg, source, watch, inherited, resume).await {
         Ok(gw) => gw,
         Err(e) => {
             if let Some(t) = taking {
@@ -436,6 +457,7 @@ async fn run(
     }
     let (handed_tx, mut handed_rx) = tokio::sync::oneshot::channel();
     let server = upgrade::Server::start(&socket, gw.handover_source(), handed_tx);
+    let pid;
     let handed = {
         // Every handler is installed before the ready lines, so a signal
         // right after them is never the default action (exit); and one
@@ -445,6 +467,16 @@ async fn run(
         let mut usr2 =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2()).ok();
         gw.print_ready();
+        pid = args
+            .pid_file
+            .as_deref()
+            .and_then(|p| match pidfile::PidFile::write(p) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    tracing::warn!(path = %p.display(), error = %e, "cannot write the pid file");
+                    None
+                }
+            });
         if args.upgrade {
             sdnotify::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
         } else {
@@ -462,7 +494,7 @@ async fn run(
                 Ok(()) = &mut handed_rx => break true,
                 _ = usr2 => {
                     tracing::info!("SIGUSR2: starting a new process to take over");
-                    upgrade::spawn_new(path.as_deref(), log_format.as_str());
+                    upgrade::spawn_new(path.as_deref(), args.pid_file.as_deref(), log_format.as_str());
                 }
             }
         }
@@ -476,7 +508,73 @@ async fn run(
         sdnotify::notify("STOPPING=1");
         gw.shutdown().await;
     }
+    if let Some(f) = pid {
+        f.remove();
+    }
     Ok(())
+}
+
+/// An upgrade's new process resumes the previous one's state (version
+/// history, drains). It starts from the previous process's running config
+/// (admin changes included) unless its config file was edited since that
+/// file was last applied: then the edited file is what it runs, as the
+/// next version. The file also wins when the carried document no longer
+/// validates, and in fleet mode etcd holds the config.
+fn resume_from(
+    file_cfg: config::Config,
+    source: &hopgate_control::Source,
+    carried: Option<hopgate_control::Carried>,
+    fleet: bool,
+) -> (config::Config, Option<Resume>) {
+    let Some(carried) = carried else {
+        return (file_cfg, None);
+    };
+    if fleet {
+        tracing::info!(
+            "upgrade: fleet mode; the config comes from etcd, not from the previous process"
+        );
+        return (file_cfg, None);
+    }
+    if matches!(source, hopgate_control::Source::File(_))
+        && !carried.file_unchanged(&file_cfg, source)
+    {
+        tracing::info!("upgrade: the config file changed since it was last applied; starting from it, with the previous process's history and drains");
+        return (
+            file_cfg,
+            Some(Resume {
+                carried,
+                fresh: Some(source.clone()),
+            }),
+        );
+    }
+    match carried.config() {
+        Ok(cfg) => {
+            tracing::info!(
+                version = carried.running,
+                "upgrade: starting from the previous process's running config (an unchanged config file is applied again on SIGHUP)"
+            );
+            (
+                cfg,
+                Some(Resume {
+                    carried,
+                    fresh: None,
+                }),
+            )
+        }
+        Err(errors) => {
+            for e in &errors {
+                tracing::warn!("upgrade: the carried config is refused by this binary: {e}");
+            }
+            tracing::warn!("upgrade: starting from the config file instead");
+            (
+                file_cfg,
+                Some(Resume {
+                    carried,
+                    fresh: Some(source.clone()),
+                }),
+            )
+        }
+    }
 }
 
 /// Fleet mode at start: the local file holds only bootstrap sections; the

@@ -5,11 +5,16 @@
 //! Owns the handover socket (its path, permissions, stale files) and the
 //! protocol, one text line per message:
 //!
-//! 1. new → old: `HELLO 1 <pid>` — the new process has loaded and checked
-//!    its config (a config that fails never gets this far).
+//! 1. new → old: `HELLO 2 <pid>` — the new process has loaded and checked
+//!    its config (a config that fails never gets this far). A running
+//!    process of protocol 1 answers `BUSY unsupported protocol`; the new
+//!    one then asks again with `HELLO 1` and gets no `STATE` block.
 //! 2. old → new: `FDS <n>`, then `n` lines `<kind>\t<configured address>\t<name>`,
 //!    then one line `health\t<service>\t<node id>\t<address>\t<healthy|unhealthy>`
-//!    per actively checked node with a verdict, then `END`, sent with one
+//!    per actively checked node with a verdict, then (protocol 2) one line
+//!    `STATE <n>` followed by `n` bytes of JSON, the running state the new
+//!    process resumes from ([`hopgate_control::Carried`]: the running config
+//!    and its version, the version history, the drains), then `END`, sent with one
 //!    `sendmsg` carrying the `n` descriptors in the same order (the public
 //!    listeners and the admin API). Before it sends them, the old process
 //!    saves its session bindings (memory store with `store.path`), so the
@@ -50,8 +55,10 @@ use hopgate_core::config::Health;
 use crate::gateway::HandoverSource;
 use crate::listenfd::{Handed, Inherited, Kind};
 
-/// Protocol version in `HELLO`.
-const VERSION: u32 = 1;
+/// Protocol version in `HELLO` (2: with the `STATE` block).
+const VERSION: u32 = 2;
+/// The largest `STATE` block accepted.
+const MAX_STATE: usize = 64 << 20;
 /// The most descriptors one handover carries (listeners + admin).
 const MAX_FDS: usize = 64;
 /// How long either side waits for a protocol line (not for the new
@@ -64,14 +71,21 @@ const HANDOVER_BOUND: Duration = Duration::from_secs(60);
 /// `DRAIN` or `FAIL` before giving up on it and serving on.
 const START_BOUND: Duration = Duration::from_secs(120);
 
-/// The handover socket of a config: `upgrade.socket` or
-/// `hopgate-upgrade.sock`, relative paths against the config file's
+/// The handover socket of a config: `upgrade.socket`, else
+/// `hopgate-upgrade-<replica_id>.sock` when the config names its replica
+/// (replicas started from one directory each get their own), else
+/// `hopgate-upgrade.sock`; relative paths against the config file's
 /// directory (the working directory for the embedded default config).
-pub(crate) fn socket_path(configured: Option<&Path>, config_file: Option<&Path>) -> PathBuf {
-    let p = configured.map_or_else(
-        || PathBuf::from(hopgate_core::config::DEFAULT_UPGRADE_SOCKET),
-        Path::to_path_buf,
-    );
+pub(crate) fn socket_path(
+    configured: Option<&Path>,
+    replica_id: Option<&str>,
+    config_file: Option<&Path>,
+) -> PathBuf {
+    let p = match (configured, replica_id) {
+        (Some(p), _) => p.to_path_buf(),
+        (None, Some(id)) => PathBuf::from(format!("hopgate-upgrade-{}.sock", file_safe(id))),
+        (None, None) => PathBuf::from(hopgate_core::config::DEFAULT_UPGRADE_SOCKET),
+    };
     if p.is_absolute() {
         return p;
     }
@@ -79,6 +93,17 @@ pub(crate) fn socket_path(configured: Option<&Path>, config_file: Option<&Path>)
         Some(dir) if !dir.as_os_str().is_empty() => dir.join(p),
         _ => p,
     }
+}
+
+/// `id` with every character but letters, digits, `-`, `_` and `.` made
+/// `_`: a replica id as part of a file name.
+fn file_safe(id: &str) -> String {
+    id.chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' | '.' => c,
+            _ => '_',
+        })
+        .collect()
 }
 
 /// A Unix stream with a line buffer and the descriptors that came with it.
@@ -150,6 +175,14 @@ impl Wire {
         Ok(())
     }
 
+    /// The next `n` bytes.
+    fn block(&mut self, n: usize) -> std::io::Result<Vec<u8>> {
+        while self.buf.len() < n {
+            self.fill()?;
+        }
+        Ok(self.buf.drain(..n).collect())
+    }
+
     fn line(&mut self) -> std::io::Result<String> {
         loop {
             if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
@@ -200,78 +233,119 @@ pub(crate) struct Taking {
     old_pid: Option<u32>,
 }
 
-/// Connects to the running process and receives its sockets.
-pub(crate) async fn connect(path: &Path) -> anyhow::Result<(Taking, Inherited)> {
+/// Connects to the running process and receives its sockets, and (from a
+/// process of protocol 2) the running state to resume from.
+pub(crate) async fn connect(
+    path: &Path,
+) -> anyhow::Result<(Taking, Inherited, Option<hopgate_control::Carried>)> {
     let path = path.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        let s = StdUnixStream::connect(&path).with_context(|| {
-            format!(
-                "--upgrade: no running hopgate answers on {} (upgrade.socket)",
-                path.display()
-            )
-        })?;
-        let old_pid = rustix::net::sockopt::socket_peercred(&s)
-            .ok()
-            .map(|c| c.pid.as_raw_nonzero().get() as u32);
-        let mut wire = Wire::new(s, HANDOVER_BOUND)?;
-        let step = |e: std::io::Error| anyhow::anyhow!("--upgrade: {}", io_why(&e));
-        wire.send(&format!("HELLO {VERSION} {}", std::process::id()))
-            .map_err(step)?;
-        let head = wire.line().map_err(step)?;
-        let n: usize = match head.strip_prefix("FDS ") {
-            Some(n) => n.parse().context("--upgrade: bad FDS line")?,
-            None => anyhow::bail!("--upgrade: the running process refused: {head}"),
-        };
-        let mut meta = Vec::with_capacity(n);
-        let mut health = Vec::new();
-        loop {
-            let l = wire.line().map_err(step)?;
-            if l == "END" {
-                break;
+    tokio::task::spawn_blocking(move || match receive(&path, VERSION)? {
+        Received::Refused(why) if why == "BUSY unsupported protocol" => {
+            tracing::info!(
+                "upgrade: the running process speaks protocol 1; its state is not carried"
+            );
+            match receive(&path, 1)? {
+                Received::Refused(why) => {
+                    anyhow::bail!("--upgrade: the running process refused: {why}")
+                }
+                Received::Sockets(x) => Ok(*x),
             }
-            if let Some(h) = l.strip_prefix("health\t") {
-                health.extend(parse_health(h));
-                continue;
-            }
-            let mut parts = l.splitn(3, '\t');
-            let (Some(kind), Some(addr), Some(name)) = (parts.next(), parts.next(), parts.next())
-            else {
-                anyhow::bail!("--upgrade: bad socket line {l:?}");
-            };
-            let kind =
-                Kind::parse(kind).with_context(|| format!("--upgrade: bad kind in {l:?}"))?;
-            let addr: SocketAddr = addr
-                .parse()
-                .with_context(|| format!("--upgrade: bad address in {l:?}"))?;
-            meta.push((kind, addr, name.to_owned()));
         }
-        anyhow::ensure!(
-            meta.len() == n && wire.fds.len() == n,
-            "--upgrade: expected {n} sockets, got {} descriptions and {} descriptors",
-            meta.len(),
-            wire.fds.len()
-        );
-        let socks = meta
-            .into_iter()
-            .zip(wire.fds.drain(..))
-            .map(|((kind, configured, name), fd)| Handed {
-                kind,
-                name,
-                configured: Some(configured),
-                sock: std::net::TcpListener::from(fd),
-            })
-            .collect::<Vec<_>>();
-        tracing::info!(
-            sockets = socks.len(),
-            old_pid,
-            "upgrade: received the listening sockets"
-        );
-        Ok((
-            Taking { wire, old_pid },
-            Inherited::handed_over(socks, health),
-        ))
+        Received::Refused(why) => anyhow::bail!("--upgrade: the running process refused: {why}"),
+        Received::Sockets(x) => Ok(*x),
     })
     .await?
+}
+
+/// What one `HELLO` got.
+enum Received {
+    Refused(String),
+    Sockets(Box<(Taking, Inherited, Option<hopgate_control::Carried>)>),
+}
+
+/// One attempt at the handover with protocol `version`.
+fn receive(path: &Path, version: u32) -> anyhow::Result<Received> {
+    let s = StdUnixStream::connect(path).with_context(|| {
+        format!(
+            "--upgrade: no running hopgate answers on {} (upgrade.socket)",
+            path.display()
+        )
+    })?;
+    let old_pid = rustix::net::sockopt::socket_peercred(&s)
+        .ok()
+        .map(|c| c.pid.as_raw_nonzero().get() as u32);
+    let mut wire = Wire::new(s, HANDOVER_BOUND)?;
+    let step = |e: std::io::Error| anyhow::anyhow!("--upgrade: {}", io_why(&e));
+    wire.send(&format!("HELLO {version} {}", std::process::id()))
+        .map_err(step)?;
+    let head = wire.line().map_err(step)?;
+    let n: usize = match head.strip_prefix("FDS ") {
+        Some(n) => n.parse().context("--upgrade: bad FDS line")?,
+        None => return Ok(Received::Refused(head)),
+    };
+    let mut meta = Vec::with_capacity(n);
+    let mut health = Vec::new();
+    let mut carried = None;
+    loop {
+        let l = wire.line().map_err(step)?;
+        if l == "END" {
+            break;
+        }
+        if let Some(h) = l.strip_prefix("health\t") {
+            health.extend(parse_health(h));
+            continue;
+        }
+        if let Some(len) = l.strip_prefix("STATE ") {
+            let len: usize = len.parse().context("--upgrade: bad STATE line")?;
+            anyhow::ensure!(len <= MAX_STATE, "--upgrade: a STATE block of {len} bytes");
+            let block = wire.block(len).map_err(step)?;
+            carried = hopgate_control::Carried::from_json(&block)
+                .inspect_err(|e| tracing::warn!(error = %e, "upgrade: the running state cannot be read; starting from the config file"))
+                .ok();
+            continue;
+        }
+        meta.push(parse_socket(&l)?);
+    }
+    anyhow::ensure!(
+        meta.len() == n && wire.fds.len() == n,
+        "--upgrade: expected {n} sockets, got {} descriptions and {} descriptors",
+        meta.len(),
+        wire.fds.len()
+    );
+    let socks = meta
+        .into_iter()
+        .zip(wire.fds.drain(..))
+        .map(|((kind, configured, name), fd)| Handed {
+            kind,
+            name,
+            configured: Some(configured),
+            sock: std::net::TcpListener::from(fd),
+        })
+        .collect::<Vec<_>>();
+    tracing::info!(
+        sockets = socks.len(),
+        old_pid,
+        state = carried.is_some(),
+        "upgrade: received the listening sockets"
+    );
+    Ok(Received::Sockets(Box::new((
+        Taking { wire, old_pid },
+        Inherited::handed_over(socks, health),
+        carried,
+    ))))
+}
+
+/// One socket line: kind, configured address, name.
+fn parse_socket(l: &str) -> anyhow::Result<(Kind, SocketAddr, String)> {
+    let mut parts = l.splitn(3, '\t');
+    let (Some(kind), Some(addr), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+        anyhow::bail!("--upgrade: bad socket line {l:?}");
+    };
+    let kind = Kind::parse(kind).with_context(|| format!("--upgrade: bad kind in {l:?}"))?;
+    let addr: SocketAddr = addr
+        .parse()
+        .with_context(|| format!("--upgrade: bad address in {l:?}"))?;
+    Ok((kind, addr, name.to_owned()))
 }
 
 impl Taking {
@@ -479,8 +553,10 @@ async fn hand_over(
         }
         Err(e) => anyhow::bail!("{}", io_why(&e)),
     };
-    let new_pid = match hello.split(' ').collect::<Vec<_>>()[..] {
-        ["HELLO", v, pid] if v == VERSION.to_string() => pid.to_owned(),
+    let (version, new_pid) = match hello.split(' ').collect::<Vec<_>>()[..] {
+        ["HELLO", v, pid] if matches!(v.parse::<u32>(), Ok(1..=VERSION)) => {
+            (v.parse::<u32>().unwrap_or(1), pid.to_owned())
+        }
         _ => {
             let _ = wire.send("BUSY unsupported protocol");
             anyhow::bail!("unexpected greeting {hello:?}");
@@ -505,6 +581,17 @@ async fn hand_over(
             "unhealthy"
         };
         text.push_str(&format!("health\t{service}\t{id}\t{addr}\t{h}\n"));
+    }
+    if version >= 2 {
+        match source.carry().to_json() {
+            Ok(state) => {
+                text.push_str(&format!("STATE {}\n", state.len()));
+                text.push_str(&state);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "upgrade: cannot write the running state; the new process starts from its config file")
+            }
+        }
     }
     text.push_str("END\n");
     let fds: Vec<OwnedFd> = socks.into_iter().map(|s| s.3).collect();
@@ -535,9 +622,9 @@ async fn hand_over(
 }
 
 /// SIGUSR2: starts `hopgate run --upgrade` from the binary now installed at
-/// this process's path, with the same config file and log format; its exit
+/// this process's path, with the same config file, pid file and log format; its exit
 /// status is logged if it ends early.
-pub(crate) fn spawn_new(config: Option<&Path>, log_format: &str) {
+pub(crate) fn spawn_new(config: Option<&Path>, pid_file: Option<&Path>, log_format: &str) {
     let exe = match std::env::current_exe() {
         Ok(p) => {
             // The file this process runs was replaced by the new binary.
@@ -559,6 +646,9 @@ pub(crate) fn spawn_new(config: Option<&Path>, log_format: &str) {
         .arg("--upgrade");
     if let Some(c) = config {
         cmd.arg("--config").arg(c);
+    }
+    if let Some(p) = pid_file {
+        cmd.arg("--pid-file").arg(p);
     }
     match cmd.spawn() {
         Ok(mut child) => {
@@ -594,23 +684,35 @@ mod tests {
     fn the_socket_path_sits_next_to_the_config_file() {
         let cfg = Path::new("/etc/hopgate/hopgate.yaml");
         assert_eq!(
-            socket_path(None, Some(cfg)),
+            socket_path(None, None, Some(cfg)),
             Path::new("/etc/hopgate/hopgate-upgrade.sock")
         );
         assert_eq!(
-            socket_path(Some(Path::new("run/up.sock")), Some(cfg)),
+            socket_path(Some(Path::new("run/up.sock")), Some("gw-1"), Some(cfg)),
             Path::new("/etc/hopgate/run/up.sock")
         );
         assert_eq!(
-            socket_path(Some(Path::new("/run/hopgate/up.sock")), Some(cfg)),
+            socket_path(Some(Path::new("/run/hopgate/up.sock")), None, Some(cfg)),
             Path::new("/run/hopgate/up.sock")
         );
         // The embedded default (no file) and a bare file name: the working
         // directory.
-        assert_eq!(socket_path(None, None), Path::new("hopgate-upgrade.sock"));
         assert_eq!(
-            socket_path(None, Some(Path::new("hopgate.yaml"))),
+            socket_path(None, None, None),
             Path::new("hopgate-upgrade.sock")
+        );
+        assert_eq!(
+            socket_path(None, None, Some(Path::new("hopgate.yaml"))),
+            Path::new("hopgate-upgrade.sock")
+        );
+        // A named replica: its own socket, the id made safe for a file name.
+        assert_eq!(
+            socket_path(None, Some("gw-2"), Some(cfg)),
+            Path::new("/etc/hopgate/hopgate-upgrade-gw-2.sock")
+        );
+        assert_eq!(
+            socket_path(None, Some("a/b c"), None),
+            Path::new("hopgate-upgrade-a_b_c.sock")
         );
     }
 

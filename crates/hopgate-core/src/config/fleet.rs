@@ -32,9 +32,10 @@ pub const BOOTSTRAP_SECTIONS: [&str; 9] = [
 
 /// Sections that come from `<prefix>config` when `sources.etcd` is set.
 /// (`outlier`, `circuit` and `drain` are per service, inside `services`.)
-pub const RUNTIME_SECTIONS: [&str; 8] = [
+pub const RUNTIME_SECTIONS: [&str; 9] = [
     "services",
     "routes",
+    "rate_limits",
     "access",
     "sessions",
     "retries",
@@ -82,6 +83,7 @@ pub fn runtime_sections_in(raw: &RawConfig) -> Vec<&'static str> {
     let present = [
         !raw.services.is_empty(),
         !raw.routes.is_empty(),
+        !raw.rate_limits.is_empty(),
         raw.access.is_some(),
         raw.sessions.is_some(),
         raw.retries.is_some(),
@@ -130,6 +132,7 @@ pub fn compose(bootstrap: &RawConfig, runtime: &RawConfig) -> RawConfig {
         tracing: bootstrap.tracing.clone(),
         services: runtime.services.clone(),
         routes: runtime.routes.clone(),
+        rate_limits: runtime.rate_limits.clone(),
         access: runtime.access.clone(),
         sessions: runtime.sessions.clone(),
         retries: runtime.retries.clone(),

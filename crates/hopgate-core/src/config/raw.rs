@@ -12,10 +12,12 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 mod discovery;
 mod proxy_protocol;
+mod rate_limits;
 mod route_policy;
 mod tls;
 pub use discovery::{RawDiscovery, RawDnsDiscovery};
 pub use proxy_protocol::RawListenerProxyProtocol;
+pub use rate_limits::{RawLimitKey, RawRateLimit};
 pub use route_policy::{RawRouteLimits, RawRouteRetries, RawRouteTimeouts};
 pub use tls::{RawCertificate, RawListenerTls, RawUpstreamTls};
 
@@ -86,6 +88,9 @@ pub struct RawConfig {
     pub services: Vec<RawService>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
+    /// Named rate-limit policies, referred to by `routes[].rate_limit`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rate_limits: Vec<RawRateLimit>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<RawAccess>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -378,6 +383,9 @@ pub struct RawRoute {
     /// This route's request limits (unset: the global ones).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<RawRouteLimits>,
+    /// The `rate_limits[]` policy this route's requests pass through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<String>,
 }
 
 /// Match conditions of a rule; every present condition must hold.

@@ -30,6 +30,7 @@ mod http1;
 mod maintenance_guard;
 mod pool_limits;
 mod proxy_protocol;
+mod rate_limits;
 mod resilience;
 mod route_policy;
 mod routes;
@@ -66,7 +67,9 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
             .map(|()| r.clone())
     });
     let services = v.services(&raw.services, timeouts.idle, fleet);
-    let routes = v.routes(&raw.routes, &raw.services);
+    let mut routes = v.routes(&raw.routes, &raw.services);
+    let rate_limits = v.rate_limits(&raw.rate_limits);
+    v.route_rate_limits(&raw.routes, &rate_limits, &mut routes);
     let access = v.access(raw.access.as_ref());
     v.errors.append(&mut tv.errors);
     let limits = v.limits(raw.limits.as_ref());
@@ -89,6 +92,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         admin,
         services,
         routes,
+        rate_limits,
         access,
         timeouts,
         limits,

@@ -7,7 +7,8 @@
 //! resolved against its service and the global sections here, once), and
 //! what is carried
 //! over from the previous snapshot: balancer counters of groups whose
-//! membership did not change, a service's retry budget, a route's stats.
+//! membership did not change, a service's retry budget, a route's stats,
+//! a rate-limit policy's limiter (same name and parameters).
 //!
 //! Must not touch: live state of existing nodes (node states and upstream
 //! handles come from the [`NodeRegistry`]; the writer pushes config into
@@ -24,6 +25,7 @@ use crate::access::AccessControl;
 use crate::balance::{Balancer, Member};
 use crate::config::route_policy::EffectivePolicy;
 use crate::config::{Config, NodeConfig, RouteConfig, ServiceConfig, Target};
+use crate::limit::RateLimiter;
 use crate::node::NodeRegistry;
 use crate::route::{Router, RuleSpec};
 use crate::stats::RouteStats;
@@ -49,6 +51,7 @@ impl<U: Default> Snapshot<U> {
             })
             .collect();
 
+        let (limiters, limits_reset) = compile_limiters(&config, previous);
         let prev_route_stats: HashMap<&str, &Arc<RouteStats>> = previous
             .map(|p| p.routes.iter().map(|r| (r.id.as_str(), &r.stats)).collect())
             .unwrap_or_default();
@@ -59,7 +62,8 @@ impl<U: Default> Snapshot<U> {
                 let stats = prev_route_stats.get(r.id.as_str()).copied();
                 let policy =
                     EffectivePolicy::resolve(&r.policy, &config.services[r.service], &config);
-                compile_route(r, &services[r.service], policy, stats)
+                let limiter = r.rate_limit.and_then(|i| limiters.get(i)).cloned();
+                compile_route(r, &services[r.service], policy, stats, limiter)
             })
             .collect();
 
@@ -76,8 +80,33 @@ impl<U: Default> Snapshot<U> {
             routes,
             services,
             access,
+            limiters,
+            limits_reset,
         }
     }
+}
+
+/// One limiter per policy: the previous snapshot's when the policy is
+/// unchanged, else a new one (named in the second list when it replaces
+/// one of the same name).
+fn compile_limiters<U>(
+    config: &Config,
+    previous: Option<&Snapshot<U>>,
+) -> (Vec<Arc<RateLimiter>>, Vec<String>) {
+    let mut reset = Vec::new();
+    let limiters = config
+        .rate_limits
+        .iter()
+        .map(|p| {
+            let prev = previous.and_then(|s| s.limiters.iter().find(|l| l.config.name == p.name));
+            let (limiter, replaced) = RateLimiter::carry(p, prev);
+            if replaced {
+                reset.push(p.name.clone());
+            }
+            limiter
+        })
+        .collect();
+    (limiters, reset)
 }
 
 /// One service: its nodes (state and upstream from `registry`), its `all`
@@ -205,6 +234,7 @@ fn compile_route<U>(
     svc: &CompiledService<U>,
     policy: EffectivePolicy,
     stats: Option<&Arc<RouteStats>>,
+    rate_limit: Option<Arc<RateLimiter>>,
 ) -> CompiledRoute {
     CompiledRoute {
         id: r.id.clone(),
@@ -214,6 +244,7 @@ fn compile_route<U>(
         target: compile_target(&r.target, svc),
         strict_version: r.strict_version,
         policy,
+        rate_limit,
         stats: stats.map_or_else(Default::default, Arc::clone),
         fallback_logged_ms: AtomicU64::new(0),
         protocol_logged_ms: AtomicU64::new(0),

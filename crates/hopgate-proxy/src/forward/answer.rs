@@ -18,6 +18,7 @@ use http_body::Body as _;
 
 use crate::upstream::{CompiledNode, CompiledService};
 use hopgate_core::config::{CookieSecure, SessionsConfig};
+use hopgate_core::limit::Held;
 use hopgate_core::node::Observation;
 use hopgate_core::session::SessionId;
 use hopgate_store::Binding;
@@ -49,7 +50,7 @@ pub(super) fn answer(
     req: Req<'_>,
     at: &Attempted<'_>,
     hop: Option<&PendingHop>,
-    upgrade: Option<Upgrade>,
+    upgrade: Option<(Upgrade, &mut Option<Held>)>,
     out: &mut Outcome,
 ) -> Box<Response<ProxyBody>> {
     let (fwd, flight) = (&req.conn.forwarder, req.flight);
@@ -79,8 +80,14 @@ pub(super) fn answer(
     out.hopped = hop.is_some_and(|h| *h.from != *node.id) && status < 500;
     session_step(resp.headers_mut(), req, at, hop, (status, rf.context()));
     out.status = status;
-    if let (Some(on_upstream), Some(upgrade)) = (on_upstream, upgrade) {
-        tunnelled(resp.headers_mut(), req, at, upgrade, on_upstream);
+    if let (Some(on_upstream), Some((upgrade, held))) = (on_upstream, upgrade) {
+        tunnelled(
+            resp.headers_mut(),
+            req,
+            at,
+            (upgrade, held.take()),
+            on_upstream,
+        );
         return resp;
     }
     streamed(resp, req, at, rf.grpc)
@@ -151,7 +158,7 @@ fn tunnelled(
     headers: &mut HeaderMap,
     req: Req<'_>,
     at: &Attempted<'_>,
-    (proto, on_client): Upgrade,
+    ((proto, on_client), held): (Upgrade, Option<Held>),
     on_upstream: tunnel::UpstreamUpgrade,
 ) {
     tunnel::restore_upgrade_headers(headers, &proto);
@@ -166,6 +173,7 @@ fn tunnelled(
             drain_deadline: at.svc.drain.deadline,
             stopping: req.conn.forwarder.stopping.clone(),
             _inflight: at.node.state.begin_request(),
+            _held: held,
         },
     );
 }

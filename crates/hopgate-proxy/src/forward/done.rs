@@ -48,6 +48,8 @@ pub(super) struct Outcome {
     /// of a request that ends there, so [`Done::finish`] need not read the
     /// clock again. `None` before any attempt.
     pub(super) took: Option<Duration>,
+    /// Why the route's rate limit refused the request (its 429's headers).
+    pub(super) limited: Option<crate::limit::Refused>,
 }
 
 /// What the access log needs from the request's head, taken when the
@@ -123,6 +125,21 @@ impl AccessFacts {
     }
 }
 
+/// A 429 of the route's rate limit: its `Retry-After` and `RateLimit`
+/// headers.
+#[cold]
+fn limited_answer(
+    resp: &mut Response<ProxyBody>,
+    snap: &Snapshot,
+    route: Option<usize>,
+    refused: crate::limit::Refused,
+) {
+    let limiter = route.and_then(|r| snap.routes[r].rate_limit.as_deref());
+    if let Some(limiter) = limiter {
+        crate::limit::refusal_headers(resp.headers_mut(), limiter, refused);
+    }
+}
+
 /// What the end of a request needs from its start: the answer's form, the
 /// access log line, the counters.
 pub(super) struct Done {
@@ -152,7 +169,11 @@ impl Done {
                 out.status = kind.status();
                 out.error = Some(kind);
                 METRICS.error(kind);
-                error_answer(kind, self.grpc, &self.request_id)
+                let mut resp = error_answer(kind, self.grpc, &self.request_id);
+                if let Some(refused) = out.limited {
+                    limited_answer(&mut resp, snap, out.route, refused);
+                }
+                resp
             }
         };
         // A gRPC error travels as HTTP 200 with a `grpc-status`; it is

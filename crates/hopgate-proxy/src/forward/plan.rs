@@ -7,6 +7,7 @@
 //! - the client IP and access check (phase 5) are two calls, made here;
 //! - `route`: host, path, route lookup, version group, hash key (6–8);
 //! - `stickiness`: the session, its binding and whether it hops (9);
+//! - the route's rate limit (9½, [`crate::limit::admit`]);
 //! - `build`: the upgrade hand-off and the upstream request head, built
 //!   once (10–11).
 //!
@@ -128,6 +129,9 @@ pub(super) struct Plan {
     /// The lines the gateway sets, beside `request`'s header map.
     pub(super) set: SetLines,
     pub(super) body: RequestBody,
+    /// The request's place in its rate limit's `max_in_flight`, kept
+    /// until its answer (or tunnel) ends.
+    pub(super) held: Option<hopgate_core::limit::Held>,
 }
 
 impl Forwarder {
@@ -176,6 +180,20 @@ impl Forwarder {
             (routed.route, svc),
             now,
         );
+        // Phase 9½: the route's rate limit, keyed by what it names.
+        let known = session.client.as_ref().filter(|c| c.known);
+        let held = crate::limit::admit(
+            &snap.routes[routed.route],
+            routed.route,
+            client_ip,
+            req.headers(),
+            known.map(|c| &c.id.as_bytes()[..]),
+            started,
+        )
+        .map_err(|refused| {
+            out.limited = Some(refused);
+            ErrorKind::RateLimited
+        })?;
         let (sticky, prior, hop) = stuck(session.stick);
         let upgrade = build::upgrade(&mut req, facts);
         let (mut set, https) = build::upstream_request(
@@ -212,6 +230,7 @@ impl Forwarder {
             request: req,
             set,
             body,
+            held,
         })
     }
 }

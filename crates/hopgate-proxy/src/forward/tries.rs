@@ -67,6 +67,9 @@ pub(super) struct Trip {
     waited: bool,
     /// A gRPC call (`content-type: application/grpc…`, phase 3).
     grpc: bool,
+    /// The request's place in its rate limit's `max_in_flight`: given to
+    /// a tunnel, or to the answer's body when the request ends.
+    pub(super) held: Option<hopgate_core::limit::Held>,
 }
 
 impl Trip {
@@ -94,6 +97,7 @@ impl Trip {
             request,
             set,
             body,
+            held,
         } = plan;
         let trip = Trip {
             done,
@@ -105,6 +109,7 @@ impl Trip {
             arrived_ms: now,
             waited: fetch.is_some(),
             grpc,
+            held,
         };
         (trip, fetch, request, body)
     }
@@ -451,7 +456,8 @@ impl Tries {
             }
         };
         let (hop, upgrade) = (trip.hop.as_ref(), trip.upgrade.take());
-        let out = &mut trip.done.out;
+        let (out, held) = (&mut trip.done.out, &mut trip.held);
+        let upgrade = upgrade.map(|u| (u, held));
         ControlFlow::Break(Ok(answer::answer(resp, req, &at, hop, upgrade, out)))
     }
 

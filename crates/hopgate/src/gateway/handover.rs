@@ -27,6 +27,11 @@ pub(crate) struct HandoverSource {
 }
 
 impl HandoverSource {
+    /// The running state a new process resumes from.
+    pub(crate) fn carry(&self) -> hopgate_control::Carried {
+        self.control.carry()
+    }
+
     /// The health verdicts of actively checked nodes: (service, node id,
     /// address, health), `unknown` left out.
     pub(crate) fn health(&self) -> Vec<(String, String, SocketAddr, Health)> {

@@ -19,8 +19,18 @@ use tokio::task::JoinHandle;
 
 use crate::fdlimit::FdBudget;
 use hopgate_control::{
-    serve_admin, watch_file, watch_tls_files, Admin, Control, FileWatch, Maintenance, Source,
+    serve_admin, watch_file, watch_tls_files, Admin, Carried, Control, FileWatch, Maintenance,
+    Source,
 };
+
+/// What an upgrade's new process resumes from: the previous process's
+/// state, and the new document it starts with (`None`: the carried
+/// running one).
+#[derive(Debug)]
+pub(crate) struct Resume {
+    pub carried: Carried,
+    pub fresh: Option<Source>,
+}
 use hopgate_core::config::Config;
 use hopgate_core::maintenance::Notification;
 use hopgate_proxy::Forwarder;
@@ -37,6 +47,7 @@ impl Gateway {
         source: Source,
         config_file: Option<FileWatch>,
         inherited: Inherited,
+        resume: Option<Resume>,
     ) -> anyhow::Result<Gateway> {
         let config_path = config_file.as_ref().map(|w| w.path().to_path_buf());
         let token = admin_token(&cfg)?;
@@ -45,7 +56,8 @@ impl Gateway {
         // edit made since is always seen as one.
         let file_watch = config_file;
         let fds = check_fd_limit(&cfg)?;
-        let control = start_control(&cfg, source, config_path.as_deref())?;
+        let control = start_control(&cfg, source, resume, config_path.as_deref())?;
+        control.set_fd_limit(fds.nofile);
         inherited.apply_health(&control.snapshot().load());
         let (shutdown, rx) = watch::channel(false);
         // Sessions stop after the listeners have drained, so the final save
@@ -144,9 +156,13 @@ fn check_fd_limit(cfg: &Config) -> anyhow::Result<FdBudget> {
 fn start_control(
     cfg: &Config,
     source: Source,
+    resume: Option<Resume>,
     config_path: Option<&Path>,
 ) -> anyhow::Result<Arc<Control>> {
-    let control = Control::new(cfg.clone(), source);
+    let control = match resume {
+        Some(r) => Control::resume(cfg.clone(), &r.carried, r.fresh),
+        None => Control::new(cfg.clone(), source),
+    };
     if let Err(errors) = control.start_tls(config_dir(config_path)) {
         for e in &errors {
             eprintln!("config error: {e}");

@@ -228,6 +228,14 @@ async fn admin_token_is_enforced() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    // The probes answer without it (a kubelet cannot send one); the
+    // metrics and the rest of the API still need it.
+    for (path, status) in [("/livez", 200), ("/readyz", 200), ("/metrics", 401)] {
+        let r = c.get(gw.admin_url(path)).send().await.unwrap();
+        assert_eq!(r.status(), status, "{path} without the token");
+    }
+    let r = c.post(gw.admin_url("/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 401, "only GET is open");
     assert!(
         !gw.logs().contains("s3cret"),
         "the token never appears in logs"

@@ -660,3 +660,32 @@ async fn after_a_network_blip_chromium_resumes_with_last_event_id_and_shows_each
         assert_eq!(browser.eval(&count(s)).await, json!(1), "{s} shown once");
     }
 }
+
+/// The rate-limit panel: each policy with its parameters, its refusals
+/// and its fullest key, read from `GET /admin/v1/limits`.
+#[tokio::test]
+async fn the_dashboard_shows_rate_limit_policies_and_their_fullest_key() {
+    let (_b, svc) = backends(1).await;
+    let route = "  - { id: r, match: { path_prefix: / }, service: s, rate_limit: per-client }";
+    let yaml = config(&svc, route)
+        + "rate_limits:\n  - { name: per-client, key: [client_ip], rate: 1/h, burst: 2 }\n";
+    let gw = Gateway::start(&yaml).await;
+    let c = client();
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(c.get(gw.url("/")).send().await.unwrap().status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+    let mut browser = Browser::start().await;
+    browser.open(&gw.admin_url("/")).await;
+    browser
+        .wait_for(
+            "the rate-limit panel",
+            "!document.getElementById('limits').hidden",
+        )
+        .await;
+    let rows = browser
+        .eval("document.getElementById('limits-rows').textContent")
+        .await;
+    assert_eq!(rows, json!("per-client1/h2enforce10127.0.0.1100 %"));
+}

@@ -94,6 +94,46 @@ async fn max_connections_beyond_the_descriptor_limit_is_refused_at_start() {
     );
 }
 
+/// What `run` refuses, `hopgate validate` and a reload refuse too (the same
+/// arithmetic against the open-file limit), and the running config stays.
+#[tokio::test]
+async fn max_connections_beyond_the_descriptor_limit_is_refused_by_validate_and_reload() {
+    let b = Backend::start("n1").await;
+    let good = crate::harness::config(
+        &service("app", &[("n1", b.addr, "")]),
+        "  - { id: all, match: { path_prefix: / }, service: app }",
+    );
+    let too_many = format!("{good}limits: {{ max_connections: 10000000 }}\n");
+    let path = temp_path("yaml");
+    std::fs::write(&path, &too_many).unwrap();
+    let out = tokio::process::Command::new(BIN)
+        .arg("validate")
+        .arg(&path)
+        .output()
+        .await
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "validate accepted it");
+    assert!(
+        stderr.contains("limits.max_connections:") && stderr.contains("RLIMIT_NOFILE"),
+        "{stderr}"
+    );
+
+    let gw = Gateway::start(&good).await;
+    let r = client()
+        .put(gw.admin_url("/admin/v1/config"))
+        .body(too_many)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let doc: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(doc["errors"][0]["path"], "limits.max_connections", "{doc}");
+    let r = client().get(gw.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "the running config stays");
+}
+
 #[tokio::test]
 async fn a_yaml_alias_bomb_through_the_admin_api_is_refused_and_the_gateway_keeps_serving() {
     let b = Backend::start("n1").await;

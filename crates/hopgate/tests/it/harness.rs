@@ -161,6 +161,10 @@ impl Backend {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(|c| c.id())
+    }
 }
 
 impl Drop for Backend {
@@ -198,6 +202,11 @@ impl Gateway {
     }
 
     pub async fn start_with_env(yaml: &str, env: &[(&str, &str)]) -> Gateway {
+        Gateway::start_with(yaml, env, &[]).await
+    }
+
+    /// [`Gateway::start_with_env`] with more `hopgate run` arguments.
+    pub async fn start_with(yaml: &str, env: &[(&str, &str)], args: &[&str]) -> Gateway {
         let path = temp_path("yaml");
         std::fs::write(&path, yaml).unwrap();
         let stderr_path = temp_path("log");
@@ -205,6 +214,7 @@ impl Gateway {
         let mut cmd = Command::new(BIN);
         cmd.args(["run", "--config"])
             .arg(&path)
+            .args(args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(stderr)

@@ -36,6 +36,7 @@ mod observability;
 mod otlp;
 mod prometheus;
 mod proxy_protocol;
+mod rate_limits;
 mod reload;
 mod resilience;
 mod retry_on_status;

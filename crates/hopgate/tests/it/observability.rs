@@ -339,6 +339,66 @@ async fn the_text_access_log_goes_to_its_file_with_every_field() {
     let _ = std::fs::remove_file(&log);
 }
 
+/// `--pid-file` names this gateway, for `kill -USR1 "$(cat FILE)"` after a
+/// rotation; a demo backend on the same host ignores SIGUSR1 (and
+/// SIGUSR2) instead of dying; the file goes when the gateway exits.
+#[tokio::test]
+async fn the_pid_file_names_the_gateway_and_a_backend_ignores_sigusr1() {
+    let b = Backend::start("n1").await;
+    let log = temp_path("access.log");
+    let pid_file = temp_path("pid");
+    let yaml = format!(
+        "{}access_log: {{ path: {} }}\n",
+        config(
+            &service("svc", &[("n1", b.addr, "")]),
+            "  - { id: all, match: { path_prefix: / }, service: svc }"
+        ),
+        log.display()
+    );
+    let mut gw = Gateway::start_with(&yaml, &[], &["--pid-file", pid_file.to_str().unwrap()]).await;
+    let written = within(Duration::from_secs(10), || async { pid_file.exists() }).await;
+    assert!(written, "no pid file; logs:\n{}", gw.logs());
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(Some(pid), gw.pid());
+
+    assert_eq!(
+        client().get(gw.url("/")).send().await.unwrap().status(),
+        200
+    );
+    std::fs::rename(&log, log.with_extension("log.1")).unwrap();
+    let rotate = format!("kill -USR1 \"$(cat {})\"", pid_file.display());
+    let status = std::process::Command::new("sh")
+        .args(["-c", &rotate])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let reopened = within(Duration::from_secs(10), || async { log.exists() }).await;
+    assert!(reopened, "no new access log after SIGUSR1");
+
+    for sig in ["-USR1", "-USR2"] {
+        let backend = b.pid().unwrap().to_string();
+        let status = std::process::Command::new("kill")
+            .args([sig, &backend])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    for _ in 0..3 {
+        let r = client().get(gw.url("/")).send().await.unwrap();
+        assert_eq!(r.status(), 200, "the backend died of SIGUSR1/SIGUSR2");
+    }
+
+    gw.sigterm();
+    gw.wait().await;
+    assert!(!pid_file.exists(), "the pid file outlived the gateway");
+    let _ = std::fs::remove_file(&log);
+    let _ = std::fs::remove_file(log.with_extension("log.1"));
+}
+
 #[tokio::test]
 async fn sigusr1_reopens_the_access_log_after_a_rotation_and_loses_no_line() {
     let b = Backend::start("n1").await;

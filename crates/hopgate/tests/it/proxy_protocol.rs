@@ -2,8 +2,8 @@
 //! `proxy_protocol` takes the client address from v1 and v2 headers
 //! (written by the test, by curl's `--haproxy-protocol`, and by a real
 //! HAProxy's `send-proxy` / `send-proxy-v2`, to a plain and to a TLS
-//! listener), and that address is what routes, access rules,
-//! `X-Forwarded-For` and the access log see; untrusted sources, garbage,
+//! listener), and that address is what routes, access rules, source-IP
+//! hashing, `X-Forwarded-For` and the access log see; untrusted sources, garbage,
 //! refused versions and silent peers are closed, counted, and nothing
 //! reaches the backend. Behind: `services[].proxy_protocol: v2` to a real
 //! nginx `listen … proxy_protocol`, which answers `$proxy_protocol_addr`.
@@ -480,4 +480,51 @@ async fn v2_to_an_nginx_node_names_each_client_and_never_reuses_across_clients()
     // And A again finds its own connection, still pooled.
     let a3 = keep_alive(gw.addr, &v1("203.0.113.7:5557"), 1).await;
     assert_eq!(a3[0], a1[0], "{a3:?}");
+}
+
+/// `hash_on: { source_ip: true }` hashes the carried client, not the
+/// balancer: one socket address (127.0.0.1) carrying twenty clients
+/// spreads over the nodes, and each client keeps its node.
+#[tokio::test]
+async fn source_ip_hashing_uses_the_carried_client() {
+    let nodes = [
+        Backend::start("h1").await,
+        Backend::start("h2").await,
+        Backend::start("h3").await,
+    ];
+    let list: Vec<String> = nodes
+        .iter()
+        .map(|b| format!("{{ id: {}, address: \"{}\" }}", b.id, b.addr))
+        .collect();
+    let gw = Gateway::start(&format!(
+        "listeners:\n  - {{ name: public, address: 127.0.0.1:0, proxy_protocol: {{ trusted_cidrs: [127.0.0.0/8] }} }}\n\
+         admin: {{ address: 127.0.0.1:0 }}\n\
+         sessions: {{ enabled: false }}\n\
+         services:\n  - name: app\n    lb: hash\n    hash_on: {{ source_ip: true }}\n    nodes: [ {} ]\n\
+         routes:\n  - {{ id: all, match: {{ path_prefix: / }}, service: app }}\n",
+        list.join(", ")
+    ))
+    .await;
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 1..=20 {
+        let client = format!("203.0.113.{i}:4000");
+        let mut node_of_client = None;
+        for round in 0..3 {
+            let header = if round % 2 == 0 {
+                v1(&client)
+            } else {
+                v2(&client)
+            };
+            let (status, doc) = answer(&raw(gw.addr, &header, "/h").await);
+            assert_eq!(status, 200, "{doc}");
+            let node = doc["node"].as_str().unwrap().to_owned();
+            let first = node_of_client.get_or_insert_with(|| node.clone());
+            assert_eq!(*first, node, "client {client} moved between nodes");
+        }
+        seen.insert(node_of_client.unwrap());
+    }
+    assert!(
+        seen.len() > 1,
+        "twenty carried clients all hashed to {seen:?}: the balancer's address was hashed"
+    );
 }

@@ -807,3 +807,137 @@ async fn node_health_moves_to_the_new_process() {
     let _ = std::fs::remove_file(&old_config);
     let _ = std::fs::remove_file(&new_config);
 }
+
+/// An upgrade keeps what the operator did to the running process: a config
+/// applied through the admin API (the new process serves that version,
+/// with the history before it) and a drain. A config file edited since it
+/// was last applied is what the next upgrade starts from, as a new version
+/// after the carried ones.
+#[tokio::test]
+async fn an_upgrade_keeps_the_admin_applied_config_its_history_and_drains() {
+    let (b1, b2) = (Backend::start("n1").await, Backend::start("n2").await);
+    let socket = temp_path("sock");
+    let doc = |extra_route: &str| {
+        format!(
+            "listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\n\
+             timeouts: {{ shutdown: 2s }}\nupgrade: {{ socket: {} }}\n\
+             services:\n  - {{ name: app, nodes: [ {{ id: n1, address: \"{}\" }}, {{ id: n2, address: \"{}\" }} ] }}\n  \
+             - {{ name: two, nodes: [ {{ id: t2, address: \"{}\" }} ] }}\n\
+             routes:\n{extra_route}  - {{ id: all, match: {{ path_prefix: / }}, service: app }}\n",
+            socket.display(),
+            b1.addr,
+            b2.addr,
+            b2.addr
+        )
+    };
+    let file = temp_config(&doc(""));
+    let mut old = Proc::start(&file, false, &[]).await.expect("starts");
+    let c = client();
+    let admin_json = |admin: SocketAddr, path: &'static str| {
+        let c = c.clone();
+        async move {
+            c.get(format!("http://{admin}{path}"))
+                .send()
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let node_of = |addr: SocketAddr, path: &'static str| {
+        let c = c.clone();
+        async move {
+            let r = c.get(format!("http://{addr}{path}")).send().await.unwrap();
+            let status = r.status().as_u16();
+            let v: serde_json::Value = r.json().await.unwrap_or_default();
+            (status, v["node"].as_str().unwrap_or_default().to_owned())
+        }
+    };
+
+    // Version 2 through the admin API: /two goes to the service `two`.
+    let r = c
+        .put(format!("http://{}/admin/v1/config", old.admin))
+        .body(doc(
+            "  - { id: two, priority: 10, match: { path_prefix: /two }, service: two }\n",
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = c
+        .post(format!("http://{}/admin/v1/nodes/app/n2/drain", old.admin))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    // The file is unchanged: the new process runs version 2 and drains n2.
+    let mut next = Proc::start(&file, true, &[]).await.expect("upgrade");
+    assert_eq!(old.exit_code().await, Some(0));
+    let config = admin_json(next.admin, "/admin/v1/config").await;
+    assert_eq!(config["version"], 2, "{config}");
+    let history = admin_json(next.admin, "/admin/v1/config/versions").await;
+    let sources: Vec<(u64, String)> = history["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["version"].as_u64().unwrap(),
+                v["source"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(sources.len(), 2, "{history}");
+    assert_eq!(sources[0].0, 1);
+    assert!(sources[0].1.starts_with("file:"), "{history}");
+    assert_eq!(sources[1], (2, "admin".to_owned()), "{history}");
+    assert_eq!(node_of(next.addr, "/two/x").await, (200, "n2".to_owned()));
+    for _ in 0..4 {
+        assert_eq!(
+            node_of(next.addr, "/").await,
+            (200, "n1".to_owned()),
+            "n2 drains"
+        );
+    }
+    let nodes = admin_json(next.admin, "/admin/v1/nodes").await;
+    let n2 = nodes["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == "n2" && n["service"] == "app")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(n2["draining"], true, "{nodes}");
+    assert!(
+        next.logs()
+            .contains("starting from the previous process's running config"),
+        "{}",
+        next.logs()
+    );
+
+    // The file edited (no /two, a /file route): the next upgrade starts
+    // from it, as version 3.
+    std::fs::write(
+        &file,
+        doc("  - { id: file, priority: 10, match: { path_prefix: /file }, service: two }\n"),
+    )
+    .unwrap();
+    // The running process's file watch applies it as well; either way the
+    // edited file is what runs after the upgrade.
+    let last = Proc::start(&file, true, &[]).await.expect("upgrade");
+    assert_eq!(next.exit_code().await, Some(0));
+    let config = admin_json(last.admin, "/admin/v1/config").await;
+    assert!(config["version"].as_u64().unwrap() >= 3, "{config}");
+    assert_eq!(node_of(last.addr, "/file/x").await, (200, "n2".to_owned()));
+    let history = admin_json(last.admin, "/admin/v1/config/versions").await;
+    let versions: Vec<u64> = history["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(&versions[..2], &[1, 2], "{history}");
+    let _ = std::fs::remove_file(&file);
+}

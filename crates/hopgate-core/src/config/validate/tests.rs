@@ -1764,6 +1764,19 @@ fn nasty_values_never_panic() {
                 limits: Some(crate::config::raw::RawRouteLimits {
                     max_body_bytes: t(),
                 }),
+                rate_limit: Some(s.into()),
+            }],
+            rate_limits: vec![crate::config::raw::RawRateLimit {
+                name: s.into(),
+                key: vec![
+                    crate::config::raw::RawLimitKey::Name(s.into()),
+                    crate::config::raw::RawLimitKey::Map([(s.to_owned(), s.to_owned())].into()),
+                ],
+                rate: t(),
+                burst: t(),
+                scope: Some(s.into()),
+                mode: Some(s.into()),
+                max_in_flight: t(),
             }],
             access: Some(RawAccess {
                 allow_cidrs: vec![s.into()],
