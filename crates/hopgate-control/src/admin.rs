@@ -18,6 +18,7 @@
 //! | GET | `/admin/v1/config/canary` | `canary::status` |
 //! | POST | `/admin/v1/config/canary/promote`, `…/abort` | `canary::decide` |
 //! | GET | `/admin/v1/nodes` | `nodes::list`: every node's live state |
+//! | GET | `/admin/v1/routes` | `routes::list`: every route with its effective policy |
 //! | POST | `/admin/v1/nodes/{service}/{node}/drain`, `…/undrain` | `nodes::drain` |
 //! | GET | `/admin/v1/sessions/{id}` | `sessions::get`: a session's bindings |
 //! | POST | `/admin/v1/maintenance` | `maintenance::post`: a notification to the intake |
@@ -65,6 +66,7 @@ mod nodes;
 mod probes;
 mod query;
 mod respond;
+mod routes;
 mod scrape;
 mod serve;
 mod sessions;
@@ -250,6 +252,7 @@ async fn v1(
         ("GET", ["config", "canary"]) => canary::status(admin),
         ("POST", ["config", "canary", a @ ("promote" | "abort")]) => canary::decide(admin, a).await,
         ("GET", ["nodes"]) => nodes::list(admin),
+        ("GET", ["routes"]) => routes::list(admin),
         ("POST", ["nodes", s, n, a @ ("drain" | "undrain")]) => nodes::drain(admin, s, n, a).await,
         ("GET", ["sessions", id]) => sessions::get(admin, id),
         ("POST", ["maintenance"]) => maintenance::post(admin, req).await,
@@ -281,6 +284,7 @@ fn allowed_v1(rest: &[&str]) -> Option<&'static str> {
         ["config", "versions"]
         | ["config", "canary"]
         | ["nodes"]
+        | ["routes"]
         | ["sessions", _]
         | ["fleet"]
         | ["hops"]

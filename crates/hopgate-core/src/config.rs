@@ -12,6 +12,7 @@ pub mod fleet;
 mod proxy_protocol;
 mod rate_limits;
 pub mod raw;
+pub mod route_policy;
 pub mod summary;
 mod tls;
 mod tracing;
@@ -775,6 +776,9 @@ pub struct RouteConfig {
     pub target: Target,
     pub strict_version: bool,
     pub enabled: bool,
+    /// `timeouts`, `retries`, `limits` as the route sets them
+    /// ([`route_policy`]: what it inherits is resolved when compiled).
+    pub policy: route_policy::RoutePolicy,
     /// Index into [`Config::rate_limits`].
     pub rate_limit: Option<usize>,
 }

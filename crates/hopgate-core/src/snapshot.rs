@@ -40,6 +40,7 @@ use http::HeaderValue;
 
 use crate::access::AccessControl;
 use crate::balance::{Balancer, PickCtx};
+use crate::config::route_policy::EffectivePolicy;
 use crate::config::{
     CircuitConfig, Config, DrainConfig, HashOn, HealthConfig, OutlierConfig, PoolConfig,
     ServiceMaintenance, UpstreamProtocol,
@@ -82,6 +83,10 @@ pub struct CompiledRoute {
     pub service: usize,
     pub target: CompiledTarget,
     pub strict_version: bool,
+    /// Timeouts, retries and limits of the route, every inherited value
+    /// resolved ([`EffectivePolicy::resolve`]): the request path reads
+    /// them as they are.
+    pub policy: EffectivePolicy,
     /// `routes[].rate_limit`: the policy's limiter (one of
     /// [`Snapshot::limiters`]).
     pub rate_limit: Option<Arc<RateLimiter>>,

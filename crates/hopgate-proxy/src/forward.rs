@@ -180,9 +180,10 @@ impl Forwarder {
             Capture::Empty => Ok(replay::empty(body, replay_safe, keep_unsafe)),
             Capture::Buffer => Box::pin(replay::buffer(body, &snap.config, replay_safe)).await,
             Capture::Arrived { wait } => {
-                Ok(Box::pin(replay::arrived(body, &snap.config, wait)).await)
+                let arrived = replay::arrived(body, &snap.config, trip.max_body(&snap), wait);
+                Ok(Box::pin(arrived).await)
             }
-            Capture::Stream => Ok(replay::streamed(body, snap.config.limits.max_body_bytes)),
+            Capture::Stream => Ok(replay::streamed(body, trip.max_body(&snap))),
         };
         // Phase 13: the attempts, one send each (none when the body could
         // not be taken: its error is the answer).

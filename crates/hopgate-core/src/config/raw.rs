@@ -13,10 +13,12 @@ use serde::{Deserialize, Deserializer, Serialize};
 mod discovery;
 mod proxy_protocol;
 mod rate_limits;
+mod route_policy;
 mod tls;
 pub use discovery::{RawDiscovery, RawDnsDiscovery};
 pub use proxy_protocol::RawListenerProxyProtocol;
 pub use rate_limits::{RawLimitKey, RawRateLimit};
+pub use route_policy::{RawRouteLimits, RawRouteRetries, RawRouteTimeouts};
 pub use tls::{RawCertificate, RawListenerTls, RawUpstreamTls};
 
 /// A scalar kept as text (`2s`, `64KiB`, `10`): YAML may write it as a string
@@ -372,6 +374,15 @@ pub struct RawRoute {
     pub strict_version: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    /// This route's timeouts (unset: the global ones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<RawRouteTimeouts>,
+    /// This route's retries (unset: the service's and the global ones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<RawRouteRetries>,
+    /// This route's request limits (unset: the global ones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<RawRouteLimits>,
     /// The `rate_limits[]` policy this route's requests pass through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<String>,

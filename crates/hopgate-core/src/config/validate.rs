@@ -32,6 +32,7 @@ mod pool_limits;
 mod proxy_protocol;
 mod rate_limits;
 mod resilience;
+mod route_policy;
 mod routes;
 mod services;
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //! groups, each route ([`compile_route`]) with its target, then the router
 //! and the access sets.
 //!
-//! Owns the translation from config to compiled form, and what is carried
+//! Owns the translation from config to compiled form (a route's policy
+//! resolved against its service and the global sections here, once), and
+//! what is carried
 //! over from the previous snapshot: balancer counters of groups whose
 //! membership did not change, a service's retry budget, a route's stats,
 //! a rate-limit policy's limiter (same name and parameters).
@@ -21,6 +23,7 @@ use http::HeaderValue;
 use super::{CompiledNode, CompiledRoute, CompiledService, CompiledTarget, Group, Snapshot};
 use crate::access::AccessControl;
 use crate::balance::{Balancer, Member};
+use crate::config::route_policy::EffectivePolicy;
 use crate::config::{Config, NodeConfig, RouteConfig, ServiceConfig, Target};
 use crate::limit::RateLimiter;
 use crate::node::NodeRegistry;
@@ -57,8 +60,10 @@ impl<U: Default> Snapshot<U> {
             .iter()
             .map(|r| {
                 let stats = prev_route_stats.get(r.id.as_str()).copied();
+                let policy =
+                    EffectivePolicy::resolve(&r.policy, &config.services[r.service], &config);
                 let limiter = r.rate_limit.and_then(|i| limiters.get(i)).cloned();
-                compile_route(r, &services[r.service], stats, limiter)
+                compile_route(r, &services[r.service], policy, stats, limiter)
             })
             .collect();
 
@@ -222,11 +227,12 @@ fn compile_group<U>(
     }
 }
 
-/// One route of service `svc`. `stats` are the same route id's in the
-/// previous snapshot, if any.
+/// One route of service `svc`, with its resolved `policy`. `stats` are
+/// the same route id's in the previous snapshot, if any.
 fn compile_route<U>(
     r: &RouteConfig,
     svc: &CompiledService<U>,
+    policy: EffectivePolicy,
     stats: Option<&Arc<RouteStats>>,
     rate_limit: Option<Arc<RateLimiter>>,
 ) -> CompiledRoute {
@@ -237,6 +243,7 @@ fn compile_route<U>(
         service: r.service,
         target: compile_target(&r.target, svc),
         strict_version: r.strict_version,
+        policy,
         rate_limit,
         stats: stats.map_or_else(Default::default, Arc::clone),
         fallback_logged_ms: AtomicU64::new(0),

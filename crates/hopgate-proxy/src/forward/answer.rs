@@ -168,7 +168,7 @@ fn tunnelled(
         on_upstream,
         tunnel::TunnelCtx {
             websocket,
-            idle: req.snap.config.timeouts.idle,
+            idle: req.snap.routes[req.flight.route].policy.idle,
             node: Arc::clone(&at.node.state),
             drain_deadline: at.svc.drain.deadline,
             stopping: req.conn.forwarder.stopping.clone(),
@@ -196,7 +196,7 @@ fn streamed(
     if conn.http2.load(Ordering::Relaxed) && !resp.body().is_end_stream() {
         // A stream the client never grants window must not pin its
         // upstream: cut it at the send stall limit.
-        let stall = snap.config.timeouts.idle;
+        let stall = snap.routes[flight.route].policy.idle;
         let close = Arc::clone(&conn.close);
         ProxyBody::wrap_in(&mut resp, |b| {
             ProxyBody::SendWatched(Box::new(SendWatch::new(b, stall, close)))

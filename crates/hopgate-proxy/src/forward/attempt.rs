@@ -215,10 +215,13 @@ fn retarget(req: &mut Request<ProxyBody>, node: &CompiledNode, svc: &CompiledSer
     }
 }
 
-/// Step 4: the send's settings: the snapshot's, raised while the node is
-/// relaxed (maintenance), HTTP/1.1 for an upgrade, bounded by a gRPC
-/// client's deadline, and naming the client (`peer`) for a service that
-/// sends the PROXY protocol.
+/// Step 4: the send's settings: the snapshot's with the route's bound of
+/// one attempt (`attempt`: `routes[].timeouts.attempt`, else the global
+/// `timeouts.request`), raised while the node is relaxed (maintenance),
+/// HTTP/1.1 for an upgrade, bounded by `deadline` (the nearer of a gRPC
+/// client's deadline and the route's whole-request one) counted from
+/// `sent_at` (where the send's own bound starts), and naming the client
+/// (`peer`) for a service that sends the PROXY protocol.
 #[inline]
 pub(super) fn settings(
     snap: &Snapshot,
@@ -226,10 +229,11 @@ pub(super) fn settings(
     node: &CompiledNode,
     now: u64,
     upgrade: bool,
-    grpc_deadline: Option<Instant>,
+    (attempt, deadline, sent_at): (Duration, Option<Instant>, Instant),
     peer: std::net::SocketAddr,
 ) -> PoolSettings {
     let mut settings = PoolSettings::of(snap, svc);
+    settings.request_timeout = attempt;
     if let Some(p) = &mut settings.proxy_protocol {
         p.client = Some(peer);
     }
@@ -241,11 +245,11 @@ pub(super) fn settings(
         // Upgrades need a connection of their own, spoken in HTTP/1.1.
         settings.protocol = UpstreamProtocol::Http1;
     }
-    if let Some(t) = grpc_deadline {
-        // The client's deadline bounds the wait for an answer too.
+    if let Some(t) = deadline {
+        // A deadline bounds the wait for an answer too.
         settings.request_timeout = settings
             .request_timeout
-            .min(t.saturating_duration_since(Instant::now()));
+            .min(t.saturating_duration_since(sent_at));
     }
     settings
 }

@@ -2,7 +2,8 @@
 //! attempt, synchronously, in [`Forwarder::plan`], which calls one plain
 //! function per phase, each in a file named after it:
 //!
-//! - `limits`: the limits hyper does not enforce (phase 4);
+//! - `limits`: the limits hyper does not enforce (phase 4; the declared
+//!   body size once the route, whose limit it is, is known);
 //! - the client IP and access check (phase 5) are two calls, made here;
 //! - `route`: host, path, route lookup, version group, hash key (6–8);
 //! - `stickiness`: the session, its binding and whether it hops (9);
@@ -162,6 +163,9 @@ impl Forwarder {
         let now = ms_at(started);
         let normalize = conn.ctx.normalize_path;
         let routed = route::route(snap, &req, facts, normalize, client_ip, now, out)?;
+        // The declared body against the route's limit (its own, or the
+        // global one it inherits).
+        limits::body(&req, facts, snap.routes[routed.route].policy.max_body_bytes)?;
         let svc = &snap.services[routed.selection.service];
         let hash = svc
             .hash_on

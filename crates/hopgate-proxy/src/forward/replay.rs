@@ -149,10 +149,16 @@ pub(super) async fn buffer(
 
 /// [`Capture::Arrived`]: what has arrived within `wait` ([`take_arrived`]),
 /// kept when it is the whole body (only for a replay after a refusal),
-/// then the rest streamed. Boxed by the driver, like [`buffer`].
-pub(super) async fn arrived(body: RequestBody, config: &Config, wait: Duration) -> Taken {
+/// then the rest streamed, limited to `limit` (the route's body limit).
+/// Boxed by the driver, like [`buffer`].
+pub(super) async fn arrived(
+    body: RequestBody,
+    config: &Config,
+    limit: u64,
+    wait: Duration,
+) -> Taken {
     let watch = Arc::<ClientBody>::default();
-    let (keep, limit) = (config.retries.buffer_body, config.limits.max_body_bytes);
+    let keep = config.retries.buffer_body;
     let (body, whole) = take_arrived(body, keep, limit, wait, Arc::clone(&watch)).await;
     Taken {
         body,

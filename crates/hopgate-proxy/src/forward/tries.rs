@@ -22,6 +22,7 @@ use std::time::Instant;
 use http::{Request, Response};
 
 use crate::upstream::{CompiledNode, CompiledService, Snapshot};
+use hopgate_core::config::route_policy::EffectivePolicy;
 use hopgate_core::config::UpstreamProtocol;
 use hopgate_core::error::ErrorKind;
 use hopgate_core::node::{ms_at, now_ms, InFlight};
@@ -113,6 +114,19 @@ impl Trip {
         (trip, fetch, request, body)
     }
 
+    /// The request's route's timeouts, retries and limits, every inherited
+    /// value resolved when the snapshot was compiled.
+    #[inline]
+    pub(super) fn policy<'s>(&self, snap: &'s Snapshot) -> &'s EffectivePolicy {
+        &snap.routes[self.flight.route].policy
+    }
+
+    /// The route's request body limit.
+    #[inline]
+    pub(super) fn max_body(&self, snap: &Snapshot) -> u64 {
+        self.policy(snap).max_body_bytes
+    }
+
     /// A binding the shared store answered: followed as if it had been
     /// known locally ([`plan::adopt_fetched`]).
     #[inline]
@@ -122,7 +136,7 @@ impl Trip {
     }
 
     /// Phase 12's first step: the request's deposit into its service's
-    /// retry budget, and how its body is taken ([`replay::capture`]), with
+    /// retry budget (its route's share), and how its body is taken ([`replay::capture`]), with
     /// whether the request is replay-safe and whether its copy is kept
     /// whatever the method (the service retries "not processed" answers
     /// for every method). The request and its body are handed back:
@@ -136,16 +150,16 @@ impl Trip {
         body: RequestBody,
     ) -> (Capture, (bool, bool), Box<Request<ProxyBody>>, RequestBody) {
         let svc = &snap.services[self.flight.selection.service];
-        let policy = &snap.config.retries;
+        let policy = self.policy(snap);
         svc.retry_budget.deposit(policy.budget);
         let replay_safe = hopgate_core::retry::replay_safe(request.method(), request.headers());
-        let keep_unsafe = !svc.retry_on.any.is_empty();
+        let keep_unsafe = !policy.retry_on.any.is_empty();
         let how = replay::capture(
             &body,
             request.headers(),
             replay_safe,
             keep_unsafe,
-            policy.buffer_body,
+            snap.config.retries.buffer_body,
             svc.protocol,
             self.upgrade.is_some(),
             self.grpc,
@@ -168,11 +182,12 @@ pub(super) struct Tries {
     client_body: Option<Arc<ClientBody>>,
     /// An answer's head may stay as the backend's bytes.
     pub(super) raw_head: bool,
-    /// The service retries "not processed" answers
-    /// (`services[].retries`), and whether this request is replay-safe
+    /// The route retries "not processed" answers (`routes[].retries`,
+    /// else `services[].retries`), and whether this request is replay-safe
     /// (for `on_status_idempotent`): `None` when it retries none.
     retry_on: Option<bool>,
-    /// `retries.attempts`, at most [`attempt::MAX_TRACKED`].
+    /// The route's `retries.attempts` (else the global one), at most
+    /// [`attempt::MAX_TRACKED`].
     attempts: usize,
     tried: Tried,
     /// Picks turned away by an open breaker.
@@ -233,11 +248,12 @@ impl Tries {
             Err(kind) => return Tries::none(kind),
         };
         let svc = &snap.services[trip.flight.selection.service];
+        let policy = trip.policy(snap);
         let grpc = trip.grpc;
-        // A "not processed" answer hands no head back: such a service's
-        // copy keeps one (only gRPC, upgrades and these services pay for
+        // A "not processed" answer hands no head back: such a route's
+        // copy keeps one (only gRPC, upgrades and these routes pay for
         // the copied head).
-        let retry_on = (!svc.retry_on.is_empty() && !grpc && trip.upgrade.is_none())
+        let retry_on = (!policy.retry_on.is_empty() && !grpc && trip.upgrade.is_none())
             .then(|| hopgate_core::retry::replay_safe(request.method(), request.headers()));
         let handed_back = (svc.protocol == UpstreamProtocol::Http1 || trip.upgrade.is_some())
             && !grpc
@@ -251,7 +267,7 @@ impl Tries {
         });
         let raw_head = !conn.http2.load(Ordering::Relaxed) && !grpc && trip.upgrade.is_none();
         *request.body_mut() = taken.body;
-        let attempts = snap.config.retries.attempts as usize;
+        let attempts = policy.attempts as usize;
         Tries {
             upstream: Some(request),
             replay,
@@ -289,7 +305,8 @@ impl Tries {
     /// refuses are passed over here), the budget, the request for the
     /// node, the send's settings, the node's in-flight count; its pool is
     /// found by [`Attempt::send`]. `None` when no attempt is left (the
-    /// request ends with [`Tries::last`]).
+    /// request ends with [`Tries::last`]), or the route's whole-request
+    /// deadline (`routes[].timeouts.request`) has passed (it ends 504).
     #[inline]
     pub(super) fn prepare<'s>(
         &mut self,
@@ -297,6 +314,13 @@ impl Tries {
         conn: &ClientConn,
         snap: &'s Snapshot,
     ) -> Option<(Attempt<'s>, Upstream)> {
+        let policy = trip.policy(snap);
+        // From the request's arrival; none for a route without one.
+        let deadline = policy.request.map(|d| trip.done.started + d);
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            self.last = ErrorKind::UpstreamTimeout;
+            return None;
+        }
         let svc = &snap.services[trip.flight.selection.service];
         let (idx, last_resort, now) = self.choose(trip, svc)?;
         if !attempt::spend(svc, self.sent, last_resort) {
@@ -327,9 +351,6 @@ impl Tries {
             keys,
         );
         let upgrade = trip.upgrade.is_some();
-        let deadline = flight.grpc_deadline;
-        let settings = attempt::settings(snap, svc, node, now, upgrade, deadline, conn.peer);
-        let inflight = node.state.begin_request();
         // The first attempt of a request that waited for nothing since it
         // arrived is sent at its arrival.
         let sent_at = if self.sent == 1 && !trip.waited {
@@ -337,6 +358,13 @@ impl Tries {
         } else {
             Instant::now()
         };
+        let bound = (
+            policy.attempt,
+            nearer(flight.grpc_deadline, deadline),
+            sent_at,
+        );
+        let settings = attempt::settings(snap, svc, node, now, upgrade, bound, conn.peer);
+        let inflight = node.state.begin_request();
         let addr = moved.unwrap_or(node.address);
         let request = self.upstream.take()?;
         let at = Attempt {
@@ -402,7 +430,7 @@ impl Tries {
             // The common case: an answer, handled in place.
             Ok(resp)
                 if !(trip.grpc && grpc::unavailable_at_once(&resp)
-                    || self.not_processed(at.svc, &resp)) =>
+                    || self.not_processed(snap, trip.flight.route, &resp)) =>
             {
                 resp
             }
@@ -433,12 +461,15 @@ impl Tries {
         ControlFlow::Break(Ok(answer::answer(resp, req, &at, hop, upgrade, out)))
     }
 
-    /// Is `resp` one of the service's "not processed" answers for this
-    /// request (`services[].retries`)? One branch for a service without.
+    /// Is `resp` one of the route's "not processed" answers for this
+    /// request (`routes[].retries`, else `services[].retries`)? One branch
+    /// for a route without.
     #[inline]
-    fn not_processed(&self, svc: &CompiledService, resp: &Response<ProxyBody>) -> bool {
-        self.retry_on
-            .is_some_and(|safe| svc.retry_on.retries(resp.status().as_u16(), safe))
+    fn not_processed(&self, snap: &Snapshot, route: usize, resp: &Response<ProxyBody>) -> bool {
+        self.retry_on.is_some_and(|safe| {
+            let on = &snap.routes[route].policy.retry_on;
+            on.retries(resp.status().as_u16(), safe)
+        })
     }
 
     /// The attempt's times, once its send ended (the node's in-flight
@@ -481,5 +512,14 @@ impl Tries {
             took,
             answered_ms,
         }
+    }
+}
+
+/// The nearer of two deadlines, either of which may be absent.
+#[inline]
+fn nearer(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }

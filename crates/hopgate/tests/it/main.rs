@@ -40,6 +40,7 @@ mod rate_limits;
 mod reload;
 mod resilience;
 mod retry_on_status;
+mod route_policy;
 mod routing;
 mod sessions;
 mod sessions_lazy;

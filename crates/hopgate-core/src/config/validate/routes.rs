@@ -130,6 +130,7 @@ impl Validator {
             target,
             strict_version: r.strict_version,
             enabled: r.enabled.unwrap_or(true),
+            policy: self.route_policy(p, r),
             rate_limit: None,
         }
     }

@@ -186,7 +186,7 @@ impl Validator {
     }
 
     /// `services[].retries`: each status 400–599, none in both lists.
-    fn retry_on(&mut self, p: &str, r: &RawServiceRetries) -> RetryOnStatus {
+    pub(super) fn retry_on(&mut self, p: &str, r: &RawServiceRetries) -> RetryOnStatus {
         let mut out = RetryOnStatus::default();
         let lists = [
             ("on_status", &r.on_status, &mut out.any),

@@ -1750,6 +1750,20 @@ fn nasty_values_never_panic() {
                 }]),
                 strict_version: true,
                 enabled: Some(false),
+                timeouts: Some(crate::config::raw::RawRouteTimeouts {
+                    request: t(),
+                    attempt: t(),
+                    idle: t(),
+                }),
+                retries: Some(crate::config::raw::RawRouteRetries {
+                    attempts: t(),
+                    on_status: Some(vec![Text(s.into())]),
+                    on_status_idempotent: Some(vec![Text(s.into())]),
+                    budget: t(),
+                }),
+                limits: Some(crate::config::raw::RawRouteLimits {
+                    max_body_bytes: t(),
+                }),
                 rate_limit: Some(s.into()),
             }],
             rate_limits: vec![crate::config::raw::RawRateLimit {

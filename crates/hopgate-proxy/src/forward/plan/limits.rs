@@ -3,9 +3,11 @@
 //! the client sent it.
 //!
 //! Owns the refusal of `TRACE`, the URI, header-count, head-size and
-//! declared body-size limits, and [`content_length`]. Must not touch: the
+//! declared body-size limits, and [`content_length`]. The body limit is a
+//! route's (`routes[].limits.max_body_bytes`, else the global one), so
+//! [`body`] is called once the route is known. Must not touch: the
 //! request (it is only read), bodies as they stream (their limit is
-//! counted by `ProxyBody`), anything after the route.
+//! counted by `ProxyBody`).
 
 use http::header::HeaderMap;
 use http::{Method, Request};
@@ -16,9 +18,8 @@ use hopgate_core::error::ErrorKind;
 use crate::headers::RequestFacts;
 
 /// `TRACE` (it would echo cookies and credentials back: **405**), then
-/// the URI (**414**), the header count and head size (**431**) and a
-/// declared `Content-Length` (**413**, looked up only when the scan saw
-/// one). Allocates nothing.
+/// the URI (**414**), the header count and head size (**431**).
+/// Allocates nothing.
 #[inline]
 pub(super) fn check<B>(
     req: &Request<B>,
@@ -35,16 +36,25 @@ pub(super) fn check<B>(
     if facts.count > limits.max_headers || head_bytes(req, facts) > limits.max_header_bytes {
         return Err(ErrorKind::HeadersTooLarge);
     }
-    if let Some(len) = facts
+    Ok(())
+}
+
+/// A declared `Content-Length` above `max_body` (the route's limit):
+/// **413** (looked up only when the scan saw one).
+#[inline]
+pub(super) fn body<B>(
+    req: &Request<B>,
+    facts: &RequestFacts,
+    max_body: u64,
+) -> Result<(), ErrorKind> {
+    match facts
         .content_length
         .then(|| content_length(req.headers()))
         .flatten()
     {
-        if len > limits.max_body_bytes {
-            return Err(ErrorKind::BodyTooLarge);
-        }
+        Some(len) if len > max_body => Err(ErrorKind::BodyTooLarge),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Size of a request head as sent: request line and `name: value` lines
