@@ -771,6 +771,8 @@ pub struct RouteConfig {
     pub target: Target,
     pub strict_version: bool,
     pub enabled: bool,
+    /// `filters`, compiled ([`crate::filter`]); `None` without filters.
+    pub filters: Option<std::sync::Arc<crate::filter::RouteFilters>>,
 }
 
 #[derive(Clone, Debug, Default)]

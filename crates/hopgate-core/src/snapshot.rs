@@ -74,6 +74,8 @@ pub struct CompiledRoute {
     pub service: usize,
     pub target: CompiledTarget,
     pub strict_version: bool,
+    /// The route's filters ([`crate::filter`]); `None` without any.
+    pub filters: Option<Arc<crate::filter::RouteFilters>>,
     /// Responses and durations; shared with the same route id in the
     /// previous snapshot.
     pub stats: Arc<RouteStats>,

@@ -11,9 +11,14 @@ use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize};
 
 mod discovery;
+mod filters;
 mod proxy_protocol;
 mod tls;
 pub use discovery::{RawDiscovery, RawDnsDiscovery};
+pub use filters::{
+    RawDirectResponse, RawFilter, RawHeaderEdits, RawMirror, RawPathRewrite, RawRedirect,
+    RawUrlRewrite,
+};
 pub use proxy_protocol::RawListenerProxyProtocol;
 pub use tls::{RawCertificate, RawListenerTls, RawUpstreamTls};
 
@@ -367,6 +372,9 @@ pub struct RawRoute {
     pub strict_version: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    /// Applied in the order written (`raw/filters.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<RawFilter>,
 }
 
 /// Match conditions of a rule; every present condition must hold.

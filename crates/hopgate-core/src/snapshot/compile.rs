@@ -54,7 +54,7 @@ impl<U: Default> Snapshot<U> {
             .iter()
             .map(|r| {
                 let stats = prev_route_stats.get(r.id.as_str()).copied();
-                compile_route(r, &services[r.service], stats)
+                compile_route(r, services.get(r.service), stats)
             })
             .collect();
 
@@ -193,11 +193,11 @@ fn compile_group<U>(
     }
 }
 
-/// One route of service `svc`. `stats` are the same route id's in the
-/// previous snapshot, if any.
+/// One route of service `svc` (`None` for a route that answers itself).
+/// `stats` are the same route id's in the previous snapshot, if any.
 fn compile_route<U>(
     r: &RouteConfig,
-    svc: &CompiledService<U>,
+    svc: Option<&CompiledService<U>>,
     stats: Option<&Arc<RouteStats>>,
 ) -> CompiledRoute {
     CompiledRoute {
@@ -205,7 +205,8 @@ fn compile_route<U>(
         id_header: HeaderValue::from_str(&r.id)
             .unwrap_or_else(|_| HeaderValue::from_static("invalid")),
         service: r.service,
-        target: compile_target(&r.target, svc),
+        target: svc.map_or(CompiledTarget::All, |svc| compile_target(&r.target, svc)),
+        filters: r.filters.clone(),
         strict_version: r.strict_version,
         stats: stats.map_or_else(Default::default, Arc::clone),
         fallback_logged_ms: AtomicU64::new(0),

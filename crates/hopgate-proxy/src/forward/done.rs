@@ -60,6 +60,8 @@ pub(super) struct AccessFacts {
     path_end: usize,
     version: Version,
     bytes_in: Option<u64>,
+    /// The path sent upstream, when a route filter rewrote it.
+    pub(super) upstream_path: Option<Box<str>>,
 }
 
 impl AccessFacts {
@@ -107,6 +109,7 @@ impl AccessFacts {
             path_end: host.len() + path.len(),
             version: req.version(),
             bytes_in,
+            upstream_path: None,
         }))
     }
 
@@ -335,6 +338,7 @@ fn log_access(snap: &Snapshot, l: &Inputs<'_>) {
         method: l.method.as_str(),
         host: f.host(),
         path: f.path(),
+        upstream_path: f.upstream_path.as_deref(),
         protocol: protocol(f.version),
         request_id: l.request_id.as_str(),
         rule: route,
