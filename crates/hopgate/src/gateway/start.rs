@@ -146,14 +146,19 @@ fn start_control(
     source: Source,
     config_path: Option<&Path>,
 ) -> anyhow::Result<Arc<Control>> {
-    let control = Control::new(cfg.clone(), source);
-    if let Err(errors) = control.start_tls(config_dir(config_path)) {
+    let files = hopgate_proxy::read_filter_bodies(cfg.clone(), &config_dir(config_path));
+    let control = files.map(|cfg| Control::new(cfg, source));
+    if let Err(errors) = control
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|c| c.start_tls(config_dir(config_path)))
+    {
         for e in &errors {
             eprintln!("config error: {e}");
         }
         anyhow::bail!("the config has {} error(s); not starting", errors.len());
     }
-    Ok(control)
+    control.map_err(|_| anyhow::anyhow!("the config has errors; not starting"))
 }
 
 /// Maintenance intake, its handoff pools sized like the largest idle pool.

@@ -545,3 +545,6 @@ fn named(re: &regex::Regex) -> String {
         format!(" and names {}", names.join(", "))
     }
 }
+
+#[cfg(test)]
+mod tests;
