@@ -19,6 +19,7 @@ mod defaults;
 mod demo;
 mod dns;
 mod errors;
+mod filters;
 mod events_resume;
 mod fleet_etcd;
 mod fleet_redis;
