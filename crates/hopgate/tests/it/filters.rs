@@ -241,3 +241,41 @@ async fn direct_responses_need_no_service_and_bad_reloads_keep_the_running_confi
     let _ = std::fs::remove_file(&page);
     let _ = std::fs::remove_file(&page2);
 }
+
+/// `hopgate validate` on every document of the filter corpus (the one
+/// core's unit test reads): exit 1, the field path and the reason on
+/// stderr. Then a `body_file` that does not exist.
+#[test]
+fn hopgate_validate_names_each_broken_filter() {
+    let corpus = include_str!("../../../hopgate-core/src/config/validate/filters/corpus.yaml");
+    let base = "listeners:\n  - { name: public, address: 127.0.0.1:8080 }\nservices:\n  - name: api\n    nodes:\n      - { id: api-1, address: 127.0.0.1:8081, version: v1 }\n";
+    let mut n = 0;
+    let mut docs: Vec<(String, String)> = corpus
+        .split("\n---\n")
+        .map(|doc| {
+            let head = doc.lines().next().unwrap().trim_start_matches("# ");
+            let (path, needle) = head.split_once(" :: ").unwrap();
+            (format!("{path}: "), format!("{base}{doc}\n# {needle}"))
+        })
+        .collect();
+    docs.push((
+        "routes[0].filters[0].direct_response.body_file: cannot read \"no-such-page.html\"".into(),
+        format!("{base}routes:\n  - id: r\n    match: {{ path_prefix: / }}\n    filters:\n      - direct_response: {{ body_file: no-such-page.html }}\n"),
+    ));
+    for (expect, doc) in docs {
+        let path = temp_path("yaml");
+        std::fs::write(&path, &doc).unwrap();
+        let out = std::process::Command::new(crate::harness::BIN)
+            .arg("validate")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(out.status.code(), Some(1), "must be rejected:\n{doc}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(&expect), "expected {expect:?} in:\n{stderr}");
+        assert!(!stderr.contains("panicked"), "{doc}");
+        n += 1;
+    }
+    assert!(n > 20, "{n} documents");
+}
