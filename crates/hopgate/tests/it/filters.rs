@@ -279,3 +279,52 @@ fn hopgate_validate_names_each_broken_filter() {
     }
     assert!(n > 20, "{n} documents");
 }
+
+/// Retries replay the rewritten request, and a split's every version gets
+/// it: a dead node first in the service (every request that picks it is
+/// retried on another), two nginx versions behind a weighted split.
+#[tokio::test]
+async fn retries_and_splits_send_the_rewritten_request() {
+    let (a, b) = (echo().await, echo().await);
+    let dead = crate::harness::dead_addr();
+    let cfg = format!(
+        "listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\n\
+         services:\n  - name: web\n    nodes:\n      - {{ id: dead, address: \"{dead}\", version: a }}\n      \
+         - {{ id: na, address: \"{}\", version: a }}\n      - {{ id: nb, address: \"{}\", version: b }}\n\
+         routes:\n  - id: api\n    match: {{ path_prefix: /api }}\n    service: web\n    \
+         split: [ {{ version: a, weight: 50 }}, {{ version: b, weight: 50 }} ]\n    filters:\n      \
+         - url_rewrite: {{ path: {{ replace_prefix: /v2 }} }}\n      - request_headers: {{ set: {{ X-A: rewritten }} }}\n",
+        a.addr, b.addr
+    );
+    let gw = Gateway::start(&cfg).await;
+    for i in 0..12 {
+        let (_, body) = fetch(i % 2 == 1, &[], &gw.url(&format!("/api/n{i}?k=v"))).await;
+        assert!(
+            body.starts_with(&format!("uri=/v2/n{i}?k=v host=127.0.0.1 xa=rewritten ")),
+            "request {i}: {body}"
+        );
+    }
+}
+
+/// A WebSocket upgrade gets the request-side filters: its path is
+/// rewritten to the backend's echo endpoint, and the tunnel works.
+#[tokio::test]
+async fn a_websocket_upgrade_is_rewritten() {
+    use futures_util::{SinkExt, StreamExt};
+    let be = crate::harness::Backend::start("ws").await;
+    let cfg = crate::harness::config(
+        &crate::harness::service("web", &[("ws", be.addr, "")]),
+        "  - id: sock\n    match: { path_prefix: /socket }\n    service: web\n    filters:\n      \
+         - url_rewrite: { path: { full: /ws } }\n      - request_headers: { set: { X-A: '1' } }",
+    );
+    let gw = Gateway::start(&cfg).await;
+    let (mut ws, resp) = tokio_tungstenite::connect_async(format!("ws://{}/socket/x", gw.addr))
+        .await
+        .expect("upgrade through the rewritten path");
+    assert_eq!(resp.status(), 101);
+    ws.send(tokio_tungstenite::tungstenite::Message::text("hello"))
+        .await
+        .unwrap();
+    let echoed = ws.next().await.unwrap().unwrap();
+    assert_eq!(echoed.into_text().unwrap().as_str(), "hello");
+}
