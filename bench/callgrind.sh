@@ -24,6 +24,9 @@
 #     code costs more cycles (each I1 miss is an L2 access).
 #   CG_INSTR=on keeps counts per instruction (--dump-instr=yes), for
 #     bench/cg_breadth.py: how much distinct code a request runs.
+#   CG_FILTERS=on requests /f/0 on a route with route filters: three
+#     request header edits (set, add, remove) and a prefix rewrite back to
+#     /0 (routes[].filters), the cost of a route that uses them.
 #   CG_PATH=4k (or 64k) requests a 4 KiB (64 KiB) static file from the
 #     origins (sendfile, as bench/run.sh's origins serve it) instead of
 #     the empty answer at /0.
@@ -79,6 +82,17 @@ services:
 routes:
   - { id: all, match: { path_prefix: / }, service: origin }
 Y
+if [[ ${CG_FILTERS:-off} == on ]]; then
+  cat >> "$D/hopgate.yaml" <<'Y'
+  - id: filtered
+    match: { path_prefix: /f }
+    service: origin
+    filters:
+      - request_headers: { set: { X-A: "1" }, add: { X-B: "${route_id}" }, remove: [X-C] }
+      - url_rewrite: { path: { replace_prefix: / } }
+Y
+  URL_PATH=f/$URL_PATH
+fi
 case ${CG_OTLP:-off} in
   on|unsampled)
     RATIO=1; [[ $CG_OTLP == unsampled ]] && RATIO=0
@@ -176,7 +190,7 @@ sleep 1
 REQS=$(grep -oE '^ *[0-9]+ requests' "$D/wrk.txt" | awk '{print $1}')
 F=$(ls -t "$D"/cg.out* | grep -v '^$' | head -1)
 IR=$(grep -E '^(summary|totals):' "$F" | head -1 | awk '{print $2}')
-echo "$LABEL proxy=${CG_PROXY:-hopgate} path=/$URL_PATH conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
+echo "$LABEL proxy=${CG_PROXY:-hopgate} path=/$URL_PATH conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} filters=${CG_FILTERS:-off} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
 if [[ ${CG_CACHE:-off} == on ]]; then
   python3 - "$F" "$REQS" <<'PY'
 import sys
