@@ -28,7 +28,10 @@ pub fn read_filter_bodies(mut config: Config, base: &Path) -> Result<Config, Vec
         match read(&base.join(file)) {
             Ok(body) => route.filters = Some(Arc::new(f.with_body(body.into()))),
             Err(why) => errors.push(ConfigError::new(
-                format!("routes[{i}].filters[{}].direct_response.body_file", local_at(&config.raw.routes[i])),
+                format!(
+                    "routes[{i}].filters[{}].direct_response.body_file",
+                    local_at(&config.raw.routes[i])
+                ),
                 format!("cannot read {file:?}: {why}"),
             )),
         }

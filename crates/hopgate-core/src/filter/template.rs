@@ -214,7 +214,10 @@ mod tests {
             let t = Template::parse(text).unwrap();
             assert_eq!(t.expand(&vars()).unwrap(), want, "{text}");
         }
-        assert!(matches!(Template::parse("a$$").unwrap(), Template::Fixed(_)));
+        assert!(matches!(
+            Template::parse("a$$").unwrap(),
+            Template::Fixed(_)
+        ));
     }
 
     #[test]

@@ -57,10 +57,7 @@ fn redirect_locations() {
     );
     let mut moved = r(None, None, None, 302);
     moved.path = Some(PathRewrite::replace_prefix("/old", "/new"));
-    assert_eq!(
-        moved.location(true, "h", "/old/x", None),
-        "https://h/new/x"
-    );
+    assert_eq!(moved.location(true, "h", "/old/x", None), "https://h/new/x");
 }
 
 #[test]
@@ -86,6 +83,9 @@ fn header_edits_set_add_remove() {
     };
     edits.apply(&mut h, &vars);
     assert_eq!(h.get_all("x-a").iter().collect::<Vec<_>>(), ["1"]);
-    assert_eq!(h.get_all("x-b").iter().collect::<Vec<_>>(), ["first", "web"]);
+    assert_eq!(
+        h.get_all("x-b").iter().collect::<Vec<_>>(),
+        ["first", "web"]
+    );
     assert!(h.get("server").is_none());
 }

@@ -95,17 +95,25 @@ async fn each_filter_kind_over_http1_and_h2c() {
         let proto = if h2 { "h2c" } else { "HTTP/1.1" };
         // Without filters: what nginx saw, its own headers back.
         let (head, body) = fetch(h2, &["-H", "X-C: c"], &gw.url("/plain?q=1")).await;
-        assert!(body.starts_with("uri=/plain?q=1 host=127.0.0.1 xa= xb= xc=c "), "{proto}: {body}");
+        assert!(
+            body.starts_with("uri=/plain?q=1 host=127.0.0.1 xa= xb= xc=c "),
+            "{proto}: {body}"
+        );
         assert!(head.contains("\nserver: nginx"), "{proto}: {head}");
         assert!(head.contains("\nx-internal: secret"), "{proto}: {head}");
 
         // Request and response header edits, with variables.
         let (head, body) = fetch(h2, &["-H", "X-C: c"], &gw.url("/hdr/x")).await;
         assert!(
-            body.starts_with("uri=/hdr/x host=127.0.0.1 xa=1 xb=hdr xc= client=ip=127.0.0.1 fhost= fprefix="),
+            body.starts_with(
+                "uri=/hdr/x host=127.0.0.1 xa=1 xb=hdr xc= client=ip=127.0.0.1 fhost= fprefix="
+            ),
             "{proto}: {body}"
         );
-        assert!(head.contains("\nstrict-transport-security: max-age=63072000"), "{proto}: {head}");
+        assert!(
+            head.contains("\nstrict-transport-security: max-age=63072000"),
+            "{proto}: {head}"
+        );
         assert!(head.contains("\nx-route: hdr"), "{proto}: {head}");
         assert!(!head.contains("\nserver:"), "{proto}: {head}");
         assert!(!head.contains("\nx-internal:"), "{proto}: {head}");
@@ -120,27 +128,46 @@ async fn each_filter_kind_over_http1_and_h2c() {
             "{proto}: {body}"
         );
         let (_, body) = fetch(h2, &[], &gw.url("/api")).await;
-        assert!(body.starts_with("uri=/ host=app.internal"), "{proto}: {body}");
+        assert!(
+            body.starts_with("uri=/ host=app.internal"),
+            "{proto}: {body}"
+        );
 
         // A regex with a named and a numbered capture.
         let (_, body) = fetch(h2, &[], &gw.url("/re/aa/b/c?z")).await;
-        assert!(body.starts_with("uri=/x/b/c/aa?z host=127.0.0.1"), "{proto}: {body}");
+        assert!(
+            body.starts_with("uri=/x/b/c/aa?z host=127.0.0.1"),
+            "{proto}: {body}"
+        );
 
         // Filters run in the order written: set, remove, add; then two
         // rewrites, the second seeing the first's path.
         let (_, body) = fetch(h2, &["-H", "X-A: client"], &gw.url("/order/p")).await;
-        assert!(body.starts_with("uri=/v2/p host=127.0.0.1 xa=three "), "{proto}: {body}");
+        assert!(
+            body.starts_with("uri=/v2/p host=127.0.0.1 xa=three "),
+            "{proto}: {body}"
+        );
 
         // Redirects, as curl sees them.
         let loc = curl_redirect(h2, &gw.url("/old/x?q=1")).await;
         assert_eq!(loc, "301 https://127.0.0.1/old/x?q=1", "{proto}");
         let loc = curl_redirect(h2, &gw.url("/moved/x?q=1")).await;
-        assert_eq!(loc, format!("308 http://127.0.0.1:{port}/new/x?q=1"), "{proto}");
+        assert_eq!(
+            loc,
+            format!("308 http://127.0.0.1:{port}/new/x?q=1"),
+            "{proto}"
+        );
 
         // A direct response, no service behind it.
         let (head, body) = fetch(h2, &[], &gw.url("/maint/anything")).await;
-        assert!(head.starts_with("http/1.1 503") || head.starts_with("http/2 503"), "{proto}: {head}");
-        assert!(head.contains("\ncontent-type: text/html"), "{proto}: {head}");
+        assert!(
+            head.starts_with("http/1.1 503") || head.starts_with("http/2 503"),
+            "{proto}: {head}"
+        );
+        assert!(
+            head.contains("\ncontent-type: text/html"),
+            "{proto}: {head}"
+        );
         assert!(head.contains("\nretry-after: 120"), "{proto}: {head}");
         assert_eq!(body, "<h1>maintenance</h1>", "{proto}");
     }
@@ -154,7 +181,10 @@ async fn each_filter_kind_over_http1_and_h2c() {
         .find(|l| l.contains("path=\"/api/users\""))
         .unwrap_or_else(|| panic!("no access line for /api/users:\n{logs}"));
     assert!(line.contains("upstream_path=\"/users\""), "{line}");
-    let plain = logs.lines().find(|l| l.contains("path=\"/plain\"")).unwrap();
+    let plain = logs
+        .lines()
+        .find(|l| l.contains("path=\"/plain\""))
+        .unwrap();
     assert!(!plain.contains("upstream_path"), "{plain}");
 }
 
@@ -197,7 +227,10 @@ async fn direct_responses_need_no_service_and_bad_reloads_keep_the_running_confi
     let c = client();
     let broken = [
         (
-            doc(&page.display().to_string(), "      - request_headers: { set: { X-A: '1' } }\n"),
+            doc(
+                &page.display().to_string(),
+                "      - request_headers: { set: { X-A: '1' } }\n",
+            ),
             "routes[0].filters[1].request_headers: never runs",
         ),
         (
@@ -219,8 +252,12 @@ async fn direct_responses_need_no_service_and_bad_reloads_keep_the_running_confi
         assert_eq!(r.status(), 400, "{expect}");
         let v: serde_json::Value = r.json().await.unwrap();
         let named = v["errors"].as_array().unwrap().iter().any(|e| {
-            format!("{}: {}", e["path"].as_str().unwrap(), e["message"].as_str().unwrap())
-                .contains(expect)
+            format!(
+                "{}: {}",
+                e["path"].as_str().unwrap(),
+                e["message"].as_str().unwrap()
+            )
+            .contains(expect)
         });
         assert!(named, "{expect:?} not in {v}");
         let (_, body) = fetch(false, &[], &gw.url("/page")).await;
@@ -273,7 +310,10 @@ fn hopgate_validate_names_each_broken_filter() {
         let _ = std::fs::remove_file(&path);
         assert_eq!(out.status.code(), Some(1), "must be rejected:\n{doc}");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(&expect), "expected {expect:?} in:\n{stderr}");
+        assert!(
+            stderr.contains(&expect),
+            "expected {expect:?} in:\n{stderr}"
+        );
         assert!(!stderr.contains("panicked"), "{doc}");
         n += 1;
     }

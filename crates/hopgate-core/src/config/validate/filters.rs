@@ -65,13 +65,6 @@ enum Side {
 /// gone by the time its answer arrives).
 const RESPONSE_VARS: [Var; 2] = [Var::RouteId, Var::Scheme];
 
-/// True when the route's filters end in a local answer, as written.
-pub(super) fn answers_locally(r: &RawRoute) -> bool {
-    r.filters
-        .iter()
-        .any(|f| f.redirect.is_some() || f.direct_response.is_some())
-}
-
 impl Validator {
     /// `routes[i].filters` (`p` is `routes[i]`): the compiled program, or
     /// `None` for a route without filters (or with errors, reported).
@@ -153,7 +146,14 @@ impl Validator {
         }
     }
 
-    fn filter(&mut self, fp: &str, kind: &str, f: &RawFilter, r: &RawRoute, out: &mut RouteFilters) {
+    fn filter(
+        &mut self,
+        fp: &str,
+        kind: &str,
+        f: &RawFilter,
+        r: &RawRoute,
+        out: &mut RouteFilters,
+    ) {
         let kp = format!("{fp}.{kind}");
         match kind {
             "request_headers" => {
@@ -169,7 +169,11 @@ impl Validator {
                 }
             }
             "url_rewrite" => {
-                if let Some(rw) = f.url_rewrite.as_ref().and_then(|u| self.url_rewrite(&kp, u, r)) {
+                if let Some(rw) = f
+                    .url_rewrite
+                    .as_ref()
+                    .and_then(|u| self.url_rewrite(&kp, u, r))
+                {
                     out.request.push(RequestStep::Rewrite(rw));
                 }
             }
@@ -336,12 +340,18 @@ impl Validator {
         }
         let re = raw.regex.as_deref().unwrap_or_default();
         if !regex_ok {
-            self.err(format!("{p}.regex"), "a redirect's path takes replace_prefix or full");
+            self.err(
+                format!("{p}.regex"),
+                "a redirect's path takes replace_prefix or full",
+            );
             return None;
         }
         let re = self.check(format!("{p}.regex"), compile_regex(re))?;
         let Some(replace) = &raw.replace else {
-            self.err(format!("{p}.replace"), "required with regex, like \"/b/$1\"");
+            self.err(
+                format!("{p}.replace"),
+                "required with regex, like \"/b/$1\"",
+            );
             return None;
         };
         self.check(format!("{p}.replace"), check_captures(&re, replace))?;
@@ -358,7 +368,10 @@ impl Validator {
             Some("https") => Some(true),
             Some("http") => Some(false),
             Some(s) => {
-                self.err(format!("{p}.scheme"), format!("{s:?}: expected http or https"));
+                self.err(
+                    format!("{p}.scheme"),
+                    format!("{s:?}: expected http or https"),
+                );
                 None
             }
         };
@@ -447,7 +460,8 @@ fn forbidden(n: &HeaderName, side: Side) -> Option<&'static str> {
 /// application/grpc...`).
 fn grpc_route(r: &RawRoute) -> bool {
     r.matches.headers.iter().any(|(k, v)| {
-        k.eq_ignore_ascii_case("content-type") && v.to_ascii_lowercase().starts_with("application/grpc")
+        k.eq_ignore_ascii_case("content-type")
+            && v.to_ascii_lowercase().starts_with("application/grpc")
     })
 }
 
@@ -475,7 +489,9 @@ fn check_host(h: &str) -> Result<String, String> {
 
 /// A host with an optional port, usable as `Host` and `:authority`.
 fn check_authority(h: &str) -> Result<HeaderValue, String> {
-    let bad = || format!("invalid host {h:?}: expected a name or address like \"app.internal\" or \"app.internal:8080\"");
+    let bad = || {
+        format!("invalid host {h:?}: expected a name or address like \"app.internal\" or \"app.internal:8080\"")
+    };
     if h.is_empty() || h.contains(['/', '@', '?', '#', ' ']) {
         return Err(bad());
     }
@@ -502,7 +518,11 @@ pub(crate) fn check_captures(re: &regex::Regex, replace: &str) -> Result<(), Str
         } else if let Some(inner) = rest.strip_prefix('{') {
             match inner.find('}') {
                 Some(end) => (&inner[..end], end + 2),
-                None => return Err(format!("{replace:?}: unclosed ${{ (write ${{1}} or ${{name}})")),
+                None => {
+                    return Err(format!(
+                        "{replace:?}: unclosed ${{ (write ${{1}} or ${{name}})"
+                    ))
+                }
             }
         } else {
             let n = rest
@@ -521,7 +541,9 @@ pub(crate) fn check_captures(re: &regex::Regex, replace: &str) -> Result<(), Str
             Err(_) => re.capture_names().flatten().any(|c| c == name),
         };
         if !exists {
-            let hint = if name.bytes().next().is_some_and(|c| c.is_ascii_digit()) && name.parse::<usize>().is_err() {
+            let hint = if name.bytes().next().is_some_and(|c| c.is_ascii_digit())
+                && name.parse::<usize>().is_err()
+            {
                 " (a name right after a number: write ${1}a, not $1a)"
             } else {
                 ""

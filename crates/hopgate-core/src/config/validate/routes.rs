@@ -9,7 +9,6 @@ use std::net::Ipv6Addr;
 use regex::Regex;
 
 use super::edge::parse_cidr;
-use super::filters;
 use super::values::{
     check_route_id, closest, int_in, parse_header_name, parse_header_value, parse_method, to_u32,
 };
@@ -68,7 +67,11 @@ impl Validator {
         let matcher = self.matcher(&format!("{p}.match"), &r.matches);
 
         let filters = self.filters(p, r);
-        let local = filters::answers_locally(r);
+        // It answers itself (a redirect or direct response): no service.
+        let local = r
+            .filters
+            .iter()
+            .any(|f| f.redirect.is_some() || f.direct_response.is_some());
         let service = if r.service.is_empty() && local {
             None
         } else if r.service.is_empty() {
@@ -103,7 +106,11 @@ impl Validator {
         });
 
         if r.service.is_empty() && local && (r.version.is_some() || r.split.is_some()) {
-            let field = if r.version.is_some() { "version" } else { "split" };
+            let field = if r.version.is_some() {
+                "version"
+            } else {
+                "split"
+            };
             self.err(
                 format!("{p}.{field}"),
                 "needs a service: this route answers itself (redirect or direct_response)",

@@ -69,7 +69,11 @@ pub(super) fn route<B>(
         return Err(ErrorKind::NoRoute);
     };
     out.route = Some(route);
-    if snap.routes[route].filters.as_ref().is_some_and(|f| f.is_local()) {
+    if snap.routes[route]
+        .filters
+        .as_ref()
+        .is_some_and(|f| f.is_local())
+    {
         return Ok(None);
     }
     let selection = snap.select(route, fastrand::u32(..), now);

@@ -110,5 +110,8 @@ routes:
     let c = load(doc, Format::Yaml).unwrap_or_else(|e| panic!("{e:?}"));
     let registry = crate::node::NodeRegistry::default();
     let snap = crate::snapshot::Snapshot::<()>::compile(std::sync::Arc::new(c), 1, &registry, None);
-    assert!(snap.routes[0].filters.as_ref().is_some_and(|f| f.is_local()));
+    assert!(snap.routes[0]
+        .filters
+        .as_ref()
+        .is_some_and(|f| f.is_local()));
 }
