@@ -381,6 +381,7 @@ mod tests {
             path_end: host.len() + path.len(),
             version: Version::HTTP_11,
             bytes_in: None,
+            upstream_path: None,
         };
         assert_eq!((f.host(), f.path(), f.user_agent()), (host, path, ua));
     }
