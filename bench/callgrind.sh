@@ -28,6 +28,9 @@
 #     client address (rate_limits[], a rate no request reaches: every
 #     request pays the check and passes); CG_RATE_LIMIT=in_flight adds
 #     max_in_flight (the per-key count and its guard); default off.
+#   CG_FILTERS=on requests /f/0 on a route with route filters: three
+#     request header edits (set, add, remove) and a prefix rewrite back to
+#     /0 (routes[].filters), the cost of a route that uses them.
 #   CG_PATH=4k (or 64k) requests a 4 KiB (64 KiB) static file from the
 #     origins (sendfile, as bench/run.sh's origins serve it) instead of
 #     the empty answer at /0.
@@ -87,6 +90,17 @@ case ${CG_RATE_LIMIT:-off} in
   on) printf 'rate_limits:\n  - { name: bench, key: [client_ip], rate: 1000000/s, burst: 1000000 }\n' >> "$D/hopgate.yaml" ;;
   in_flight) printf 'rate_limits:\n  - { name: bench, key: [client_ip], rate: 1000000/s, burst: 1000000, max_in_flight: 1000 }\n' >> "$D/hopgate.yaml" ;;
 esac
+if [[ ${CG_FILTERS:-off} == on ]]; then
+  cat >> "$D/hopgate.yaml" <<'Y'
+  - id: filtered
+    match: { path_prefix: /f }
+    service: origin
+    filters:
+      - request_headers: { set: { X-A: "1" }, add: { X-B: "${route_id}" }, remove: [X-C] }
+      - url_rewrite: { path: { replace_prefix: / } }
+Y
+  URL_PATH=f/$URL_PATH
+fi
 case ${CG_OTLP:-off} in
   on|unsampled)
     RATIO=1; [[ $CG_OTLP == unsampled ]] && RATIO=0
@@ -184,7 +198,7 @@ sleep 1
 REQS=$(grep -oE '^ *[0-9]+ requests' "$D/wrk.txt" | awk '{print $1}')
 F=$(ls -t "$D"/cg.out* | grep -v '^$' | head -1)
 IR=$(grep -E '^(summary|totals):' "$F" | head -1 | awk '{print $2}')
-echo "$LABEL proxy=${CG_PROXY:-hopgate} path=/$URL_PATH conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} rate_limit=${CG_RATE_LIMIT:-off} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
+echo "$LABEL proxy=${CG_PROXY:-hopgate} path=/$URL_PATH conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} rate_limit=${CG_RATE_LIMIT:-off} filters=${CG_FILTERS:-off} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
 if [[ ${CG_CACHE:-off} == on ]]; then
   python3 - "$F" "$REQS" <<'PY'
 import sys

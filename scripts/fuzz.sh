@@ -6,7 +6,8 @@
 # lets the stable toolchain take them, so no second toolchain is needed.
 # Every target in fuzz/Cargo.toml runs (config, route, token, headers,
 # maintenance, h1: the HTTP/1.1 head parsers and the chunked decoder,
-# traceparent: the W3C trace context parser).
+# traceparent: the W3C trace context parser; filters: header value
+# templates, path rewrites and redirect locations).
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 

@@ -446,6 +446,13 @@ impl Control {
         }
     }
 
+    /// `config` with the files its route filters name read (from the
+    /// config file's directory).
+    pub(crate) fn read_files(&self, config: Config) -> Result<Config, Vec<ConfigError>> {
+        let base = self.tls_base.lock().clone();
+        hopgate_proxy::read_filter_bodies(config, &base)
+    }
+
     pub(crate) fn load_tls(&self, config: &Config) -> Result<TlsMaterial, Vec<ConfigError>> {
         let base = self.tls_base.lock().clone();
         TlsMaterial::load(config, &base)
@@ -469,7 +476,8 @@ impl Control {
         // DNS discovery's resolved nodes go into every document applied.
         let result = self
             .with_dns_nodes(result)
-            .and_then(|c| self.fits_fd_limit(c));
+            .and_then(|c| self.fits_fd_limit(c))
+            .and_then(|c| self.read_files(c));
         // The TLS files are read with every apply (a SIGHUP re-reads
         // rotated certificates); a bad one refuses the config.
         let loaded = result.and_then(|c| self.load_tls(&c).map(|m| (c, m)));

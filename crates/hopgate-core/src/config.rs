@@ -781,6 +781,8 @@ pub struct RouteConfig {
     pub policy: route_policy::RoutePolicy,
     /// Index into [`Config::rate_limits`].
     pub rate_limit: Option<usize>,
+    /// `filters`, compiled ([`crate::filter`]); `None` without filters.
+    pub filters: Option<std::sync::Arc<crate::filter::RouteFilters>>,
 }
 
 #[derive(Clone, Debug, Default)]

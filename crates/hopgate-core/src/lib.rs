@@ -14,6 +14,7 @@ pub mod access;
 pub mod balance;
 pub mod config;
 pub mod error;
+pub mod filter;
 pub mod limit;
 pub mod maintenance;
 pub mod node;

@@ -90,6 +90,8 @@ pub struct CompiledRoute {
     /// `routes[].rate_limit`: the policy's limiter (one of
     /// [`Snapshot::limiters`]).
     pub rate_limit: Option<Arc<RateLimiter>>,
+    /// The route's filters ([`crate::filter`]); `None` without any.
+    pub filters: Option<Arc<crate::filter::RouteFilters>>,
     /// Responses and durations; shared with the same route id in the
     /// previous snapshot.
     pub stats: Arc<RouteStats>,

@@ -82,6 +82,8 @@ pub(crate) struct Line<'a> {
     pub method: &'a str,
     pub host: &'a str,
     pub path: &'a str,
+    /// The path sent upstream, when a route filter rewrote it.
+    pub upstream_path: Option<&'a str>,
     /// Made by the gateway.
     pub protocol: &'a str,
     /// Made by the gateway, or a client's id it checked (letters, digits,
@@ -238,6 +240,7 @@ gaps! {
     method:     b" method=",         b"\",\"method\":\"";
     host:       b" host=\"",         b"\",\"host\":\"";
     path:       b"\" path=\"",       b"\",\"path\":\"";
+    upstream_path: b"\" upstream_path=\"", b"\",\"upstream_path\":\"";
     protocol:   b"\" protocol=\"",   b"\",\"protocol\":\"";
     request_id: b"\" request_id=\"", b"\",\"request_id\":\"";
     rule:       b"\" rule=\"",       b"\",\"rule\":\"";
@@ -330,6 +333,10 @@ fn write_line<F: Format>(out: &mut Vec<u8>, clock: &mut Clock, l: &Line<'_>) {
     F::push_str(out, l.host);
     out.extend_from_slice(g.path);
     F::push_str(out, l.path);
+    if let Some(p) = l.upstream_path {
+        out.extend_from_slice(g.upstream_path);
+        F::push_str(out, p);
+    }
     out.extend_from_slice(g.protocol);
     out.extend_from_slice(trusted(l.protocol));
     out.extend_from_slice(g.request_id);
@@ -438,6 +445,7 @@ mod tests {
             method: "GET",
             host: "shop.example",
             path: "/cart",
+            upstream_path: None,
             protocol: "HTTP/1.1",
             request_id: "bced105b0b0786900000000000000005",
             rule: "default",

@@ -56,6 +56,7 @@ mod answer;
 mod attempt;
 mod done;
 mod failure;
+mod filters;
 mod grpc;
 mod logged;
 mod plan;
@@ -366,10 +367,18 @@ impl ClientConn {
                 if let RequestId::Made(id) = done.request_id {
                     plan.set.request_id = Some(id);
                 }
+                if let Some(f) = filters::of(&snap, plan.flight.route) {
+                    let access = done.access.as_deref_mut();
+                    filters::on_request(f, &snap, &mut plan, self, &done.request_id, access);
+                }
                 let (trip, fetch, request, body) = Trip::new(plan, facts.grpc, done);
                 Ok(Begun(snap, trip, fetch, request, body))
             }
-            Err(kind) => Err(done.finish(&snap, self, Err(kind))),
+            Err(plan::Stop::Refused(kind)) => Err(done.finish(&snap, self, Err(kind))),
+            Err(plan::Stop::Local(route, req)) => {
+                let resp = filters::local_answer(&snap, route, &req, self, &done.request_id);
+                Err(done.finish(&snap, self, Ok(resp)))
+            }
         }
     }
 }

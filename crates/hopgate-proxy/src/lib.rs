@@ -27,6 +27,7 @@ mod body;
 mod canary;
 mod client_io;
 mod events;
+mod filter_files;
 mod forward;
 // The codec, header scans, session identification and trace-context
 // parser are public only for the fuzz targets (`--features fuzzing`,
@@ -67,6 +68,7 @@ mod upstream;
 pub use access_log::{set_json as set_access_log_json, set_sink as set_access_log_sink};
 pub use canary::{CanaryArm, CanaryCell, CanarySlot, SideCounts, SideStats};
 pub use client_io::ClientIo;
+pub use filter_files::read_filter_bodies;
 pub use forward::{Forwarder, RequestCtx};
 pub use handover::begin_handover;
 pub use listener::{serve_listener, ListenerCtx, ListenerSettings};

@@ -340,6 +340,9 @@ fn validate(file: &Path) -> ExitCode {
         Some(_) => config::fleet::check_bootstrap(&cfg.raw).map(|()| cfg),
         None => Ok(cfg),
     });
+    // The files route filters name (`direct_response.body_file`).
+    let loaded = loaded
+        .and_then(|cfg| hopgate_proxy::read_filter_bodies(cfg, &gateway::config_dir(Some(file))));
     // The certificate, key and CA files the `tls` blocks name.
     let loaded = loaded.and_then(|cfg| {
         hopgate_proxy::TlsMaterial::load(&cfg, &gateway::config_dir(Some(file))).map(|_| cfg)

@@ -292,6 +292,7 @@ pub(crate) fn start_with(
     let source = format!("canary:{percent}%");
     let config = control
         .with_dns_nodes(load(control))
+        .and_then(|c| control.read_files(c))
         .map_err(|e| control.rejected(e, &source))?;
     // Its services' upstream TLS files are read like an apply reads them
     // (the listeners keep the running config's certificates while baking).

@@ -11,11 +11,16 @@ use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize};
 
 mod discovery;
+mod filters;
 mod proxy_protocol;
 mod rate_limits;
 mod route_policy;
 mod tls;
 pub use discovery::{RawDiscovery, RawDnsDiscovery};
+pub use filters::{
+    RawDirectResponse, RawFilter, RawHeaderEdits, RawMirror, RawPathRewrite, RawRedirect,
+    RawUrlRewrite,
+};
 pub use proxy_protocol::RawListenerProxyProtocol;
 pub use rate_limits::{RawLimitKey, RawRateLimit};
 pub use route_policy::{RawRouteLimits, RawRouteRetries, RawRouteTimeouts};
@@ -386,6 +391,9 @@ pub struct RawRoute {
     /// The `rate_limits[]` policy this route's requests pass through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<String>,
+    /// Applied in the order written (`raw/filters.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<RawFilter>,
 }
 
 /// Match conditions of a rule; every present condition must hold.

@@ -102,9 +102,10 @@ pub struct EffectivePolicy {
 impl EffectivePolicy {
     /// Resolves `route` (the policy route `routes[i]` sets) against its
     /// service and the global sections, in the order of the module's table.
-    pub fn resolve(route: &RoutePolicy, service: &ServiceConfig, config: &Config) -> Self {
+    pub fn resolve(route: &RoutePolicy, service: Option<&ServiceConfig>, config: &Config) -> Self {
         let attempt_set = route.attempt.or(route.request);
-        let svc = service.retry_on;
+        // A route that answers itself has no service: no statuses to inherit.
+        let svc = service.map(|s| s.retry_on).unwrap_or_default();
         EffectivePolicy {
             attempt: attempt_set.unwrap_or(config.timeouts.request),
             request: route.request,
@@ -162,7 +163,7 @@ routes:
     fn effective(route: &str) -> EffectivePolicy {
         let c = config(&format!("{BASE}{route}"));
         let r = &c.routes[0];
-        EffectivePolicy::resolve(&r.policy, &c.services[r.service], &c)
+        EffectivePolicy::resolve(&r.policy, c.services.get(r.service), &c)
     }
 
     /// A route without policy inherits every value, from the service for

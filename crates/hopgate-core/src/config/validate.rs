@@ -26,6 +26,7 @@ mod access_log;
 mod canary;
 mod discovery;
 mod edge;
+mod filters;
 mod http1;
 mod maintenance_guard;
 mod pool_limits;

@@ -61,9 +61,9 @@ impl<U: Default> Snapshot<U> {
             .map(|r| {
                 let stats = prev_route_stats.get(r.id.as_str()).copied();
                 let policy =
-                    EffectivePolicy::resolve(&r.policy, &config.services[r.service], &config);
+                    EffectivePolicy::resolve(&r.policy, config.services.get(r.service), &config);
                 let limiter = r.rate_limit.and_then(|i| limiters.get(i)).cloned();
-                compile_route(r, &services[r.service], policy, stats, limiter)
+                compile_route(r, services.get(r.service), policy, stats, limiter)
             })
             .collect();
 
@@ -227,11 +227,12 @@ fn compile_group<U>(
     }
 }
 
-/// One route of service `svc`, with its resolved `policy`. `stats` are
-/// the same route id's in the previous snapshot, if any.
+/// One route of service `svc` (`None` for a route that answers itself),
+/// with its resolved `policy`. `stats` are the same route id's in the
+/// previous snapshot, if any.
 fn compile_route<U>(
     r: &RouteConfig,
-    svc: &CompiledService<U>,
+    svc: Option<&CompiledService<U>>,
     policy: EffectivePolicy,
     stats: Option<&Arc<RouteStats>>,
     rate_limit: Option<Arc<RateLimiter>>,
@@ -241,7 +242,8 @@ fn compile_route<U>(
         id_header: HeaderValue::from_str(&r.id)
             .unwrap_or_else(|_| HeaderValue::from_static("invalid")),
         service: r.service,
-        target: compile_target(&r.target, svc),
+        target: svc.map_or(CompiledTarget::All, |svc| compile_target(&r.target, svc)),
+        filters: r.filters.clone(),
         strict_version: r.strict_version,
         policy,
         rate_limit,

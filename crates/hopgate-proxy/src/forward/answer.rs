@@ -57,6 +57,7 @@ pub(super) fn answer(
     let (svc, node) = (at.svc, at.node);
     let status = resp.status().as_u16();
     observe(at, status);
+    let edits = super::filters::of(req.snap, flight.route).filter(|f| !f.response.is_empty());
     // A head kept raw stays so only when nothing below has to change it.
     if let Some(raw) = resp.body().raw_head() {
         let taken: [&[u8]; 3] = [
@@ -64,7 +65,7 @@ pub(super) fn answer(
             X_ROUTE_RULE_ID.as_str().as_bytes(),
             X_UPSTREAM_ADDR.as_str().as_bytes(),
         ];
-        if status == 101 || !passes_raw(raw.lines(), &taken) {
+        if status == 101 || edits.is_some() || !passes_raw(raw.lines(), &taken) {
             materialize(&mut resp);
         }
     }
@@ -77,6 +78,10 @@ pub(super) fn answer(
     let on_upstream =
         (status == 101 && upgrade.is_some()).then(|| tunnel::upstream_upgrade(&mut resp));
     strip_response(resp.headers_mut(), &rf);
+    if let Some(f) = edits {
+        let id = &req.snap.routes[flight.route].id;
+        super::filters::on_response(f, resp.headers_mut(), id, flight.https);
+    }
     out.hopped = hop.is_some_and(|h| *h.from != *node.id) && status < 500;
     session_step(resp.headers_mut(), req, at, hop, (status, rf.context()));
     out.status = status;

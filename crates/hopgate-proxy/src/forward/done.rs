@@ -62,6 +62,8 @@ pub(super) struct AccessFacts {
     path_end: usize,
     version: Version,
     bytes_in: Option<u64>,
+    /// The path sent upstream, when a route filter rewrote it.
+    pub(super) upstream_path: Option<Box<str>>,
 }
 
 impl AccessFacts {
@@ -109,6 +111,7 @@ impl AccessFacts {
             path_end: host.len() + path.len(),
             version: req.version(),
             bytes_in,
+            upstream_path: None,
         }))
     }
 
@@ -356,6 +359,7 @@ fn log_access(snap: &Snapshot, l: &Inputs<'_>) {
         method: l.method.as_str(),
         host: f.host(),
         path: f.path(),
+        upstream_path: f.upstream_path.as_deref(),
         protocol: protocol(f.version),
         request_id: l.request_id.as_str(),
         rule: route,
@@ -398,6 +402,7 @@ mod tests {
             path_end: host.len() + path.len(),
             version: Version::HTTP_11,
             bytes_in: None,
+            upstream_path: None,
         };
         assert_eq!((f.host(), f.path(), f.user_agent()), (host, path, ua));
     }

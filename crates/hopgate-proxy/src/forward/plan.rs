@@ -109,6 +109,21 @@ pub(super) struct Arrival {
     pub(super) body: RequestBody,
 }
 
+/// Why [`Forwarder::plan`] stops before any attempt.
+pub(super) enum Stop {
+    /// Turned away with an error.
+    Refused(ErrorKind),
+    /// Route `.0` answers itself (a filter's redirect or direct response):
+    /// the request's head is handed back for the answer.
+    Local(usize, Box<Request<ProxyBody>>),
+}
+
+impl From<ErrorKind> for Stop {
+    fn from(kind: ErrorKind) -> Stop {
+        Stop::Refused(kind)
+    }
+}
+
 /// What [`Forwarder::plan`] decided.
 pub(super) struct Plan {
     /// The shared store's answer for a known session this replica holds no
@@ -148,7 +163,7 @@ impl Forwarder {
         facts: &RequestFacts,
         arrival: Arrival,
         out: &mut Outcome,
-    ) -> Result<Plan, ErrorKind> {
+    ) -> Result<Plan, Stop> {
         let Arrival {
             started,
             known,
@@ -158,11 +173,13 @@ impl Forwarder {
         // Phase 5: the client's address, and the access lists.
         let client_ip = snap.access.client_ip(conn.peer.ip(), req.headers());
         if !snap.access.permits(client_ip) {
-            return Err(ErrorKind::Forbidden);
+            return Err(Stop::Refused(ErrorKind::Forbidden));
         }
         let now = ms_at(started);
         let normalize = conn.ctx.normalize_path;
-        let routed = route::route(snap, &req, facts, normalize, client_ip, now, out)?;
+        let Some(routed) = route::route(snap, &req, facts, normalize, client_ip, now, out)? else {
+            return Err(Stop::Local(out.route.unwrap_or_default(), req));
+        };
         // The declared body against the route's limit (its own, or the
         // global one it inherits).
         limits::body(&req, facts, snap.routes[routed.route].policy.max_body_bytes)?;

@@ -159,17 +159,22 @@ fn start_control(
     resume: Option<Resume>,
     config_path: Option<&Path>,
 ) -> anyhow::Result<Arc<Control>> {
-    let control = match resume {
-        Some(r) => Control::resume(cfg.clone(), &r.carried, r.fresh),
-        None => Control::new(cfg.clone(), source),
-    };
-    if let Err(errors) = control.start_tls(config_dir(config_path)) {
+    let files = hopgate_proxy::read_filter_bodies(cfg.clone(), &config_dir(config_path));
+    let control = files.map(|cfg| match resume {
+        Some(r) => Control::resume(cfg, &r.carried, r.fresh),
+        None => Control::new(cfg, source),
+    });
+    if let Err(errors) = control
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|c| c.start_tls(config_dir(config_path)))
+    {
         for e in &errors {
             eprintln!("config error: {e}");
         }
         anyhow::bail!("the config has {} error(s); not starting", errors.len());
     }
-    Ok(control)
+    control.map_err(|_| anyhow::anyhow!("the config has errors; not starting"))
 }
 
 /// Maintenance intake, its handoff pools sized like the largest idle pool.

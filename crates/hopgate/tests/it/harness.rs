@@ -20,9 +20,11 @@ use tokio::process::{Child, Command};
 
 mod fleet;
 mod metrics;
+mod nginx;
 
 pub use fleet::Fleet;
 pub use metrics::metric;
+pub use nginx::{curl, Nginx};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_hopgate");
 

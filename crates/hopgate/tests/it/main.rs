@@ -20,6 +20,7 @@ mod demo;
 mod dns;
 mod errors;
 mod events_resume;
+mod filters;
 mod fleet_etcd;
 mod fleet_redis;
 mod fleet_three;

@@ -66,10 +66,19 @@ impl Validator {
         }
         let matcher = self.matcher(&format!("{p}.match"), &r.matches);
 
-        let service = if r.service.is_empty() {
+        let filters = self.filters(p, r);
+        // It answers itself (a redirect or direct response): no service.
+        let local = r
+            .filters
+            .iter()
+            .any(|f| f.redirect.is_some() || f.direct_response.is_some());
+        let service = if r.service.is_empty() && local {
+            None
+        } else if r.service.is_empty() {
             self.err(
                 format!("{p}.service"),
-                "required: name the service this route sends to",
+                "required: name the service this route sends to (a route without service must \
+                 end in redirect or direct_response)",
             );
             None
         } else if let Some(&idx) = by_name.get(r.service.as_str()) {
@@ -96,6 +105,17 @@ impl Validator {
             vs
         });
 
+        if r.service.is_empty() && local && (r.version.is_some() || r.split.is_some()) {
+            let field = if r.version.is_some() {
+                "version"
+            } else {
+                "split"
+            };
+            self.err(
+                format!("{p}.{field}"),
+                "needs a service: this route answers itself (redirect or direct_response)",
+            );
+        }
         let mut target = Target::Service;
         if r.version.is_some() && r.split.is_some() {
             self.err(
@@ -126,12 +146,14 @@ impl Validator {
             id: r.id.clone(),
             priority,
             matcher,
-            service: service.unwrap_or_default(),
+            // A route that answers itself may have no service: no index.
+            service: service.unwrap_or(if local { usize::MAX } else { 0 }),
             target,
             strict_version: r.strict_version,
             enabled: r.enabled.unwrap_or(true),
             policy: self.route_policy(p, r),
             rate_limit: None,
+            filters,
         }
     }
 

@@ -1750,6 +1750,31 @@ fn nasty_values_never_panic() {
                 }]),
                 strict_version: true,
                 enabled: Some(false),
+                filters: vec![crate::config::raw::RawFilter {
+                    request_headers: Some(edits(s)),
+                    response_headers: Some(edits(s)),
+                    url_rewrite: Some(crate::config::raw::RawUrlRewrite {
+                        path: Some(path_rewrite(s)),
+                        host: Some(s.into()),
+                    }),
+                    redirect: Some(crate::config::raw::RawRedirect {
+                        scheme: Some(s.into()),
+                        host: Some(s.into()),
+                        port: t(),
+                        path: Some(path_rewrite(s)),
+                        status: t(),
+                    }),
+                    direct_response: Some(crate::config::raw::RawDirectResponse {
+                        status: t(),
+                        content_type: Some(s.into()),
+                        body: Some(s.into()),
+                        body_file: Some(s.into()),
+                    }),
+                    mirror: Some(crate::config::raw::RawMirror {
+                        service: s.into(),
+                        percent: t(),
+                    }),
+                }],
                 timeouts: Some(crate::config::raw::RawRouteTimeouts {
                     request: t(),
                     attempt: t(),
@@ -2110,4 +2135,23 @@ fn retries_on_status_are_statuses_400_to_599_each_listed_once() {
         "services[0].retries.retry",
         "",
     );
+}
+
+/// Header edits with every field set to `s`.
+fn edits(s: &str) -> crate::config::raw::RawHeaderEdits {
+    crate::config::raw::RawHeaderEdits {
+        add: [(s.to_owned(), s.to_owned())].into(),
+        set: [(s.to_owned(), s.to_owned())].into(),
+        remove: vec![s.into()],
+    }
+}
+
+/// A path rewrite with every field set to `s`.
+fn path_rewrite(s: &str) -> crate::config::raw::RawPathRewrite {
+    crate::config::raw::RawPathRewrite {
+        replace_prefix: Some(s.into()),
+        full: Some(s.into()),
+        regex: Some(s.into()),
+        replace: Some(s.into()),
+    }
 }

@@ -37,6 +37,8 @@ pub(super) struct Routed {
 /// no route), then the version group; a gRPC request to a service without
 /// `protocol: http2` is refused here (`GrpcNeedsHttp2`). Records the route
 /// and the service in `out`. `now`: the request's clock in milliseconds.
+/// `None` for a route that answers itself (its filters end in a redirect
+/// or a direct response): it has no service to select.
 #[inline]
 pub(super) fn route<B>(
     snap: &Snapshot,
@@ -46,7 +48,7 @@ pub(super) fn route<B>(
     client_ip: IpAddr,
     now: u64,
     out: &mut Outcome,
-) -> Result<Routed, ErrorKind> {
+) -> Result<Option<Routed>, ErrorKind> {
     let host = host(req, facts)?;
     // Routes see the path in normal form (and the backend gets it, so both
     // read the same path); an already normal path costs one scan.
@@ -67,6 +69,13 @@ pub(super) fn route<B>(
         return Err(ErrorKind::NoRoute);
     };
     out.route = Some(route);
+    if snap.routes[route]
+        .filters
+        .as_ref()
+        .is_some_and(|f| f.is_local())
+    {
+        return Ok(None);
+    }
     let selection = snap.select(route, fastrand::u32(..), now);
     out.service = Some(selection.service);
     let grpc_to_http1 = facts.grpc
@@ -76,11 +85,11 @@ pub(super) fn route<B>(
     if grpc_to_http1 {
         return Err(ErrorKind::GrpcNeedsHttp2);
     }
-    Ok(Routed {
+    Ok(Some(Routed {
         route,
         selection,
         normal,
-    })
+    }))
 }
 
 /// The host: the `Host` header, else the URI's authority (HTTP/2
