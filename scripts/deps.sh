@@ -34,6 +34,9 @@ command -v h2load  >/dev/null 2>&1 || need+=(nghttp2-client)
 # The load benchmark's gRPC origins (bench/run.sh).
 command -v nghttpd >/dev/null 2>&1 || [ -x /usr/sbin/nghttpd ] || need+=(nghttp2-server)
 command -v ss      >/dev/null 2>&1 || need+=(iproute2)
+# Instructions per request in CI (bench/callgrind-check.sh): callgrind,
+# callgrind_control.
+command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 # Fleet mode: a real etcd in the tests.
 command -v etcd    >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)

@@ -11,7 +11,12 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use http::header::HeaderName;
 use http::{HeaderMap, Method};
+
+/// `Idempotency-Key`, made once (a `&str` key is parsed into a header name
+/// on every lookup).
+static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// One retry, in milli-tokens.
 const TOKEN: i64 = 1000;
@@ -33,20 +38,27 @@ pub fn is_idempotent(method: &Method) -> bool {
 /// May a request that possibly reached a backend be sent again? Only an
 /// idempotent method, or one carrying `Idempotency-Key`.
 pub fn replay_safe(method: &Method, headers: &HeaderMap) -> bool {
-    is_idempotent(method) || headers.contains_key("idempotency-key")
+    is_idempotent(method) || headers.contains_key(&IDEMPOTENCY_KEY)
 }
 
 /// A set of HTTP statuses (100–599), one bit each: a membership test is a
-/// shift and a mask, and an empty set is one comparison.
+/// shift and a mask, and whether the set is empty is one byte, kept as
+/// statuses are added (the request path asks it of every request; comparing
+/// the 64 bytes of bits was a call to `bcmp` each time).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StatusSet([u64; 8]);
+pub struct StatusSet {
+    bits: [u64; 8],
+    /// At least one status is in the set.
+    any: bool,
+}
 
 impl StatusSet {
     /// Adds `status`; statuses outside 100–599 are ignored (validation
     /// refuses them).
     pub fn insert(&mut self, status: u16) {
         if let Some(i) = status.checked_sub(100).filter(|i| *i < 500) {
-            self.0[usize::from(i / 64)] |= 1 << (i % 64);
+            self.bits[usize::from(i / 64)] |= 1 << (i % 64);
+            self.any = true;
         }
     }
 
@@ -54,11 +66,12 @@ impl StatusSet {
         status
             .checked_sub(100)
             .filter(|i| *i < 500)
-            .is_some_and(|i| self.0[usize::from(i / 64)] & (1 << (i % 64)) != 0)
+            .is_some_and(|i| self.bits[usize::from(i / 64)] & (1 << (i % 64)) != 0)
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
-        self.0 == [0; 8]
+        !self.any
     }
 
     /// The statuses in the set, ascending.
@@ -95,6 +108,7 @@ impl RetryOnStatus {
         self.any.contains(status) || (replay_safe && self.idempotent.contains(status))
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.any.is_empty() && self.idempotent.is_empty()
     }

@@ -437,6 +437,7 @@ impl ProxyBody {
     }
 
     /// `body` with the head it came with kept raw ([`ProxyBody::Headed`]).
+    #[inline]
     pub(crate) fn with_raw_head(raw: RawHead, body: ProxyBody) -> ProxyBody {
         let mut h = spare::headed();
         h.raw = Some(raw);
@@ -446,6 +447,7 @@ impl ProxyBody {
 
     /// The raw head this answer's body carries, if any (under the access
     /// log's wrapper too).
+    #[inline]
     pub(crate) fn raw_head(&self) -> Option<&RawHead> {
         match self {
             ProxyBody::Headed(h) => h.raw.as_ref(),
@@ -466,18 +468,36 @@ impl ProxyBody {
         *resp.body_mut() = f(body);
     }
 
+    /// Puts `body` where an empty placeholder usually is (a request's
+    /// body, set apart until its first attempt): the placeholder owns
+    /// nothing and is not dropped (a call to the body's drop glue per
+    /// request); anything else there is dropped as usual.
+    #[inline]
+    pub(crate) fn put_into(place: &mut ProxyBody, body: ProxyBody) {
+        let old = std::mem::replace(place, body);
+        if matches!(old, ProxyBody::Empty) {
+            // Owns nothing: nothing to free.
+            std::mem::forget(old);
+        } else {
+            drop(old);
+        }
+    }
+
     /// Takes the raw head off this answer's body, leaving the body.
+    #[inline]
     pub(crate) fn take_raw_head(&mut self) -> Option<RawHead> {
         match self {
-            ProxyBody::Headed(_) => match std::mem::take(self) {
-                ProxyBody::Headed(mut h) => {
-                    let raw = h.raw.take();
-                    *self = std::mem::take(&mut h.body);
+            ProxyBody::Headed(h) => {
+                let raw = h.raw.take();
+                // The body moves out of its box once, and the box (empty
+                // now) goes back to the thread's spare: no placeholder
+                // body is made and dropped on the way.
+                let body = std::mem::take(&mut h.body);
+                if let ProxyBody::Headed(h) = std::mem::replace(self, body) {
                     spare::give_headed(h);
-                    raw
                 }
-                _ => None,
-            },
+                raw
+            }
             ProxyBody::H1(b) => b.0.take_raw_head(),
             ProxyBody::Logged(l) => l.inner_mut().take_raw_head(),
             ProxyBody::Held(h) => h.inner.take_raw_head(),
@@ -598,14 +618,17 @@ impl Payload for ProxyBody {
         spare::give_response(resp);
     }
 
+    #[inline]
     fn with_raw_head(raw: RawHead, body: ProxyBody) -> ProxyBody {
         ProxyBody::with_raw_head(raw, body)
     }
 
+    #[inline]
     fn raw_head(&self) -> Option<&RawHead> {
         ProxyBody::raw_head(self)
     }
 
+    #[inline]
     fn take_raw_head(&mut self) -> Option<RawHead> {
         ProxyBody::take_raw_head(self)
     }

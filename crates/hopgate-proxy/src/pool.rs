@@ -473,17 +473,43 @@ impl Pool {
             self.idle.store(Arc::new(IdleSet::new(s.max_idle)));
         }
         self.sweep_if_due(&queue, generation, s.idle_timeout, now);
+        let usable = |conn: &mut Box<H1Conn>| {
+            conn.meta.addr == addr
+                && conn.meta.generation >= generation
+                && now.saturating_duration_since(conn.idle_since) <= s.idle_timeout
+                && !is_stale(conn)
+        };
+        if s.proxy_protocol.is_none() {
+            // The common case, one branch: every connection serves every
+            // client (one opened for the PROXY protocol before a reload
+            // turned it off names a client: not reused).
+            while let Some(mut conn) = queue.pop() {
+                if usable(&mut conn) && conn.proxied_for.is_none() {
+                    conn.meta.set(ConnState::InUse);
+                    return Some(conn);
+                }
+                conn.meta.set(ConnState::Closed);
+            }
+            return None;
+        }
+        self.checkout_proxied(&queue, s, usable)
+    }
+
+    /// [`Pool::checkout_h1`] for a service that sends the PROXY protocol:
+    /// a connection opened for this client; those opened for others are
+    /// put back after the search (no allocation unless there are some).
+    #[cold]
+    fn checkout_proxied(
+        &self,
+        queue: &IdleSet<H1Conn>,
+        s: &PoolSettings,
+        mut usable: impl FnMut(&mut Box<H1Conn>) -> bool,
+    ) -> Option<Box<H1Conn>> {
         let proxied_for = crate::proxy_protocol::client_ip(s.proxy_protocol);
-        // PROXY protocol: connections opened for other clients, put back
-        // after the search (no allocation unless there are some).
         let mut others: Vec<Box<H1Conn>> = Vec::new();
         let mut found = None;
         while let Some(mut conn) = queue.pop() {
-            if conn.meta.addr != addr
-                || conn.meta.generation < generation
-                || now.saturating_duration_since(conn.idle_since) > s.idle_timeout
-                || is_stale(&mut conn)
-            {
+            if !usable(&mut conn) {
                 conn.meta.set(ConnState::Closed);
                 continue;
             }

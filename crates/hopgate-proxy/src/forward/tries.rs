@@ -266,7 +266,7 @@ impl Tries {
             }
         });
         let raw_head = !conn.http2.load(Ordering::Relaxed) && !grpc && trip.upgrade.is_none();
-        *request.body_mut() = taken.body;
+        crate::body::ProxyBody::put_into(request.body_mut(), taken.body);
         let attempts = policy.attempts as usize;
         Tries {
             upstream: Some(request),

@@ -81,7 +81,9 @@ pub(super) fn route<B>(
     let grpc_to_http1 = facts.grpc
         && snap.services[selection.service].protocol == UpstreamProtocol::Http1
         && !grpc::is_grpc_web(req);
-    warn_of(snap, route, &selection, grpc_to_http1, now);
+    if grpc_to_http1 || selection.fell_back {
+        warn_of(snap, route, &selection, grpc_to_http1, now);
+    }
     if grpc_to_http1 {
         return Err(ErrorKind::GrpcNeedsHttp2);
     }
@@ -113,7 +115,8 @@ fn host<'r, B>(req: &'r Request<B>, facts: &RequestFacts) -> Result<&'r str, Err
 /// route: gRPC needs HTTP/2 end to end (trailers; sent over HTTP/1.1 it
 /// fails at the backend as "an invalid response"; gRPC-Web is not gRPC's
 /// wire format and goes through), and a version group with no live node.
-#[inline]
+/// Called only when there may be one to write.
+#[cold]
 fn warn_of(snap: &Snapshot, route: usize, selection: &Selection, grpc_to_http1: bool, now: u64) {
     let (route, svc) = (&snap.routes[route], &snap.services[selection.service]);
     if grpc_to_http1 {
