@@ -191,7 +191,8 @@ impl Forwarder {
         let mut tries = Tries::new(&trip, &conn, &snap, request, taken);
         let result = loop {
             let Some((at, to)) = tries.prepare(&mut trip, &conn, &snap) else {
-                break Err(tries.last);
+                let kind = tries.last.kind;
+                break tries.last.end(kind, &mut trip.done.out);
             };
             let sent = at.send(to, &trip.set, tries.raw_head).await;
             if let ControlFlow::Break(end) = tries.settle(&mut trip, &conn, &snap, at, sent) {

@@ -255,6 +255,44 @@ impl Failed {
     }
 }
 
+/// What a request ends with when no attempt is left: the last attempt's
+/// error, or, once a "not processed" answer was retried, that answer (the
+/// backend's own refusal, passed on unchanged, rather than a 502 of the
+/// gateway's when no other node could take the request).
+pub(super) struct Last {
+    pub(super) kind: ErrorKind,
+    refused: Option<Box<Response<ProxyBody>>>,
+}
+
+impl Last {
+    pub(super) fn new(kind: ErrorKind) -> Last {
+        Last {
+            kind,
+            refused: None,
+        }
+    }
+
+    /// The end of a request whose attempts ran out with `kind`.
+    pub(super) fn end(
+        &mut self,
+        kind: ErrorKind,
+        out: &mut Outcome,
+    ) -> Result<Box<Response<ProxyBody>>, ErrorKind> {
+        match self.refused.take() {
+            Some(resp) => Ok(pass_on(resp, out)),
+            None => Err(kind),
+        }
+    }
+}
+
+/// An upstream answer handed on as it came, without the answer step.
+fn pass_on(mut resp: Box<Response<ProxyBody>>, out: &mut Outcome) -> Box<Response<ProxyBody>> {
+    out.status = resp.status().as_u16();
+    // Passed on without the answer step: as a header map.
+    crate::h1::response_head::materialize(&mut resp);
+    resp
+}
+
 /// Carries out [`decide`] for a failed attempt, in the same order for
 /// every class: log, account on the node, start a hop if the session was
 /// bound to it, remember the error, then resend, replay or end.
@@ -264,7 +302,7 @@ pub(super) fn on_failure(
     at: &Attempted<'_>,
     hop: &mut Option<PendingHop>,
     replay: Option<&Replay>,
-    last: &mut ErrorKind,
+    last: &mut Last,
     out: &mut Outcome,
 ) -> AfterFailure {
     let mut p = failed.handed();
@@ -318,8 +356,18 @@ pub(super) fn on_failure(
         let prior = req.flight.prior.as_ref();
         begin_hop_if_bound(hop, prior, &at.node.shared_id, reason);
     }
-    *last = kind;
-    after(decision.next, p, replay, kind, out)
+    last.kind = kind;
+    let refused = (p.class == Class::NotProcessed)
+        .then(|| p.answer.take())
+        .flatten();
+    let next = after(decision.next, p, replay, kind, out);
+    if refused.is_some() {
+        last.refused = refused;
+    }
+    match next {
+        AfterFailure::End(Err(kind)) => AfterFailure::End(last.end(kind, out)),
+        other => other,
+    }
 }
 
 /// The longest `Retry-After` a "not processed" answer makes its node back
@@ -391,12 +439,7 @@ fn after(
         },
         Next::Answer(kind) => AfterFailure::End(Err(kind)),
         Next::PassThrough | Next::Deliver => match p.answer {
-            Some(mut resp) => {
-                out.status = resp.status().as_u16();
-                // Passed on without the answer step: as a header map.
-                crate::h1::response_head::materialize(&mut resp);
-                AfterFailure::End(Ok(resp))
-            }
+            Some(resp) => AfterFailure::End(Ok(pass_on(resp, out))),
             None => AfterFailure::End(Err(kind)),
         },
     }

@@ -195,7 +195,7 @@ pub(super) struct Tries {
     /// Attempts sent so far.
     sent: usize,
     /// Why the last attempt failed: the answer when none is left.
-    pub(super) last: ErrorKind,
+    pub(super) last: failure::Last,
     /// The clock read on arrival, for the first attempt.
     clock: Option<u64>,
 }
@@ -278,7 +278,7 @@ impl Tries {
             tried: Tried::default(),
             refused: 0,
             sent: 0,
-            last: ErrorKind::NoLiveNode,
+            last: failure::Last::new(ErrorKind::NoLiveNode),
             clock: Some(trip.arrived_ms),
         }
     }
@@ -296,7 +296,7 @@ impl Tries {
             tried: Tried::default(),
             refused: 0,
             sent: 0,
-            last: kind,
+            last: failure::Last::new(kind),
             clock: None,
         }
     }
@@ -318,7 +318,7 @@ impl Tries {
         // From the request's arrival; none for a route without one.
         let deadline = policy.request.map(|d| trip.done.started + d);
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            self.last = ErrorKind::UpstreamTimeout;
+            self.last.kind = ErrorKind::UpstreamTimeout;
             return None;
         }
         let svc = &snap.services[trip.flight.selection.service];

@@ -144,3 +144,40 @@ async fn a_draining_backends_503s_are_retried_and_no_post_runs_twice() {
     assert!(retried > 0.0, "no 503 was retried:\n{metrics}");
     let _ = std::fs::remove_file(&record);
 }
+
+/// When every node answers a status of `on_status` and no other node is
+/// left to try, the client gets the last backend's answer as it came (its
+/// status and body), not a 502 of the gateway's.
+#[tokio::test]
+async fn when_every_node_refuses_the_last_refusal_passes_through() {
+    let (a, b) = (
+        crate::harness::Backend::start("n1").await,
+        crate::harness::Backend::start("n2").await,
+    );
+    let yaml = config(
+        &format!(
+            "  - name: app\n    retries: {{ on_status: [503] }}\n    nodes:\n      - {{ id: n1, address: \"{}\" }}\n      - {{ id: n2, address: \"{}\" }}\n",
+            a.addr, b.addr
+        ),
+        "  - { id: all, match: { path_prefix: / }, service: app }",
+    );
+    let gw = Gateway::start(&yaml).await;
+    let r = client()
+        .post(gw.url("/refuse?status=503"))
+        .body("once")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503, "the backend's own answer, not a 502");
+    let body: serde_json::Value = r.json().await.unwrap();
+    let node = body["node"].as_str().unwrap_or_default().to_owned();
+    assert!(node == "n1" || node == "n2", "{body}");
+    let metrics = gw.metrics().await;
+    let retried = metric(
+        &metrics,
+        "hopgate_retries_on_status_total",
+        &[("service", "app"), ("status", "503")],
+    )
+    .unwrap_or(0.0);
+    assert!(retried >= 1.0, "the first refusal was retried:\n{metrics}");
+}
