@@ -255,20 +255,9 @@ where
             return End::Closed { up, down };
         }
         if let Some(why) = restart {
-            if !ctx.websocket {
-                return End::ServiceRestart(why);
-            }
-            if frames.at_boundary() {
-                let _ = aw.write_all(&CLOSE_1012).await;
-                let _ = aw.flush().await;
-                let _ = aw.shutdown().await;
-                let _ = bw.shutdown().await;
-                return End::ServiceRestart(why);
-            }
-            // Mid-frame: finish relaying the frame first (below), bounded.
-            if !b_open || last_activity.elapsed() > Duration::from_secs(1) {
-                let _ = aw.shutdown().await;
-                return End::ServiceRestart(why);
+            let mid_frame = (&frames, b_open, last_activity);
+            if let Some(end) = restart_now(why, ctx.websocket, mid_frame, &mut aw, &mut bw).await {
+                return end;
             }
         }
         let idle_left = ctx.idle.saturating_sub(last_activity.elapsed());
@@ -316,17 +305,53 @@ where
                 }
             },
             _ = tokio::time::sleep(DRAIN_POLL.min(idle_left)), if restart.is_none() => {
-                if stopping {
-                    restart = Some("gateway shutting down");
-                } else if let Some(since) = ctx.node.draining_since() {
-                    if now_ms() >= since + ctx.drain_deadline.as_millis() as u64 {
-                        restart = Some("node drained");
-                    }
-                }
+                restart = restart_due(&ctx, stopping);
             }
             _ = ctx.stopping.changed(), if restart.is_none() && !stopping => {}
         }
     }
+}
+
+/// Why the tunnel must end now, if it must: the gateway stops, or its
+/// node has drained past the deadline.
+fn restart_due(ctx: &TunnelCtx, stopping: bool) -> Option<&'static str> {
+    if stopping {
+        return Some("gateway shutting down");
+    }
+    let since = ctx.node.draining_since()?;
+    (now_ms() >= since + ctx.drain_deadline.as_millis() as u64).then_some("node drained")
+}
+
+/// A restart is due: a plain tunnel ends at once; a WebSocket gets its
+/// 1012 close frame at a frame boundary, or, mid-frame, once the frame in
+/// flight has been relayed (bounded: the backend gone, or a second without
+/// a byte, ends it without the frame). `None`: relay on for now.
+async fn restart_now<W1, W2>(
+    why: &'static str,
+    websocket: bool,
+    (frames, b_open, last_activity): (&FrameTracker, bool, tokio::time::Instant),
+    aw: &mut W1,
+    bw: &mut W2,
+) -> Option<End>
+where
+    W1: tokio::io::AsyncWrite + Unpin,
+    W2: tokio::io::AsyncWrite + Unpin,
+{
+    if !websocket {
+        return Some(End::ServiceRestart(why));
+    }
+    if frames.at_boundary() {
+        let _ = aw.write_all(&CLOSE_1012).await;
+        let _ = aw.flush().await;
+        let _ = aw.shutdown().await;
+        let _ = bw.shutdown().await;
+        return Some(End::ServiceRestart(why));
+    }
+    if !b_open || last_activity.elapsed() > Duration::from_secs(1) {
+        let _ = aw.shutdown().await;
+        return Some(End::ServiceRestart(why));
+    }
+    None
 }
 
 /// Follows WebSocket frame boundaries in one direction of a stream.

@@ -86,94 +86,117 @@ impl ChunkedDecoder {
     pub fn decode(&mut self, input: &[u8]) -> Result<Step, ChunkError> {
         let mut i = 0;
         while i < input.len() {
-            let b = input[i];
-            match self.state {
-                State::Data => {
-                    let len = (input.len() - i).min(self.size.min(usize::MAX as u64) as usize);
-                    self.size -= len as u64;
-                    if self.size == 0 {
-                        self.state = State::DataCr;
-                    }
-                    return Ok(Step::Data { start: i, len });
-                }
-                State::Trailers => {
-                    return match trailer_end(&input[i..])? {
-                        Some(len) => {
-                            self.state = State::Done;
-                            Ok(Step::End { start: i, len })
-                        }
-                        None => Ok(Step::Need { consumed: i }),
-                    };
-                }
-                State::Done => return Err(ChunkError("bytes after the end of the body")),
-                _ => {}
+            if let Some(step) = self.run_at(input, i) {
+                return step;
             }
             self.line += 1;
             if self.line > MAX_CHUNK_LINE {
                 return Err(ChunkError("chunk-size line too long"));
             }
-            match self.state {
-                State::SizeStart | State::Size => match hex(b) {
-                    Some(d) => {
-                        if self.size >> 60 != 0 {
-                            return Err(ChunkError("chunk size overflows"));
-                        }
-                        self.size = (self.size << 4) | u64::from(d);
-                        self.digits = self.digits.saturating_add(1);
-                        self.state = State::Size;
-                    }
-                    None if self.state == State::SizeStart => {
-                        return Err(ChunkError("chunk size expected"));
-                    }
-                    None => {
-                        self.state = State::SizeEnd;
-                        continue;
-                    }
-                },
-                State::SizeEnd => match b {
-                    b' ' | b'\t' => {}
-                    b';' => self.state = State::Ext,
-                    b'\r' => self.state = State::SizeLf,
-                    _ => return Err(ChunkError("invalid byte after chunk size")),
-                },
-                State::Ext => match b {
-                    b'\r' => self.state = State::SizeLf,
-                    b'\t' => {}
-                    0..=0x1f | 0x7f => {
-                        return Err(ChunkError("control character in a chunk extension"))
-                    }
-                    _ => {}
-                },
-                State::SizeLf => {
-                    if b != b'\n' {
-                        return Err(ChunkError("CR without LF in a chunk-size line"));
-                    }
-                    self.line = 0;
-                    self.digits = 0;
-                    self.state = if self.size == 0 {
-                        State::Trailers
-                    } else {
-                        State::Data
-                    };
-                }
-                State::DataCr => {
-                    if b != b'\r' {
-                        return Err(ChunkError("chunk data not followed by CRLF"));
-                    }
-                    self.state = State::DataLf;
-                }
-                State::DataLf => {
-                    if b != b'\n' {
-                        return Err(ChunkError("chunk data not followed by CRLF"));
-                    }
-                    self.line = 0;
-                    self.state = State::SizeStart;
-                }
-                State::Data | State::Trailers | State::Done => unreachable_state()?,
+            if self.line_byte(input[i])? {
+                i += 1;
             }
-            i += 1;
         }
         Ok(Step::Need { consumed: i })
+    }
+
+    /// The states that take a run of bytes at once (data, trailers) or
+    /// none (done), from `input[i..]`; `None` in a line's states.
+    #[inline]
+    fn run_at(&mut self, input: &[u8], i: usize) -> Option<Result<Step, ChunkError>> {
+        match self.state {
+            State::Data => {
+                let len = (input.len() - i).min(self.size.min(usize::MAX as u64) as usize);
+                self.size -= len as u64;
+                if self.size == 0 {
+                    self.state = State::DataCr;
+                }
+                Some(Ok(Step::Data { start: i, len }))
+            }
+            State::Trailers => Some(match trailer_end(&input[i..]) {
+                Ok(Some(len)) => {
+                    self.state = State::Done;
+                    Ok(Step::End { start: i, len })
+                }
+                Ok(None) => Ok(Step::Need { consumed: i }),
+                Err(e) => Err(e),
+            }),
+            State::Done => Some(Err(ChunkError("bytes after the end of the body"))),
+            _ => None,
+        }
+    }
+
+    /// One byte of a chunk-size line or of the CRLF after a chunk's data:
+    /// whether it was consumed (the end of the size's digits is looked at
+    /// again as the next state's first byte).
+    #[inline]
+    fn line_byte(&mut self, b: u8) -> Result<bool, ChunkError> {
+        match self.state {
+            State::SizeStart | State::Size => return self.size_digit(b),
+            State::SizeEnd => match b {
+                b' ' | b'\t' => {}
+                b';' => self.state = State::Ext,
+                b'\r' => self.state = State::SizeLf,
+                _ => return Err(ChunkError("invalid byte after chunk size")),
+            },
+            State::Ext => match b {
+                b'\r' => self.state = State::SizeLf,
+                b'\t' => {}
+                0..=0x1f | 0x7f => {
+                    return Err(ChunkError("control character in a chunk extension"))
+                }
+                _ => {}
+            },
+            State::SizeLf => {
+                if b != b'\n' {
+                    return Err(ChunkError("CR without LF in a chunk-size line"));
+                }
+                self.line = 0;
+                self.digits = 0;
+                self.state = if self.size == 0 {
+                    State::Trailers
+                } else {
+                    State::Data
+                };
+            }
+            State::DataCr => {
+                if b != b'\r' {
+                    return Err(ChunkError("chunk data not followed by CRLF"));
+                }
+                self.state = State::DataLf;
+            }
+            State::DataLf => {
+                if b != b'\n' {
+                    return Err(ChunkError("chunk data not followed by CRLF"));
+                }
+                self.line = 0;
+                self.state = State::SizeStart;
+            }
+            State::Data | State::Trailers | State::Done => unreachable_state()?,
+        }
+        Ok(true)
+    }
+
+    /// A byte where a chunk size's hex digit may be: a digit is taken; the
+    /// first other byte ends the size (not consumed) unless no digit came.
+    #[inline]
+    fn size_digit(&mut self, b: u8) -> Result<bool, ChunkError> {
+        match hex(b) {
+            Some(d) => {
+                if self.size >> 60 != 0 {
+                    return Err(ChunkError("chunk size overflows"));
+                }
+                self.size = (self.size << 4) | u64::from(d);
+                self.digits = self.digits.saturating_add(1);
+                self.state = State::Size;
+                Ok(true)
+            }
+            None if self.state == State::SizeStart => Err(ChunkError("chunk size expected")),
+            None => {
+                self.state = State::SizeEnd;
+                Ok(false)
+            }
+        }
     }
 }
 
