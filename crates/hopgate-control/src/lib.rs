@@ -18,6 +18,7 @@
 //! snapshot this crate stores.
 
 mod admin;
+mod auth_watch;
 mod control;
 mod dns;
 pub mod etcd;
@@ -35,5 +36,6 @@ pub use dns::start as start_dns;
 pub use fleet::{Fleet, SharedStoreStatus};
 pub use maintenance::Maintenance;
 pub use metrics::set_build_commit;
+pub use auth_watch::watch_auth_files;
 pub use tls_watch::watch_tls_files;
 pub use watch::{watch_file, FileWatch};

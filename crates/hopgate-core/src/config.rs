@@ -6,6 +6,7 @@
 //! Owns: the document schema, parsing of YAML/JSON text, validation rules and
 //! the embedded default. Must not touch: files, sockets, live node state.
 
+pub mod auth;
 mod bound;
 pub mod discovery;
 pub mod fleet;
@@ -771,6 +772,8 @@ pub struct RouteConfig {
     pub target: Target,
     pub strict_version: bool,
     pub enabled: bool,
+    /// `auth`: who may use the route (checked before anything else).
+    pub auth: Option<std::sync::Arc<auth::RouteAuth>>,
 }
 
 #[derive(Clone, Debug, Default)]

@@ -91,6 +91,8 @@ pub struct Forwarder {
     canary: CanarySlot,
     /// Where sampled requests' spans go while `tracing.otlp` is on.
     otlp: Option<Arc<crate::otlp::Exporter>>,
+    /// The keys and users of routes with `auth` ([`crate::auth`]).
+    auth: Arc<crate::auth::AuthKeys>,
 }
 
 impl Forwarder {
@@ -104,7 +106,15 @@ impl Forwarder {
             maintenance: None,
             canary: CanarySlot::default(),
             otlp: None,
+            auth: Arc::default(),
         }
+    }
+
+    /// Routes with `auth` check against `keys` (installed by the control
+    /// plane).
+    pub fn with_auth(mut self, keys: Arc<crate::auth::AuthKeys>) -> Forwarder {
+        self.auth = keys;
+        self
     }
 
     /// Sampled requests hand their spans to `exporter` while
@@ -163,10 +173,16 @@ impl Forwarder {
         // Taken apart in the pattern: each part is written into its place
         // in the future once (a whole plan bound first and taken apart
         // after would be copied twice, ~900 bytes each).
-        let Begun(snap, mut trip, fetch, request, body) = match conn.begin(req, body) {
+        let Begun(snap, mut trip, fetch, request, body, auth) = match conn.begin(req, body) {
             Ok(begun) => begun,
             Err(resp) => return resp,
         };
+        if let Some(wait) = auth {
+            // A basic-auth password checked off the event loop.
+            if let Err(refused) = wait.await {
+                return trip.done.finish(&snap, &conn, Ok(refused));
+            }
+        }
         if let Some(fetch) = fetch {
             // A known session bound on another replica: follow the shared
             // store's binding (bounded by the store's timeout).
@@ -360,10 +376,12 @@ impl ClientConn {
                 if let RequestId::Made(id) = done.request_id {
                     plan.set.request_id = Some(id);
                 }
+                let auth = plan.auth.take();
                 let (trip, fetch, request, body) = Trip::new(plan, facts.grpc, done);
-                Ok(Begun(snap, trip, fetch, request, body))
+                Ok(Begun(snap, trip, fetch, request, body, auth))
             }
-            Err(kind) => Err(done.finish(&snap, self, Err(kind))),
+            Err(plan::Turned::Kind(kind)) => Err(done.finish(&snap, self, Err(kind))),
+            Err(plan::Turned::Answer(resp)) => Err(done.finish(&snap, self, Ok(resp))),
         }
     }
 }
@@ -398,14 +416,15 @@ impl crate::h1::Handler for Arc<ClientConn> {
 
 /// A request planned and ready to forward ([`ClientConn::begin`]).
 /// What [`ClientConn::begin`] hands the request's future: the snapshot,
-/// the request's state ([`Trip`]), the shared store's lookup, the request
-/// and its body.
+/// the request's state ([`Trip`]), the shared store's lookup, the request,
+/// its body, and a password being checked.
 struct Begun(
     Arc<Snapshot>,
     Trip,
     Option<hopgate_store::FetchFuture>,
     Box<Request<ProxyBody>>,
     RequestBody,
+    Option<crate::auth::AuthWait>,
 );
 
 #[cfg(test)]

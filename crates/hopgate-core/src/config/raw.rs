@@ -10,9 +10,11 @@ use std::collections::BTreeMap;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize};
 
+mod auth;
 mod discovery;
 mod proxy_protocol;
 mod tls;
+pub use auth::{RawAuth, RawBasicAuth, RawJwtAuth};
 pub use discovery::{RawDiscovery, RawDnsDiscovery};
 pub use proxy_protocol::RawListenerProxyProtocol;
 pub use tls::{RawCertificate, RawListenerTls, RawUpstreamTls};
@@ -367,6 +369,9 @@ pub struct RawRoute {
     pub strict_version: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    /// Who may use the route (`jwt` or `basic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<RawAuth>,
 }
 
 /// Match conditions of a rule; every present condition must hold.

@@ -107,8 +107,24 @@ pub(super) struct Arrival {
     pub(super) body: RequestBody,
 }
 
+/// Why [`Forwarder::plan`] turned a request away: an error the gateway
+/// answers, or an answer made already (an auth refusal, with its
+/// challenge).
+pub(super) enum Turned {
+    Kind(ErrorKind),
+    Answer(Box<http::Response<ProxyBody>>),
+}
+
+impl From<ErrorKind> for Turned {
+    fn from(kind: ErrorKind) -> Turned {
+        Turned::Kind(kind)
+    }
+}
+
 /// What [`Forwarder::plan`] decided.
 pub(super) struct Plan {
+    /// A basic-auth password being checked; awaited before anything else.
+    pub(super) auth: Option<crate::auth::AuthWait>,
     /// The shared store's answer for a known session this replica holds no
     /// binding for; awaited before the first attempt ([`adopt_fetched`]).
     pub(super) fetch: Option<FetchFuture>,
@@ -143,7 +159,7 @@ impl Forwarder {
         facts: &RequestFacts,
         arrival: Arrival,
         out: &mut Outcome,
-    ) -> Result<Plan, ErrorKind> {
+    ) -> Result<Plan, Turned> {
         let Arrival {
             started,
             known,
@@ -153,11 +169,15 @@ impl Forwarder {
         // Phase 5: the client's address, and the access lists.
         let client_ip = snap.access.client_ip(conn.peer.ip(), req.headers());
         if !snap.access.permits(client_ip) {
-            return Err(ErrorKind::Forbidden);
+            return Err(ErrorKind::Forbidden.into());
         }
         let now = ms_at(started);
         let normalize = conn.ctx.normalize_path;
         let routed = route::route(snap, &req, facts, normalize, client_ip, now, out)?;
+        let auth = match &snap.config.routes[routed.route].auth {
+            None => None,
+            Some(a) => self.authenticate(snap, routed.route, a, &mut req)?,
+        };
         let svc = &snap.services[routed.selection.service];
         let hash = svc
             .hash_on
@@ -186,6 +206,7 @@ impl Forwarder {
         build::trace(snap, conn, &mut req, facts, https, &mut set, out);
         build::fill_host(&mut req, facts);
         Ok(Plan {
+            auth,
             fetch: session.fetch,
             flight: Flight {
                 route: routed.route,
@@ -209,6 +230,25 @@ impl Forwarder {
             set,
             body,
         })
+    }
+}
+
+impl Forwarder {
+    /// Phase 8½: the route's `auth` (`crate::auth`): the request goes on,
+    /// waits for a password check, or is answered `401`.
+    #[cold]
+    fn authenticate(
+        &self,
+        snap: &Snapshot,
+        route: usize,
+        auth: &hopgate_core::config::auth::RouteAuth,
+        req: &mut Request<ProxyBody>,
+    ) -> Result<Option<crate::auth::AuthWait>, Turned> {
+        match self.auth.check(&snap.routes[route].id, auth, req.headers_mut()) {
+            crate::auth::Checked::Pass => Ok(None),
+            crate::auth::Checked::Wait(w) => Ok(Some(w)),
+            crate::auth::Checked::Refuse(resp) => Err(Turned::Answer(resp)),
+        }
     }
 }
 

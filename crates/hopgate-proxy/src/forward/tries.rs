@@ -84,6 +84,7 @@ impl Trip {
         RequestBody,
     ) {
         let Plan {
+            auth: _,
             fetch,
             flight,
             now,

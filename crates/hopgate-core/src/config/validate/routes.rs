@@ -130,6 +130,7 @@ impl Validator {
             target,
             strict_version: r.strict_version,
             enabled: r.enabled.unwrap_or(true),
+            auth: r.auth.as_ref().and_then(|a| self.route_auth(p, &r.id, a)),
         }
     }
 
