@@ -17,9 +17,12 @@ use crate::tls_watch::watch_set;
 
 /// Watches the auth files until `shutdown` turns true. Runs whether or
 /// not `sources.file.watch` is on: keys rotate under a fixed config.
-pub async fn watch_auth_files(control: Arc<Control>, shutdown: watch::Receiver<bool>) {
+pub fn watch_auth_files(
+    control: Arc<Control>,
+    shutdown: watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> {
     let reread = |c: &Control| {
         let _ = c.reload_auth();
     };
-    watch_set(control, shutdown, Control::auth_files, reread).await;
+    watch_set(control, shutdown, Control::auth_files, reread)
 }

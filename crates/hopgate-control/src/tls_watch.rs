@@ -38,25 +38,39 @@ fn stamps(files: &[PathBuf]) -> Stamps {
 /// Watches the TLS files until `shutdown` turns true: woken by the kernel
 /// and at `sources.file.interval` (read at every tick). Runs whether or not
 /// `sources.file.watch` is on: certificates rotate under a fixed config.
-pub async fn watch_tls_files(control: Arc<Control>, shutdown: watch::Receiver<bool>) {
+pub fn watch_tls_files(
+    control: Arc<Control>,
+    shutdown: watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> {
     let reread = |c: &Control| {
         let _ = c.reload_tls();
     };
-    watch_set(control, shutdown, Control::tls_files, reread).await;
+    watch_set(control, shutdown, Control::tls_files, reread)
 }
 
 /// Watches the files `set` names (it follows the running config) until
 /// `shutdown` turns true, calling `reread` on a blocking thread once a
-/// change has held still.
-pub(crate) async fn watch_set(
+/// change has held still. The files' stamps are taken when this is
+/// called, not when the future first runs: a change made once the
+/// gateway is up is always seen as one.
+pub(crate) fn watch_set(
     control: Arc<Control>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
     set: fn(&Control) -> Vec<PathBuf>,
     reread: fn(&Control),
+) -> impl std::future::Future<Output = ()> {
+    let files = set(&control);
+    let wake = DirWake::new(&files);
+    let applied = stamps(&files);
+    watch_loop(control, shutdown, (set, reread), (files, wake, applied))
+}
+
+async fn watch_loop(
+    control: Arc<Control>,
+    mut shutdown: watch::Receiver<bool>,
+    (set, reread): (fn(&Control) -> Vec<PathBuf>, fn(&Control)),
+    (mut files, mut wake, mut applied): (Vec<PathBuf>, DirWake, Stamps),
 ) {
-    let mut files = set(&control);
-    let mut wake = DirWake::new(&files);
-    let mut applied = stamps(&files);
     let mut pending: Option<Stamps> = None;
     loop {
         let interval = control.snapshot().load().config.sources.file_interval;

@@ -180,6 +180,7 @@ impl Forwarder {
         if let Some(wait) = auth {
             // A basic-auth password checked off the event loop.
             if let Err(refused) = wait.await {
+                trip.done.out.status = refused.status().as_u16();
                 return trip.done.finish(&snap, &conn, Ok(refused));
             }
         }
@@ -381,7 +382,10 @@ impl ClientConn {
                 Ok(Begun(snap, trip, fetch, request, body, auth))
             }
             Err(plan::Turned::Kind(kind)) => Err(done.finish(&snap, self, Err(kind))),
-            Err(plan::Turned::Answer(resp)) => Err(done.finish(&snap, self, Ok(resp))),
+            Err(plan::Turned::Answer(resp)) => {
+                done.out.status = resp.status().as_u16();
+                Err(done.finish(&snap, self, Ok(resp)))
+            }
         }
     }
 }

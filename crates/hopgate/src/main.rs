@@ -336,6 +336,10 @@ fn validate(file: &Path) -> ExitCode {
     let loaded = loaded.and_then(|cfg| {
         hopgate_proxy::TlsMaterial::load(&cfg, &gateway::config_dir(Some(file))).map(|_| cfg)
     });
+    // The JWKS and htpasswd files the routes' `auth` blocks name.
+    let loaded = loaded.and_then(|cfg| {
+        hopgate_proxy::AuthMaterial::load(&cfg, &gateway::config_dir(Some(file))).map(|_| cfg)
+    });
     match loaded {
         Ok(cfg) => {
             println!(
