@@ -31,11 +31,11 @@ mod tls_watch;
 mod watch;
 
 pub use admin::{serve_admin, Admin};
+pub use auth_watch::watch_auth_files;
 pub use control::{ApplyOutcome, Control, Source};
 pub use dns::start as start_dns;
 pub use fleet::{Fleet, SharedStoreStatus};
 pub use maintenance::Maintenance;
 pub use metrics::set_build_commit;
-pub use auth_watch::watch_auth_files;
 pub use tls_watch::watch_tls_files;
 pub use watch::{watch_file, FileWatch};

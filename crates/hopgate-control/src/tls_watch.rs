@@ -31,6 +31,10 @@ use crate::watch::{stamp, Stamp, SETTLE};
 
 type Stamps = Vec<(PathBuf, Option<Stamp>)>;
 
+/// Which files to watch (they follow the running config), and how to
+/// re-read them.
+type Set = (fn(&Control) -> Vec<PathBuf>, fn(&Control));
+
 fn stamps(files: &[PathBuf]) -> Stamps {
     files.iter().map(|f| (f.clone(), stamp(f))).collect()
 }
@@ -68,7 +72,7 @@ pub(crate) fn watch_set(
 async fn watch_loop(
     control: Arc<Control>,
     mut shutdown: watch::Receiver<bool>,
-    (set, reread): (fn(&Control) -> Vec<PathBuf>, fn(&Control)),
+    (set, reread): Set,
     (mut files, mut wake, mut applied): (Vec<PathBuf>, DirWake, Stamps),
 ) {
     let mut pending: Option<Stamps> = None;

@@ -248,7 +248,10 @@ fn basic_challenge(realm: &str) -> HeaderValue {
 
 /// `401` with its challenge.
 fn unauthorized(challenge: HeaderValue) -> Box<Response<ProxyBody>> {
-    let mut resp = answer(StatusCode::UNAUTHORIZED, "hopgate: authentication required\n");
+    let mut resp = answer(
+        StatusCode::UNAUTHORIZED,
+        "hopgate: authentication required\n",
+    );
     resp.headers_mut().insert(WWW_AUTHENTICATE, challenge);
     resp
 }
@@ -266,7 +269,10 @@ fn answer(status: StatusCode, body: &'static str) -> Box<Response<ProxyBody>> {
     let mut resp = Response::new(ProxyBody::full(body));
     *resp.status_mut() = status;
     let h = resp.headers_mut();
-    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Box::new(resp)
 }

@@ -459,10 +459,12 @@ mod tests {
     /// captured value stored twice; 2,472 with a new request id among the
     /// set lines instead of in the map; 1,712 with the request and its
     /// answer boxed, moved as pointers; 1,800 with the plan made in the
-    /// future's first poll, the request's box and body captured instead).
+    /// future's first poll, the request's box and body captured instead;
+    /// 1,816 with a basic-auth password check awaited before the first
+    /// attempt, 16 bytes, `None` on every other request).
     #[test]
     fn request_future_stays_small() {
         let size = output_size(&Forwarder::forward);
-        assert!(size <= 1800, "the request future is {size} bytes");
+        assert!(size <= 1816, "the request future is {size} bytes");
     }
 }

@@ -23,8 +23,8 @@
 //! per request; node live state is read through `hopgate_core::node`.
 
 mod access_log;
-mod auth;
 mod admission;
+mod auth;
 mod body;
 mod canary;
 mod client_io;
@@ -65,8 +65,8 @@ mod trace;
 mod tunnel;
 mod upstream;
 
-pub use auth::{AuthCollector, AuthKeys, AuthMaterial};
 pub use access_log::{set_json as set_access_log_json, set_sink as set_access_log_sink};
+pub use auth::{AuthCollector, AuthKeys, AuthMaterial};
 pub use canary::{CanaryArm, CanaryCell, CanarySlot, SideCounts, SideStats};
 pub use client_io::ClientIo;
 pub use forward::{Forwarder, RequestCtx};

@@ -45,7 +45,11 @@ impl Control {
             Ok(material) => {
                 let (routes, entries) = material.summary();
                 self.auth.install(material);
-                tracing::info!(routes, keys_and_users = entries, "auth: key and password files re-read");
+                tracing::info!(
+                    routes,
+                    keys_and_users = entries,
+                    "auth: key and password files re-read"
+                );
                 Ok(())
             }
             Err(errors) => Err(self.rejected(errors, &Source::AuthFiles.to_string())),

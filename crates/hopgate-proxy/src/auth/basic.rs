@@ -193,21 +193,30 @@ mod tests {
 
     #[test]
     fn lines_name_their_problem() {
-        let e = Htpasswd::parse(b"# users\nalice:$2y$05$abc\n").err().unwrap();
+        let e = Htpasswd::parse(b"# users\nalice:$2y$05$abc\n")
+            .err()
+            .unwrap();
         assert!(e.starts_with("line 2") && e.contains("well-formed"), "{e}");
         let e = Htpasswd::parse(b"bob:$apr1$xyz$abc\n").err().unwrap();
-        assert!(e.contains("line 1") && e.contains("MD5") && e.contains("htpasswd -B"), "{e}");
+        assert!(
+            e.contains("line 1") && e.contains("MD5") && e.contains("htpasswd -B"),
+            "{e}"
+        );
         let e = Htpasswd::parse(b"\nnocolon\n").err().unwrap();
         assert!(e.starts_with("line 2"), "{e}");
     }
 
     #[test]
     fn a_made_hash_verifies() {
-        let hash = bcrypt::hash_with_result("s3cret", 4).unwrap().format_for_version(bcrypt::Version::TwoY);
+        let hash = bcrypt::hash_with_result("s3cret", 4)
+            .unwrap()
+            .format_for_version(bcrypt::Version::TwoY);
         let users = Htpasswd::parse(format!("alice:{hash}\n").as_bytes()).unwrap();
         assert_eq!(users.len(), 1);
         assert!(bcrypt::verify("s3cret", &users.users["alice"]).unwrap());
-        let e = Htpasswd::parse(format!("alice:{hash}\nalice:{hash}\n").as_bytes()).err().unwrap();
+        let e = Htpasswd::parse(format!("alice:{hash}\nalice:{hash}\n").as_bytes())
+            .err()
+            .unwrap();
         assert!(e.contains("twice"), "{e}");
     }
 
@@ -216,7 +225,10 @@ mod tests {
         let mut h = HeaderMap::new();
         assert!(credentials(&h).is_none());
         h.insert(AUTHORIZATION, "Basic YWxpY2U6czNjcmV0".parse().unwrap());
-        assert_eq!(credentials(&h).unwrap().unwrap(), ("alice".into(), "s3cret".into()));
+        assert_eq!(
+            credentials(&h).unwrap().unwrap(),
+            ("alice".into(), "s3cret".into())
+        );
         h.insert(AUTHORIZATION, "Basic !!!".parse().unwrap());
         assert!(credentials(&h).unwrap().is_err());
         h.insert(AUTHORIZATION, "Bearer abc".parse().unwrap());

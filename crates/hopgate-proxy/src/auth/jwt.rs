@@ -14,7 +14,9 @@
 
 use http::header::{HeaderValue, AUTHORIZATION};
 use http::HeaderMap;
-use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm, PublicKeyUse};
+use jsonwebtoken::jwk::{
+    AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm, PublicKeyUse,
+};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
 
@@ -109,7 +111,9 @@ fn algorithm(jwk: &Jwk) -> Result<Algorithm, String> {
         Algorithm::EdDSA => 3,
     };
     if family(alg) != family(usual) || (family(alg) == 2 && alg != usual) {
-        return Err(format!("alg {named:?} does not fit the key's type and curve"));
+        return Err(format!(
+            "alg {named:?} does not fit the key's type and curve"
+        ));
     }
     Ok(alg)
 }
@@ -140,7 +144,11 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// The token's claims when its signature, issuer, audience and times hold.
-fn verify(jwks: &Jwks, j: &JwtAuth, token: &str) -> Result<Map<String, Value>, (AuthResult, String)> {
+fn verify(
+    jwks: &Jwks,
+    j: &JwtAuth,
+    token: &str,
+) -> Result<Map<String, Value>, (AuthResult, String)> {
     let invalid = |m: &str| (AuthResult::Invalid, m.to_owned());
     let header = jsonwebtoken::decode_header(token)
         .map_err(|_| invalid("malformed token or unsupported algorithm"))?;
@@ -160,7 +168,9 @@ fn verify(jwks: &Jwks, j: &JwtAuth, token: &str) -> Result<Map<String, Value>, (
             Ok(data) => return Ok(data.claims),
             Err(e) => {
                 last = refusal(e.kind());
-                if last.0 != AuthResult::Invalid || !matches!(e.kind(), jsonwebtoken::errors::ErrorKind::InvalidSignature) {
+                if last.0 != AuthResult::Invalid
+                    || !matches!(e.kind(), jsonwebtoken::errors::ErrorKind::InvalidSignature)
+                {
                     // The signature held: another key will not change that.
                     return Err(last);
                 }

@@ -96,6 +96,14 @@ impl AuthMaterial {
         (self.routes.len(), entries)
     }
 
+    #[cfg(test)]
+    pub(super) fn from_parts(
+        routes: HashMap<String, (PathBuf, Keys)>,
+        files: Vec<PathBuf>,
+    ) -> AuthMaterial {
+        AuthMaterial { routes, files }
+    }
+
     pub(super) fn into_parts(self) -> (HashMap<String, (PathBuf, Keys)>, Vec<PathBuf>) {
         (self.routes, self.files)
     }

@@ -244,7 +244,10 @@ impl Forwarder {
         auth: &hopgate_core::config::auth::RouteAuth,
         req: &mut Request<ProxyBody>,
     ) -> Result<Option<crate::auth::AuthWait>, Turned> {
-        match self.auth.check(&snap.routes[route].id, auth, req.headers_mut()) {
+        match self
+            .auth
+            .check(&snap.routes[route].id, auth, req.headers_mut())
+        {
             crate::auth::Checked::Pass => Ok(None),
             crate::auth::Checked::Wait(w) => Ok(Some(w)),
             crate::auth::Checked::Refuse(resp) => Err(Turned::Answer(resp)),

@@ -19,7 +19,8 @@ use tokio::task::JoinHandle;
 
 use crate::fdlimit::FdBudget;
 use hopgate_control::{
-    serve_admin, watch_auth_files, watch_file, watch_tls_files, Admin, Control, FileWatch, Maintenance, Source,
+    serve_admin, watch_auth_files, watch_file, watch_tls_files, Admin, Control, FileWatch,
+    Maintenance, Source,
 };
 use hopgate_core::config::Config;
 use hopgate_core::maintenance::Notification;

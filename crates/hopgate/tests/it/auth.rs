@@ -32,7 +32,10 @@ fn pyjwt(spec: &Value) -> Value {
         stdin.write_all(spec.to_string().as_bytes()).unwrap();
     }
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "jwt_tool.py failed (pip install pyjwt cryptography)");
+    assert!(
+        out.status.success(),
+        "jwt_tool.py failed (pip install pyjwt cryptography)"
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -62,7 +65,12 @@ async fn gateway(b: &Backend, routes: &str, log: &Path) -> Gateway {
 
 /// Status, `WWW-Authenticate` and (on a 200) the backend's JSON of a GET
 /// with `auth` as its `Authorization` header and `extra` headers.
-async fn get(gw: &Gateway, path: &str, auth: Option<&str>, extra: &[(&str, &str)]) -> (u16, String, Value) {
+async fn get(
+    gw: &Gateway,
+    path: &str,
+    auth: Option<&str>,
+    extra: &[(&str, &str)],
+) -> (u16, String, Value) {
     let mut req = client().get(gw.url(path));
     if let Some(a) = auth {
         req = req.header("authorization", a);
@@ -77,7 +85,11 @@ async fn get(gw: &Gateway, path: &str, auth: Option<&str>, extra: &[(&str, &str)
         .get("www-authenticate")
         .map(|v| v.to_str().unwrap().to_owned())
         .unwrap_or_default();
-    let body = if status == 200 { r.json().await.unwrap() } else { Value::Null };
+    let body = if status == 200 {
+        r.json().await.unwrap()
+    } else {
+        Value::Null
+    };
     (status, challenge, body)
 }
 
@@ -127,7 +139,11 @@ async fn jwt_rs256_and_es256_pass_with_claims_and_bad_tokens_get_the_bearer_chal
     let (s, c, _) = get(&gw, "/", None, &[]).await;
     assert_eq!((s, c.as_str()), (401, "Bearer realm=\"app\""));
     let (s, c, _) = get(&gw, "/", Some("Basic YTpi"), &[]).await;
-    assert_eq!((s, c.as_str()), (401, "Bearer realm=\"app\""), "another scheme is no token");
+    assert_eq!(
+        (s, c.as_str()),
+        (401, "Bearer realm=\"app\""),
+        "another scheme is no token"
+    );
 
     // RS256 and ES256 pass; the claim reaches the backend as X-User, over
     // the client's own X-User; the token goes on (remove_authorization off).
@@ -139,9 +155,18 @@ async fn jwt_rs256_and_es256_pass_with_claims_and_bad_tokens_get_the_bearer_chal
         assert_eq!(body["headers"]["authorization"], t.as_str());
     }
     // A token without the claim: the client's X-User is still stripped.
-    let (s, _, body) = get(&gw, "/", Some(&bearer(token(&made, "no_sub"))), &[("x-user", "mallory")]).await;
+    let (s, _, body) = get(
+        &gw,
+        "/",
+        Some(&bearer(token(&made, "no_sub"))),
+        &[("x-user", "mallory")],
+    )
+    .await;
     assert_eq!(s, 200);
-    assert!(body["headers"].get("x-user").is_none(), "a smuggled X-User reached the backend: {body}");
+    assert!(
+        body["headers"].get("x-user").is_none(),
+        "a smuggled X-User reached the backend: {body}"
+    );
     // remove_authorization: the backend never sees the token.
     let (s, _, body) = get(&gw, "/strip", Some(&bearer(token(&made, "rs"))), &[]).await;
     assert_eq!(s, 200);
@@ -176,7 +201,12 @@ async fn jwt_rs256_and_es256_pass_with_claims_and_bad_tokens_get_the_bearer_chal
     // Counted by route and result.
     let m = gw.metrics().await;
     let count = |route: &str, result: &str| {
-        metric(&m, "hopgate_auth_total", &[("route", route), ("result", result)]).unwrap_or(-1.0)
+        metric(
+            &m,
+            "hopgate_auth_total",
+            &[("route", route), ("result", result)],
+        )
+        .unwrap_or(-1.0)
     };
     assert_eq!(count("app", "allowed"), 3.0, "{m}");
     assert_eq!(count("strip", "allowed"), 1.0);
@@ -187,7 +217,11 @@ async fn jwt_rs256_and_es256_pass_with_claims_and_bad_tokens_get_the_bearer_chal
 
     // The access log has the requests, and no credentials.
     let logged = within(Duration::from_secs(10), || async {
-        std::fs::read_to_string(&log).unwrap_or_default().lines().count() >= 11
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+            >= 11
     })
     .await;
     let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -220,7 +254,11 @@ async fn a_jwks_rotated_on_disk_takes_the_new_key_at_once_and_the_old_until_remo
     let gw = gateway(&b, &routes, &log).await;
     let (old, new) = (bearer(token(&made, "old")), bearer(token(&made, "new")));
     assert_eq!(get(&gw, "/", Some(&old), &[]).await.0, 200);
-    assert_eq!(get(&gw, "/", Some(&new), &[]).await.0, 401, "not in the file yet");
+    assert_eq!(
+        get(&gw, "/", Some(&new), &[]).await.0,
+        401,
+        "not in the file yet"
+    );
 
     // The new key is published beside the old: both pass, no reload.
     write_jwks(&jwks, &made, &["old", "new"]);
@@ -229,7 +267,11 @@ async fn a_jwks_rotated_on_disk_takes_the_new_key_at_once_and_the_old_until_remo
     })
     .await;
     assert!(took, "the new key was never accepted; logs:\n{}", gw.logs());
-    assert_eq!(get(&gw, "/", Some(&old), &[]).await.0, 200, "the old key until it is removed");
+    assert_eq!(
+        get(&gw, "/", Some(&old), &[]).await.0,
+        200,
+        "the old key until it is removed"
+    );
 
     // The old key is removed: its tokens are refused from then on.
     write_jwks(&jwks, &made, &["new"]);
@@ -243,10 +285,16 @@ async fn a_jwks_rotated_on_disk_takes_the_new_key_at_once_and_the_old_until_remo
     // A broken file keeps the keys in use (and is counted as a rejected reload).
     std::fs::write(&jwks, "{ not json").unwrap();
     let refused = within(Duration::from_secs(10), || async {
-        gw.metrics().await.contains("hopgate_config_reload_failures_total 1")
+        gw.metrics()
+            .await
+            .contains("hopgate_config_reload_failures_total 1")
     })
     .await;
-    assert!(refused, "the broken JWKS was not refused; logs:\n{}", gw.logs());
+    assert!(
+        refused,
+        "the broken JWKS was not refused; logs:\n{}",
+        gw.logs()
+    );
     assert_eq!(get(&gw, "/", Some(&new), &[]).await.0, 200);
     let v = gw.admin_json("/admin/v1/config").await;
     assert_eq!(v["version"], 1, "a key rotation is not a config reload");
@@ -301,20 +349,38 @@ async fn basic_auth_checks_an_htpasswd_file_made_by_apache_and_follows_its_chang
         get(&gw, "/", Some(&bob), &[]).await.0 == 200
     })
     .await;
-    assert!(took, "the new user was never accepted; logs:\n{}", gw.logs());
+    assert!(
+        took,
+        "the new user was never accepted; logs:\n{}",
+        gw.logs()
+    );
     assert_eq!(get(&gw, "/", Some(&alice), &[]).await.0, 200);
 
     let m = gw.metrics().await;
     let count = |result: &str| {
-        metric(&m, "hopgate_auth_total", &[("route", "app"), ("result", result)]).unwrap_or(-1.0)
+        metric(
+            &m,
+            "hopgate_auth_total",
+            &[("route", "app"), ("result", result)],
+        )
+        .unwrap_or(-1.0)
     };
     assert!(count("allowed") >= 4.0, "{m}");
     assert!(count("denied") >= 2.0, "{m}");
     assert_eq!(count("missing"), 2.0, "{m}");
 
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(text.contains("\"status\":401") && text.contains("\"status\":200"), "{text}");
-    for secret in ["s3cret-alice", "bobs-pass", alice.as_str(), bob.as_str(), "Basic"] {
+    assert!(
+        text.contains("\"status\":401") && text.contains("\"status\":200"),
+        "{text}"
+    );
+    for secret in [
+        "s3cret-alice",
+        "bobs-pass",
+        alice.as_str(),
+        bob.as_str(),
+        "Basic",
+    ] {
         assert!(!text.contains(secret), "{secret:?} reached the access log");
     }
     cleanup(&[&file, &log]);
@@ -329,7 +395,11 @@ fn validate(auth: &str) -> Result<(), String> {
     );
     let path = temp_path("yaml");
     std::fs::write(&path, yaml).unwrap();
-    let out = Command::new(BIN).arg("validate").arg(&path).output().unwrap();
+    let out = Command::new(BIN)
+        .arg("validate")
+        .arg(&path)
+        .output()
+        .unwrap();
     let _ = std::fs::remove_file(&path);
     if out.status.success() {
         Ok(())
@@ -344,7 +414,11 @@ async fn bad_auth_files_and_blocks_are_refused_with_their_field_path() {
     let htp = temp_path("htpasswd");
     let missing = temp_path("missing.json");
     // A JWKS whose key names an algorithm that does not sign.
-    std::fs::write(&jwks, r#"{"keys":[{"kty":"RSA","n":"xwc8","e":"AQAB","alg":"RSA-OAEP"}]}"#).unwrap();
+    std::fs::write(
+        &jwks,
+        r#"{"keys":[{"kty":"RSA","n":"xwc8","e":"AQAB","alg":"RSA-OAEP"}]}"#,
+    )
+    .unwrap();
     std::fs::write(&htp, "alice:$apr1$abcdefgh$0123456789abcdefghijkl\n").unwrap();
     let cases = [
         (

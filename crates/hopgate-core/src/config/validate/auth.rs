@@ -37,7 +37,12 @@ const RESERVED: &[&str] = &[
 
 impl Validator {
     /// `p` is the route's path (`routes[2]`), `id` its id (the default realm).
-    pub(super) fn route_auth(&mut self, p: &str, id: &str, raw: &RawAuth) -> Option<Arc<RouteAuth>> {
+    pub(super) fn route_auth(
+        &mut self,
+        p: &str,
+        id: &str,
+        raw: &RawAuth,
+    ) -> Option<Arc<RouteAuth>> {
         let p = format!("{p}.auth");
         if raw.forward.is_some() {
             self.err(
@@ -68,7 +73,10 @@ impl Validator {
     fn jwt_auth(&mut self, p: &str, id: &str, raw: &RawJwtAuth) -> RouteAuth {
         let jwks_file = self.auth_file(&format!("{p}.jwks_file"), &raw.jwks_file, "a JWKS file");
         if raw.issuer.as_deref().is_some_and(str::is_empty) {
-            self.err(format!("{p}.issuer"), "must not be empty (remove it to accept any issuer)");
+            self.err(
+                format!("{p}.issuer"),
+                "must not be empty (remove it to accept any issuer)",
+            );
         }
         let audiences = raw.audiences.clone().unwrap_or_default();
         if raw.audiences.as_ref().is_some_and(Vec::is_empty) {
@@ -140,7 +148,11 @@ impl Validator {
         let Some(r) = realm else {
             return id.to_owned();
         };
-        if r.is_empty() || !r.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\') {
+        if r.is_empty()
+            || !r
+                .bytes()
+                .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+        {
             self.err(
                 format!("{p}.realm"),
                 format!("{r:?}: a realm is printable ASCII without quotes or backslashes"),
@@ -184,7 +196,12 @@ mod tests {
 
     #[test]
     fn skews() {
-        assert_eq!(skew(&crate::config::raw::Text("0s".into())).unwrap().as_secs(), 0);
+        assert_eq!(
+            skew(&crate::config::raw::Text("0s".into()))
+                .unwrap()
+                .as_secs(),
+            0
+        );
         assert!(skew(&crate::config::raw::Text("1h".into())).is_err());
         assert!(skew(&crate::config::raw::Text("abc".into())).is_err());
     }
