@@ -10,6 +10,14 @@
 //! is checked against that key only; one without tries every key of its
 //! algorithm.
 //!
+//! A signature check is costly (~400 k instructions for RS256, ~800 k for
+//! ES256), and a client sends the same token on every request, so a token
+//! that passed is remembered: by a SHA-256 digest of it, with its claims,
+//! until the sooner of [`CACHE_TTL`] and its `exp` (plus the skew), for
+//! the route config it was checked under; at most [`CACHE_MAX`] tokens, in
+//! a lock-free map emptied when full. The cache belongs to the JWKS file
+//! as read: a changed file (a key removed) starts an empty one.
+//!
 //! Owns [`Jwks`] and [`check`]. Must not touch: the file (read by `load`).
 
 use http::header::{HeaderValue, AUTHORIZATION};
@@ -19,6 +27,9 @@ use jsonwebtoken::jwk::{
 };
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use hopgate_core::config::auth::JwtAuth;
 
@@ -34,6 +45,22 @@ struct Key {
 /// A JWKS file's signing keys.
 pub(crate) struct Jwks {
     keys: Vec<Key>,
+    verified: papaya::HashMap<[u8; 32], Verified>,
+}
+
+/// How long a verified token is taken without a new signature check (at
+/// most: never past its `exp`).
+pub(crate) const CACHE_TTL: Duration = Duration::from_secs(60);
+/// The most verified tokens remembered per JWKS file.
+pub(crate) const CACHE_MAX: usize = 1024;
+
+/// A token that passed.
+struct Verified {
+    until: Instant,
+    /// The route config it was checked under (its address: a config the
+    /// same file serves differently, a canary's, checks again).
+    under: usize,
+    claims: Arc<Map<String, Value>>,
 }
 
 impl Jwks {
@@ -58,7 +85,10 @@ impl Jwks {
         if keys.is_empty() {
             return Err("no signing key in the file".to_owned());
         }
-        Ok(Jwks { keys })
+        Ok(Jwks {
+            keys,
+            verified: papaya::HashMap::new(),
+        })
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -126,13 +156,64 @@ pub(super) fn check(
     headers: &mut HeaderMap,
 ) -> Result<(), (AuthResult, String)> {
     let token = bearer(headers).ok_or((AuthResult::Missing, String::new()))?;
-    let claims = verify(jwks, j, token)?;
+    let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+    let under = std::ptr::from_ref(j) as usize;
+    let now = Instant::now();
+    let cached = jwks
+        .verified
+        .pin()
+        .get(&key)
+        .filter(|v| v.under == under && now < v.until)
+        .map(|v| Arc::clone(&v.claims));
+    let claims = match cached {
+        Some(c) => c,
+        None => {
+            let c = Arc::new(verify(jwks, j, token)?);
+            remember(jwks, j, key, under, now, &c);
+            c
+        }
+    };
     for (claim, header) in &j.claims_to_headers {
         if let Some(v) = claims.get(claim).and_then(claim_value) {
             headers.insert(header.clone(), v);
         }
     }
     Ok(())
+}
+
+/// Remembers a verified token until the sooner of the TTL and its `exp`
+/// (plus the skew); the map is emptied when full.
+fn remember(
+    jwks: &Jwks,
+    j: &JwtAuth,
+    key: [u8; 32],
+    under: usize,
+    now: Instant,
+    claims: &Arc<Map<String, Value>>,
+) {
+    let Some(exp) = claims.get("exp").and_then(Value::as_u64) else {
+        return;
+    };
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let left = (exp + j.clock_skew.as_secs()).saturating_sub(unix);
+    if left == 0 {
+        return;
+    }
+    let map = jwks.verified.pin();
+    if map.len() >= CACHE_MAX {
+        map.clear();
+    }
+    let until = now + CACHE_TTL.min(Duration::from_secs(left));
+    map.insert(
+        key,
+        Verified {
+            until,
+            under,
+            claims: Arc::clone(claims),
+        },
+    );
 }
 
 /// The token of `Authorization: Bearer <token>` (the scheme in any case).

@@ -173,3 +173,41 @@ fn counts_survive_a_new_file() {
     let _ = keys.check("app", &cfg, &mut HeaderMap::new());
     assert_eq!(keys.counts()[0].1.get(AuthResult::Missing), 2);
 }
+
+/// A verified token is remembered for its route config and its file:
+/// another config (another audience) checks it again, and a new file
+/// (the key removed) refuses it.
+#[test]
+fn verified_tokens_are_remembered_per_config_and_file() {
+    let keys = keys_of("app", "k.json", &jwks_with_secret());
+    let cfg = route("k.json");
+    let t = hs256(
+        &serde_json::json!({"sub": "alice", "iss": "https://id", "aud": "api", "exp": now() + 60}),
+    );
+    for _ in 0..2 {
+        let mut h = with_token(&t);
+        assert!(matches!(keys.check("app", &cfg, &mut h), Checked::Pass));
+        assert_eq!(h["x-user"], "alice", "the cached claims too");
+    }
+    let mut other = route("k.json");
+    if let AuthKind::Jwt(j) = &mut other.kind {
+        j.audiences = vec!["billing".into()];
+    }
+    let c = challenge(keys.check("app", &other, &mut with_token(&t)));
+    assert!(c.contains("audience"), "{c}");
+    // The file now holds another secret: the remembered token is gone.
+    let k = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(b"another secret, 32 bytes long!!!");
+    let jwks = format!(r#"{{"keys":[{{"kty":"oct","kid":"h","k":"{k}"}}]}}"#);
+    let mut routes = std::collections::HashMap::new();
+    routes.insert(
+        "app".to_owned(),
+        (
+            PathBuf::from("k.json"),
+            Keys::Jwt(jwt::Jwks::parse(jwks.as_bytes()).unwrap()),
+        ),
+    );
+    keys.install(AuthMaterial::from_parts(routes, Vec::new()));
+    let c = challenge(keys.check("app", &cfg, &mut with_token(&t)));
+    assert!(c.contains("signature does not verify"), "{c}");
+}
