@@ -12,7 +12,8 @@
 //!
 //! A signature check is costly (~400 k instructions for RS256, ~800 k for
 //! ES256), and a client sends the same token on every request, so a token
-//! that passed is remembered: by a SHA-256 digest of it, with its claims,
+//! that passed is remembered: the token itself (compared whole on a hit;
+//! a digest would cost a SHA-256 of it per request), with its claims,
 //! until the sooner of [`CACHE_TTL`] and its `exp` (plus the skew), for
 //! the route config it was checked under; at most [`CACHE_MAX`] tokens, in
 //! a lock-free map emptied when full. The cache belongs to the JWKS file
@@ -27,7 +28,6 @@ use jsonwebtoken::jwk::{
 };
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,7 +45,7 @@ struct Key {
 /// A JWKS file's signing keys.
 pub(crate) struct Jwks {
     keys: Vec<Key>,
-    verified: papaya::HashMap<[u8; 32], Verified>,
+    verified: papaya::HashMap<Box<str>, Verified>,
 }
 
 /// How long a verified token is taken without a new signature check (at
@@ -156,20 +156,19 @@ pub(super) fn check(
     headers: &mut HeaderMap,
 ) -> Result<(), (AuthResult, String)> {
     let token = bearer(headers).ok_or((AuthResult::Missing, String::new()))?;
-    let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
     let under = std::ptr::from_ref(j) as usize;
     let now = Instant::now();
     let cached = jwks
         .verified
         .pin()
-        .get(&key)
+        .get(token)
         .filter(|v| v.under == under && now < v.until)
         .map(|v| Arc::clone(&v.claims));
     let claims = match cached {
         Some(c) => c,
         None => {
             let c = Arc::new(verify(jwks, j, token)?);
-            remember(jwks, j, key, under, now, &c);
+            remember(jwks, j, token, under, now, &c);
             c
         }
     };
@@ -186,7 +185,7 @@ pub(super) fn check(
 fn remember(
     jwks: &Jwks,
     j: &JwtAuth,
-    key: [u8; 32],
+    token: &str,
     under: usize,
     now: Instant,
     claims: &Arc<Map<String, Value>>,
@@ -207,7 +206,7 @@ fn remember(
     }
     let until = now + CACHE_TTL.min(Duration::from_secs(left));
     map.insert(
-        key,
+        Box::from(token),
         Verified {
             until,
             under,
