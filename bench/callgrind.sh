@@ -31,6 +31,11 @@
 #   CG_FILTERS=on requests /f/0 on a route with route filters: three
 #     request header edits (set, add, remove) and a prefix rewrite back to
 #     /0 (routes[].filters), the cost of a route that uses them.
+#   CG_JWT=on (or rs256, es256, hs256) puts the route behind a JWT check
+#     (routes[].auth.jwt with issuer, audiences and one claim copied to a
+#     header) against a JWKS file of one key made by PyJWT, and sends wrk's
+#     requests with a good token of that algorithm (on: RS256).
+#   CG_HEADER="Name: value" adds a header to every wrk request.
 #   CG_PATH=4k (or 64k) requests a 4 KiB (64 KiB) static file from the
 #     origins (sendfile, as bench/run.sh's origins serve it) instead of
 #     the empty answer at /0.
@@ -101,6 +106,39 @@ if [[ ${CG_FILTERS:-off} == on ]]; then
 Y
   URL_PATH=f/$URL_PATH
 fi
+WRK_H=()
+[[ -n ${CG_HEADER:-} ]] && WRK_H+=(-H "$CG_HEADER")
+case ${CG_JWT:-off} in
+  off) ;;
+  on|rs256|es256|hs256)
+    ALG=$(echo "${CG_JWT/on/rs256}" | tr a-z A-Z)
+    # One key and a token valid for an hour, by PyJWT (pip install pyjwt cryptography).
+    TOKEN=$(python3 - "$ALG" "$D/keys.json" <<'PY'
+import json, secrets, sys, time
+import jwt
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+alg, out = sys.argv[1], sys.argv[2]
+if alg == "RS256":
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(RSAAlgorithm.to_jwk(key.public_key()))
+elif alg == "ES256":
+    key = ec.generate_private_key(ec.SECP256R1())
+    jwk = json.loads(ECAlgorithm.to_jwk(key.public_key()))
+else:
+    key = secrets.token_bytes(32)
+    jwk = {"kty": "oct", "k": jwt.utils.base64url_encode(key).decode()}
+jwk.update({"kid": "k1", "alg": alg})
+json.dump({"keys": [jwk]}, open(out, "w"))
+claims = {"sub": "bench", "iss": "https://id.example.com", "aud": "api", "exp": int(time.time()) + 3600}
+print(jwt.encode(claims, key, algorithm=alg, headers={"kid": "k1"}))
+PY
+) || { echo "callgrind.sh: CG_JWT needs PyJWT (pip install pyjwt cryptography)" >&2; exit 2; }
+    sed -i 's|^  - { id: all, match: { path_prefix: / }, service: origin }$|  - { id: all, match: { path_prefix: / }, service: origin, auth: { jwt: { jwks_file: keys.json, issuer: "https://id.example.com", audiences: [api], claims_to_headers: { sub: X-User } } } }|' "$D/hopgate.yaml"
+    WRK_H+=(-H "Authorization: Bearer $TOKEN")
+    ;;
+  *) echo "callgrind.sh: CG_JWT must be off, on, rs256, es256 or hs256" >&2; exit 2 ;;
+esac
 case ${CG_OTLP:-off} in
   on|unsampled)
     RATIO=1; [[ $CG_OTLP == unsampled ]] && RATIO=0
@@ -190,15 +228,15 @@ HA
 esac
 VG=$!; PIDS+=($VG)
 for i in $(seq 1 120); do curl -s -o /dev/null "http://127.0.0.1:$PG/0" && break; sleep 0.5; done
-wrk -t1 -c"${CG_CONNS:-4}" -d2s "http://127.0.0.1:$PG/$URL_PATH" > "$D/warm.txt" 2>&1
+wrk -t1 -c"${CG_CONNS:-4}" -d2s "${WRK_H[@]}" "http://127.0.0.1:$PG/$URL_PATH" > "$D/warm.txt" 2>&1
 callgrind_control -z $VG >/dev/null
-wrk -t1 -c"${CG_CONNS:-4}" -d6s "http://127.0.0.1:$PG/$URL_PATH" > "$D/wrk.txt" 2>&1
+wrk -t1 -c"${CG_CONNS:-4}" -d6s "${WRK_H[@]}" "http://127.0.0.1:$PG/$URL_PATH" > "$D/wrk.txt" 2>&1
 callgrind_control -d $VG >/dev/null
 sleep 1
 REQS=$(grep -oE '^ *[0-9]+ requests' "$D/wrk.txt" | awk '{print $1}')
 F=$(ls -t "$D"/cg.out* | grep -v '^$' | head -1)
 IR=$(grep -E '^(summary|totals):' "$F" | head -1 | awk '{print $2}')
-echo "$LABEL proxy=${CG_PROXY:-hopgate} path=/$URL_PATH conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} rate_limit=${CG_RATE_LIMIT:-off} filters=${CG_FILTERS:-off} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
+echo "$LABEL proxy=${CG_PROXY:-hopgate} path=/$URL_PATH conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} rate_limit=${CG_RATE_LIMIT:-off} filters=${CG_FILTERS:-off} jwt=${CG_JWT:-off} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
 if [[ ${CG_CACHE:-off} == on ]]; then
   python3 - "$F" "$REQS" <<'PY'
 import sys

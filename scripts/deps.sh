@@ -42,6 +42,8 @@ command -v etcd    >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 # The Redis session store: a real redis-server in the tests.
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# Basic auth: htpasswd files made by Apache's htpasswd -B (tests/it/auth.rs).
+command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
 # promtool checks the /metrics exposition in the observability tests and
 # the shipped alerting rules; a real prometheus scrapes a gateway
 # (tests/it/prometheus.rs). One package holds both.
@@ -78,5 +80,11 @@ fi
 if ! command -v kubernetes-validate >/dev/null 2>&1; then
   echo "deps: installing kubernetes-validate (pip)"
   python3 -m pip install -q --disable-pip-version-check kubernetes-validate >/dev/null
+fi
+# JWT auth: keys and tokens made by PyJWT (tests/it/py/jwt_tool.py, and
+# bench/callgrind.sh with CG_JWT).
+if ! python3 -c "import jwt, cryptography" >/dev/null 2>&1; then
+  echo "deps: installing pyjwt cryptography (pip)"
+  python3 -m pip install -q --disable-pip-version-check pyjwt cryptography >/dev/null
 fi
 echo "deps: ok"

@@ -28,6 +28,7 @@ use crate::health::HealthChecker;
 use canary::CanaryState;
 pub use carry::Carried;
 
+mod auth;
 pub(crate) mod canary;
 mod carry;
 
@@ -48,6 +49,9 @@ pub enum Source {
     /// Changed certificate, key or CA files, re-read without a config
     /// change.
     Certificates,
+    /// Changed JWKS or htpasswd files (`routes[].auth`), re-read without
+    /// a config change.
+    AuthFiles,
     /// A DNS discovery record set changed (`services[].discovery.dns`).
     Dns,
 }
@@ -62,6 +66,7 @@ impl std::fmt::Display for Source {
             Source::Rollback(v) => write!(f, "rollback:{v}"),
             Source::Etcd => f.write_str("etcd"),
             Source::Certificates => f.write_str("certificates"),
+            Source::AuthFiles => f.write_str("auth-files"),
             Source::Dns => f.write_str("dns"),
         }
     }
@@ -133,6 +138,8 @@ pub struct Control {
     tls: Arc<TlsListeners>,
     tls_base: Mutex<std::path::PathBuf>,
     tls_files: Mutex<Vec<std::path::PathBuf>>,
+    /// `routes[].auth`: the keys and users read from their files.
+    auth: Arc<hopgate_proxy::AuthKeys>,
     /// The config canary, baking or last decided.
     pub(crate) canary: CanaryState,
     /// DNS discovery's last good sets, merged into every apply.
@@ -217,6 +224,7 @@ impl Control {
             tls: Arc::default(),
             tls_base: Mutex::new(std::path::PathBuf::from(".")),
             tls_files: Mutex::new(Vec::new()),
+            auth: Arc::default(),
             canary: CanaryState::default(),
             dns: crate::dns::state::Dns::default(),
             fd_limit: AtomicU64::new(u64::MAX),
@@ -426,7 +434,9 @@ impl Control {
         *self.tls_base.lock() = base;
         let snap = self.snapshot.load_full();
         let material = self.load_tls(&snap.config)?;
+        let auth = self.load_auth(&snap.config)?;
         self.install_tls(&material, &snap);
+        self.auth.install(auth);
         Ok(())
     }
 
@@ -481,7 +491,9 @@ impl Control {
         // The TLS files are read with every apply (a SIGHUP re-reads
         // rotated certificates); a bad one refuses the config.
         let loaded = result.and_then(|c| self.load_tls(&c).map(|m| (c, m)));
-        let (config, tls) = match loaded {
+        // So are the auth files (`routes[].auth`).
+        let loaded = loaded.and_then(|(c, m)| self.load_auth(&c).map(|a| (c, m, a)));
+        let (config, tls, auth) = match loaded {
             Ok(x) => x,
             Err(errors) => return Err(self.rejected(errors, &source.to_string())),
         };
@@ -491,6 +503,7 @@ impl Control {
         // canary that was rolled back).
         if self.running_hash(current.version).as_deref() == Some(hash.as_str()) {
             self.install_tls(&tls, &current);
+            self.auth.install(auth);
             // The running document offered again: nothing to swap, but the
             // offer was good.
             self.last_reload_ok.store(true, Ordering::Relaxed);
@@ -507,6 +520,7 @@ impl Control {
         let raw = config.raw.clone();
         let snap = Snapshot::compile(Arc::new(config), version, &self.registry, Some(&current));
         self.install_tls(&tls, &snap);
+        self.auth.install(auth);
         self.install(
             Arc::new(snap),
             &current,

@@ -18,6 +18,7 @@
 //! snapshot this crate stores.
 
 mod admin;
+mod auth_watch;
 mod control;
 mod dns;
 pub mod etcd;
@@ -30,6 +31,7 @@ mod tls_watch;
 mod watch;
 
 pub use admin::{serve_admin, Admin};
+pub use auth_watch::watch_auth_files;
 pub use control::{ApplyOutcome, Carried, Control, Source};
 pub use dns::start as start_dns;
 pub use fleet::{Fleet, SharedStoreStatus};

@@ -9,7 +9,8 @@
 //! the route stats the running snapshot carries), node live state, pool stats, the control
 //! plane's reload counters, the session store size and the fleet engines.
 //! The registry ([`registry`]) also holds the TLS collector
-//! ([`hopgate_proxy::TlsCollector`]) and the canary's (`control::canary`);
+//! ([`hopgate_proxy::TlsCollector`]), the canary's (`control::canary`) and
+//! the auth checks' ([`hopgate_proxy::AuthCollector`]);
 //! [`crate::exposition`] encodes it. Counter names are given without
 //! `_total`, which the encoder appends.
 //!
@@ -59,8 +60,10 @@ pub(crate) fn registry(
     }));
     r.register_collector(Box::new(hopgate_proxy::TlsCollector));
     r.register_collector(Box::new(crate::dns::DnsCollector(control.clone())));
+    let auth = Arc::clone(control.auth_keys());
     r.register_collector(Box::new(crate::control::canary::CanaryCollector(control)));
     r.register_collector(Box::new(hopgate_proxy::ProxyProtocolCollector));
+    r.register_collector(Box::new(hopgate_proxy::AuthCollector(auth)));
     r
 }
 

@@ -13,6 +13,10 @@
 //! The set of files follows the running config: after a reload the new
 //! set is taken as it is (the reload has just read it).
 //!
+//! The loop itself ([`watch_set`]) takes the set of files and the re-read
+//! as arguments: `routes[].auth`'s key and password files are watched the
+//! same way (`crate::auth_watch`).
+//!
 //! Must not touch: the snapshot or the certificates (only through
 //! `Control`).
 
@@ -27,6 +31,10 @@ use crate::watch::{stamp, Stamp, SETTLE};
 
 type Stamps = Vec<(PathBuf, Option<Stamp>)>;
 
+/// Which files to watch (they follow the running config), and how to
+/// re-read them.
+type Set = (fn(&Control) -> Vec<PathBuf>, fn(&Control));
+
 fn stamps(files: &[PathBuf]) -> Stamps {
     files.iter().map(|f| (f.clone(), stamp(f))).collect()
 }
@@ -34,10 +42,39 @@ fn stamps(files: &[PathBuf]) -> Stamps {
 /// Watches the TLS files until `shutdown` turns true: woken by the kernel
 /// and at `sources.file.interval` (read at every tick). Runs whether or not
 /// `sources.file.watch` is on: certificates rotate under a fixed config.
-pub async fn watch_tls_files(control: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
-    let mut files = control.tls_files();
-    let mut wake = DirWake::new(&files);
-    let mut applied = stamps(&files);
+pub fn watch_tls_files(
+    control: Arc<Control>,
+    shutdown: watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> {
+    let reread = |c: &Control| {
+        let _ = c.reload_tls();
+    };
+    watch_set(control, shutdown, Control::tls_files, reread)
+}
+
+/// Watches the files `set` names (it follows the running config) until
+/// `shutdown` turns true, calling `reread` on a blocking thread once a
+/// change has held still. The files' stamps are taken when this is
+/// called, not when the future first runs: a change made once the
+/// gateway is up is always seen as one.
+pub(crate) fn watch_set(
+    control: Arc<Control>,
+    shutdown: watch::Receiver<bool>,
+    set: fn(&Control) -> Vec<PathBuf>,
+    reread: fn(&Control),
+) -> impl std::future::Future<Output = ()> {
+    let files = set(&control);
+    let wake = DirWake::new(&files);
+    let applied = stamps(&files);
+    watch_loop(control, shutdown, (set, reread), (files, wake, applied))
+}
+
+async fn watch_loop(
+    control: Arc<Control>,
+    mut shutdown: watch::Receiver<bool>,
+    (set, reread): Set,
+    (mut files, mut wake, mut applied): (Vec<PathBuf>, DirWake, Stamps),
+) {
     let mut pending: Option<Stamps> = None;
     loop {
         let interval = control.snapshot().load().config.sources.file_interval;
@@ -46,7 +83,7 @@ pub async fn watch_tls_files(control: Arc<Control>, mut shutdown: watch::Receive
             () = wake.changed() => true,
             _ = shutdown.wait_for(|s| *s) => return,
         };
-        let now_files = control.tls_files();
+        let now_files = set(&control);
         if now_files != files {
             // A reload changed the set and read it: start from there.
             files = now_files;
@@ -80,9 +117,9 @@ pub async fn watch_tls_files(control: Arc<Control>, mut shutdown: watch::Receive
         pending = None;
         applied = now;
         let c = Arc::clone(&control);
-        let _ = tokio::task::spawn_blocking(move || c.reload_tls()).await;
+        let _ = tokio::task::spawn_blocking(move || reread(&c)).await;
         // The reload may have read a different set (it cannot, for the
         // same config, but keep the two in step).
-        files = control.tls_files();
+        files = set(&control);
     }
 }

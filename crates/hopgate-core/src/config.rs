@@ -6,6 +6,7 @@
 //! Owns: the document schema, parsing of YAML/JSON text, validation rules and
 //! the embedded default. Must not touch: files, sockets, live node state.
 
+pub mod auth;
 mod bound;
 pub mod discovery;
 pub mod fleet;
@@ -783,6 +784,8 @@ pub struct RouteConfig {
     pub rate_limit: Option<usize>,
     /// `filters`, compiled ([`crate::filter`]); `None` without filters.
     pub filters: Option<std::sync::Arc<crate::filter::RouteFilters>>,
+    /// `auth`: who may use the route (checked before anything else).
+    pub auth: Option<std::sync::Arc<auth::RouteAuth>>,
 }
 
 #[derive(Clone, Debug, Default)]

@@ -11,7 +11,8 @@
 //! nothing more: every module is private, and the crate root re-exports
 //! the listener, the forwarder, the pool's control surface, the snapshot
 //! types carrying each node's `Upstream`, the canary's slot and counters,
-//! TLS loading and its collector, the OTLP export task, the access log's
+//! TLS loading and its collector, routes' auth keys ([`AuthKeys`], read
+//! by [`AuthMaterial`]) and their collector, the OTLP export task, the access log's
 //! sink, `ClientIo` and `wait_closed`. Counters, hops and latencies are
 //! read through one door, [`telemetry`]; the statics behind it stay
 //! private. What only the fuzz targets drive is in `fuzzing`, behind the
@@ -23,6 +24,7 @@
 
 mod access_log;
 mod admission;
+mod auth;
 mod body;
 mod canary;
 mod client_io;
@@ -66,6 +68,7 @@ mod tunnel;
 mod upstream;
 
 pub use access_log::{set_json as set_access_log_json, set_sink as set_access_log_sink};
+pub use auth::{AuthCollector, AuthKeys, AuthMaterial};
 pub use canary::{CanaryArm, CanaryCell, CanarySlot, SideCounts, SideStats};
 pub use client_io::ClientIo;
 pub use filter_files::read_filter_bodies;

@@ -355,6 +355,10 @@ fn validate(file: &Path) -> ExitCode {
             .map_err(|e| vec![e]),
         None => Ok(cfg),
     });
+    // The JWKS and htpasswd files the routes' `auth` blocks name.
+    let loaded = loaded.and_then(|cfg| {
+        hopgate_proxy::AuthMaterial::load(&cfg, &gateway::config_dir(Some(file))).map(|_| cfg)
+    });
     match loaded {
         Ok(cfg) => {
             println!(

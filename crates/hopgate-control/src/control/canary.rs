@@ -299,6 +299,11 @@ pub(crate) fn start_with(
     let tls = control
         .load_tls(&config)
         .map_err(|e| control.rejected(e, &source))?;
+    // Its auth files are checked the same way; the baking side checks
+    // against the running config's keys until it is promoted.
+    control
+        .load_auth(&config)
+        .map_err(|e| control.rejected(e, &source))?;
     let current = control.snapshot().load_full();
     let hash = content_hash(&config.raw);
     if control.running_hash(current.version).as_deref() == Some(hash.as_str()) {
@@ -478,6 +483,15 @@ fn end_run(
                 Err(errors) => {
                     for e in &errors {
                         tracing::warn!(error = %e, "config canary promoted, but its certificates cannot be read; the listeners keep theirs");
+                    }
+                }
+            }
+            // So do its routes' auth keys.
+            match control.load_auth(&arm.snapshot.config) {
+                Ok(auth) => control.auth_keys().install(auth),
+                Err(errors) => {
+                    for e in &errors {
+                        tracing::warn!(error = %e, "config canary promoted, but its auth files cannot be read; routes keep their keys");
                     }
                 }
             }

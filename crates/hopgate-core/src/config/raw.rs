@@ -10,12 +10,14 @@ use std::collections::BTreeMap;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize};
 
+mod auth;
 mod discovery;
 mod filters;
 mod proxy_protocol;
 mod rate_limits;
 mod route_policy;
 mod tls;
+pub use auth::{RawAuth, RawBasicAuth, RawJwtAuth};
 pub use discovery::{RawDiscovery, RawDnsDiscovery};
 pub use filters::{
     RawDirectResponse, RawFilter, RawHeaderEdits, RawMirror, RawPathRewrite, RawRedirect,
@@ -394,6 +396,9 @@ pub struct RawRoute {
     /// Applied in the order written (`raw/filters.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filters: Vec<RawFilter>,
+    /// Who may use the route (`jwt` or `basic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<RawAuth>,
 }
 
 /// Match conditions of a rule; every present condition must hold.

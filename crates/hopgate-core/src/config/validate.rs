@@ -23,6 +23,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use super::{Config, ConfigError, RawConfig};
 
 mod access_log;
+mod auth;
 mod canary;
 mod discovery;
 mod edge;

@@ -113,6 +113,9 @@ pub(super) struct Arrival {
 pub(super) enum Stop {
     /// Turned away with an error.
     Refused(ErrorKind),
+    /// Turned away with an answer made already (an auth refusal, with its
+    /// challenge).
+    Answer(Box<http::Response<ProxyBody>>),
     /// Route `.0` answers itself (a filter's redirect or direct response):
     /// the request's head is handed back for the answer.
     Local(usize, Box<Request<ProxyBody>>),
@@ -126,6 +129,8 @@ impl From<ErrorKind> for Stop {
 
 /// What [`Forwarder::plan`] decided.
 pub(super) struct Plan {
+    /// A basic-auth password being checked; awaited before anything else.
+    pub(super) auth: Option<crate::auth::AuthWait>,
     /// The shared store's answer for a known session this replica holds no
     /// binding for; awaited before the first attempt ([`adopt_fetched`]).
     pub(super) fetch: Option<FetchFuture>,
@@ -180,6 +185,11 @@ impl Forwarder {
         let Some(routed) = route::route(snap, &req, facts, normalize, client_ip, now, out)? else {
             return Err(Stop::Local(out.route.unwrap_or_default(), req));
         };
+        // Who may use the route, before anything else it does.
+        let auth = match &snap.config.routes[routed.route].auth {
+            None => None,
+            Some(a) => self.authenticate(snap, routed.route, a, &mut req)?,
+        };
         // The declared body against the route's limit (its own, or the
         // global one it inherits).
         limits::body(&req, facts, snap.routes[routed.route].policy.max_body_bytes)?;
@@ -225,6 +235,7 @@ impl Forwarder {
         build::trace(snap, conn, &mut req, facts, https, &mut set, out);
         build::fill_host(&mut req, facts);
         Ok(Plan {
+            auth,
             fetch: session.fetch,
             flight: Flight {
                 route: routed.route,
@@ -249,6 +260,28 @@ impl Forwarder {
             body,
             held,
         })
+    }
+}
+
+impl Forwarder {
+    /// Phase 8½: the route's `auth` (`crate::auth`): the request goes on,
+    /// waits for a password check, or is answered `401`.
+    #[cold]
+    fn authenticate(
+        &self,
+        snap: &Snapshot,
+        route: usize,
+        auth: &hopgate_core::config::auth::RouteAuth,
+        req: &mut Request<ProxyBody>,
+    ) -> Result<Option<crate::auth::AuthWait>, Stop> {
+        match self
+            .auth
+            .check(&snap.routes[route].id, auth, req.headers_mut())
+        {
+            crate::auth::Checked::Pass => Ok(None),
+            crate::auth::Checked::Wait(w) => Ok(Some(w)),
+            crate::auth::Checked::Refuse(resp) => Err(Stop::Answer(resp)),
+        }
     }
 }
 

@@ -88,6 +88,7 @@ impl Trip {
         RequestBody,
     ) {
         let Plan {
+            auth: _,
             fetch,
             flight,
             now,

@@ -19,8 +19,8 @@ use tokio::task::JoinHandle;
 
 use crate::fdlimit::FdBudget;
 use hopgate_control::{
-    serve_admin, watch_file, watch_tls_files, Admin, Carried, Control, FileWatch, Maintenance,
-    Source,
+    serve_admin, watch_auth_files, watch_file, watch_tls_files, Admin, Carried, Control, FileWatch,
+    Maintenance, Source,
 };
 
 /// What an upgrade's new process resumes from: the previous process's
@@ -90,6 +90,7 @@ impl Gateway {
             spawn_maintenance_intake(Arc::clone(&maintenance), plane.maint_rx, rx.clone()),
             spawn_reconcile(&control, &live, &maintenance, cfg, rx.clone()),
             tokio::spawn(watch_tls_files(Arc::clone(&control), rx.clone())),
+            tokio::spawn(watch_auth_files(Arc::clone(&control), rx.clone())),
             // services[].discovery.dns: resolver tasks follow the applied configs.
             hopgate_control::start_dns(Arc::clone(&control), rx.clone()),
         ];
@@ -217,6 +218,7 @@ impl DataPlane {
                 .with_stopping(tunnel_rx)
                 .with_maintenance(maint_tx)
                 .with_canary(control.canary_slot())
+                .with_auth(Arc::clone(control.auth_keys()))
                 .with_otlp(exporter),
             tls: Arc::clone(control.tls_listeners()),
             running: Mutex::new(Vec::new()),

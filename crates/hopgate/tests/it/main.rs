@@ -10,6 +10,7 @@ mod redis_server;
 
 mod access_log_bytes;
 mod admin;
+mod auth;
 mod backpressure;
 mod canary;
 mod canary_fleet;

@@ -154,6 +154,19 @@ impl Validator {
             policy: self.route_policy(p, r),
             rate_limit: None,
             filters,
+            auth: match &r.auth {
+                // Checked before a request is sent: a route that answers
+                // itself sends none.
+                Some(_) if local => {
+                    self.err(
+                        format!("{p}.auth"),
+                        "a route that answers itself (redirect or direct_response) cannot have auth: put the auth on the routes that reach a service",
+                    );
+                    None
+                }
+                Some(a) => self.route_auth(p, &r.id, a),
+                None => None,
+            },
         }
     }
 

@@ -1790,6 +1790,23 @@ fn nasty_values_never_panic() {
                     max_body_bytes: t(),
                 }),
                 rate_limit: Some(s.into()),
+                auth: Some(crate::config::raw::RawAuth {
+                    jwt: Some(crate::config::raw::RawJwtAuth {
+                        jwks_file: s.into(),
+                        issuer: Some(s.into()),
+                        audiences: Some(vec![s.into()]),
+                        clock_skew: t(),
+                        claims_to_headers: [(s.to_owned(), s.to_owned())].into(),
+                        realm: Some(s.into()),
+                        remove_authorization: Some(true),
+                    }),
+                    basic: Some(crate::config::raw::RawBasicAuth {
+                        htpasswd: s.into(),
+                        realm: Some(s.into()),
+                        remove_authorization: Some(false),
+                    }),
+                    forward: Some(serde_json::Value::String(s.into())),
+                }),
             }],
             rate_limits: vec![crate::config::raw::RawRateLimit {
                 name: s.into(),
