@@ -274,7 +274,7 @@ impl Control {
     }
 
     pub fn reload_failures(&self) -> u64 {
-        self.reload_failures.load(Ordering::Relaxed)
+        self.reload_failures.load(Ordering::Acquire)
     }
 
     pub fn reloads(&self) -> u64 {
@@ -328,9 +328,6 @@ impl Control {
 
     /// Counts and remembers a rejected document.
     pub(crate) fn rejected(&self, errors: Vec<ConfigError>, source: &str) -> Vec<ConfigError> {
-        self.reload_failures.fetch_add(1, Ordering::Relaxed);
-        self.last_reload_ok.store(false, Ordering::Relaxed);
-        self.last_reload_at.store(unix_now(), Ordering::Relaxed);
         // One line per rejected document, every error in it.
         let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
         tracing::error!(
@@ -339,11 +336,16 @@ impl Control {
             "config rejected; keeping the running config: {}",
             all.join("; ")
         );
+        // The error first, then the counters: whoever sees the failure
+        // counted (Acquire in `reload_failures`) finds its error.
         *self.last_error.lock() = Some(LastError {
             source: source.to_owned(),
             at: unix_now(),
             errors: errors.clone(),
         });
+        self.last_reload_ok.store(false, Ordering::Relaxed);
+        self.last_reload_at.store(unix_now(), Ordering::Relaxed);
+        self.reload_failures.fetch_add(1, Ordering::Release);
         errors
     }
 

@@ -185,19 +185,9 @@ impl Forwarder {
         let Some(routed) = route::route(snap, &req, facts, normalize, client_ip, now, out)? else {
             return Err(Stop::Local(out.route.unwrap_or_default(), req));
         };
-        // Who may use the route, before anything else it does.
-        let auth = match &snap.config.routes[routed.route].auth {
-            None => None,
-            Some(a) => self.authenticate(snap, routed.route, a, &mut req)?,
-        };
-        // The declared body against the route's limit (its own, or the
-        // global one it inherits).
-        limits::body(&req, facts, snap.routes[routed.route].policy.max_body_bytes)?;
+        let auth = self.admit(snap, routed.route, &mut req, facts)?;
         let svc = &snap.services[routed.selection.service];
-        let hash = svc
-            .hash_on
-            .as_ref()
-            .and_then(|h| route::hash_of(h, &req, client_ip));
+        let hash = (svc.hash_on.as_ref()).and_then(|h| route::hash_of(h, &req, client_ip));
         let grpc_deadline = grpc::deadline(&req, facts);
         let session = stickiness::of(
             snap,
@@ -209,18 +199,15 @@ impl Forwarder {
         );
         // Phase 9½: the route's rate limit, keyed by what it names.
         let known = session.client.as_ref().filter(|c| c.known);
-        let held = crate::limit::admit(
+        let who = (client_ip, known.map(|c| &c.id.as_bytes()[..]));
+        let held = limits::rate(
             &snap.routes[routed.route],
             routed.route,
-            client_ip,
-            req.headers(),
-            known.map(|c| &c.id.as_bytes()[..]),
+            &req,
+            who,
             started,
-        )
-        .map_err(|refused| {
-            out.limited = Some(refused);
-            ErrorKind::RateLimited
-        })?;
+            out,
+        )?;
         let (sticky, prior, hop) = stuck(session.stick);
         let upgrade = build::upgrade(&mut req, facts);
         let (mut set, https) = build::upstream_request(
@@ -264,7 +251,26 @@ impl Forwarder {
 }
 
 impl Forwarder {
-    /// Phase 8½: the route's `auth` (`crate::auth`): the request goes on,
+    /// Phase 8½: who may use the route (its `auth`), before anything else
+    /// it does; then the declared body against the route's limit (its
+    /// own, or the global one it inherits).
+    #[inline]
+    fn admit(
+        &self,
+        snap: &Snapshot,
+        route: usize,
+        req: &mut Request<ProxyBody>,
+        facts: &RequestFacts,
+    ) -> Result<Option<crate::auth::AuthWait>, Stop> {
+        let auth = match &snap.config.routes[route].auth {
+            None => None,
+            Some(a) => self.authenticate(snap, route, a, req)?,
+        };
+        limits::body(req, facts, snap.routes[route].policy.max_body_bytes)?;
+        Ok(auth)
+    }
+
+    /// The route's `auth` (`crate::auth`): the request goes on,
     /// waits for a password check, or is answered `401`.
     #[cold]
     fn authenticate(

@@ -429,3 +429,41 @@ async fn spans_queued_at_shutdown_are_flushed() {
     assert_eq!(gw.wait().await, Some(0));
     assert_eq!(rx.spans().len(), 2, "{:?}", rx.spans());
 }
+
+/// Behind an L4 balancer with the PROXY protocol, the span's
+/// `client.address` is the client the header carries, not the balancer.
+#[tokio::test]
+async fn the_span_names_the_client_a_proxy_header_carries() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const TRACE_PP: &str = "5bf92f3577b34da6a3ce929d0e0e4737";
+    let rx = Receiver::start().await;
+    let b = Backend::start("n1").await;
+    let yaml = gateway_config(
+        &b,
+        &format!(
+            "{{ enabled: true, endpoint: \"{}\", interval: 50ms }}",
+            rx.endpoint()
+        ),
+    )
+    .replace(
+        "debug_headers: true }",
+        "debug_headers: true, proxy_protocol: { trusted_cidrs: [127.0.0.0/8] } }",
+    );
+    assert!(yaml.contains("proxy_protocol"), "{yaml}");
+    let gw = Gateway::start(&yaml).await;
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let request = format!(
+        "PROXY TCP4 203.0.113.9 192.0.2.200 5555 80\r\nGET /pp HTTP/1.1\r\nHost: pp.test\r\ntraceparent: 00-{TRACE_PP}-{CLIENT_SPAN}-01\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let spans = rx.trace(TRACE_PP, 2).await;
+    let server = kind(&spans, "SERVER")[0];
+    assert_eq!(
+        server["attributes"]["client.address"], "203.0.113.9",
+        "{server}"
+    );
+}

@@ -73,3 +73,24 @@ pub(in crate::forward) fn content_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
 }
+
+/// Phase 9½: the route's rate limit (`routes[].rate_limit`), keyed by
+/// what its policy names: `who` is the client's address and its session
+/// id when known. Over the limit the refusal is kept in `out` for the
+/// answer's headers. `None` without a limit or without `max_in_flight`.
+#[inline]
+pub(super) fn rate<B>(
+    route: &hopgate_core::snapshot::CompiledRoute,
+    index: usize,
+    req: &Request<B>,
+    (client_ip, session): (std::net::IpAddr, Option<&[u8]>),
+    started: std::time::Instant,
+    out: &mut super::super::done::Outcome,
+) -> Result<Option<hopgate_core::limit::Held>, ErrorKind> {
+    crate::limit::admit(route, index, client_ip, req.headers(), session, started).map_err(
+        |refused| {
+            out.limited = Some(refused);
+            ErrorKind::RateLimited
+        },
+    )
+}
