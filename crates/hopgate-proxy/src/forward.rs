@@ -477,10 +477,13 @@ mod tests {
     /// answer boxed, moved as pointers; 1,800 with the plan made in the
     /// future's first poll, the request's box and body captured instead;
     /// 1,816 with a basic-auth password check awaited before the first
-    /// attempt, 16 bytes, `None` on every other request).
+    /// attempt, 16 bytes, `None` on every other request; 1,856 once route
+    /// policy (the whole-request deadline), rate limits (the in-flight
+    /// guard), auth and the kept "not processed" answer met in one
+    /// future: measured on each branch alone, 40 bytes together).
     #[test]
     fn request_future_stays_small() {
         let size = output_size(&Forwarder::forward);
-        assert!(size <= 1816, "the request future is {size} bytes");
+        assert!(size <= 1856, "the request future is {size} bytes");
     }
 }
