@@ -25,7 +25,7 @@ use crate::upstream::Snapshot;
 use hopgate_core::filter::{Local, PathRewrite, RequestStep, RouteFilters, UrlRewrite, Vars};
 
 use super::done::AccessFacts;
-use super::plan::Plan;
+use super::plan::{with_path, Plan};
 use super::ClientConn;
 use crate::body::ProxyBody;
 use crate::headers::{RequestId, X_FORWARDED_PROTO, X_REQUEST_ID};
@@ -92,17 +92,6 @@ fn rewrite(req: &mut Request<ProxyBody>, rw: &UrlRewrite, original_host: &str) -
         req.headers_mut().insert(HOST, h.clone());
     }
     changed
-}
-
-/// `uri` with its path replaced, the query kept.
-fn with_path(uri: &http::Uri, path: &str) -> Option<http::Uri> {
-    let pq = match uri.query() {
-        Some(q) => format!("{path}?{q}"),
-        None => path.to_owned(),
-    };
-    let mut parts = uri.clone().into_parts();
-    parts.path_and_query = Some(pq.parse().ok()?);
-    http::Uri::from_parts(parts).ok()
 }
 
 /// The host the client asked for: `Host`, else the URI's authority.

@@ -41,6 +41,8 @@ use crate::tunnel;
 mod build;
 mod limits;
 mod route;
+// Shared with the filters' rewrites.
+pub(super) use route::with_path;
 mod stickiness;
 
 pub(super) use limits::content_length;

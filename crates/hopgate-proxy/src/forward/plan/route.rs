@@ -160,7 +160,7 @@ pub(super) fn hash_of<B>(on: &HashOn, req: &Request<B>, client_ip: IpAddr) -> Op
 }
 
 /// `uri` with its path replaced (the query kept).
-pub(super) fn with_path(uri: &http::Uri, path: &str) -> Option<http::Uri> {
+pub(in crate::forward) fn with_path(uri: &http::Uri, path: &str) -> Option<http::Uri> {
     let pq = match uri.query() {
         Some(q) => format!("{path}?{q}"),
         None => path.to_owned(),
