@@ -1918,6 +1918,7 @@ fn nasty_values_never_panic() {
                     headers: [(s.to_owned(), s.to_owned())].into(),
                 }),
             }),
+            state_dir: Some(s.into()),
         };
         let errs = validate(&raw).expect_err("every field is nonsense");
         for e in &errs {
