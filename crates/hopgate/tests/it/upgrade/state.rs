@@ -177,3 +177,73 @@ async fn a_restart_with_state_dir_keeps_the_admin_applied_config_and_drains() {
     let _ = std::fs::remove_file(&file);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The stand-in's next line.
+async fn next(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) -> String {
+    tokio::time::timeout(std::time::Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("the stand-in answers")
+        .unwrap()
+        .unwrap_or_default()
+}
+
+/// A running process of an older release (protocol 1, played by
+/// `py/upgrade_protocol1.py`) refuses `HELLO 2`: the new process asks
+/// again with `HELLO 1`, takes the sockets without a state and starts from
+/// its config file, serving on the handed-over listener.
+#[tokio::test]
+async fn a_protocol_1_process_hands_over_sockets_and_the_new_one_starts_from_its_file() {
+    use tokio::io::AsyncBufReadExt;
+    let b = Backend::start("n1").await;
+    let socket = temp_path("sock");
+    let mut old = tokio::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/it/py/upgrade_protocol1.py"
+        ))
+        .arg(&socket)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3");
+    let mut lines = tokio::io::BufReader::new(old.stdout.take().unwrap()).lines();
+    let port = next(&mut lines).await;
+    assert!(port.starts_with("port="), "{port}");
+    let admin = next(&mut lines).await;
+    assert!(admin.starts_with("admin="), "{admin}");
+    let file = temp_config(&doc(&socket, b.addr, b.addr, ""));
+    let new = Proc::start(&file, true, &[]).await.expect("upgrade");
+    assert_eq!(
+        next(&mut lines).await.split(' ').next(),
+        Some("hello=HELLO")
+    );
+    assert!(next(&mut lines).await.starts_with("hello=HELLO 1 "));
+    assert_eq!(next(&mut lines).await, "drain=ok");
+    assert_eq!(
+        new.addr.port().to_string(),
+        port.trim_start_matches("port="),
+        "the new process serves the handed-over socket"
+    );
+    assert_eq!(
+        new.admin.port().to_string(),
+        admin.trim_start_matches("admin=")
+    );
+    let r = client()
+        .get(format!("http://{}/x", new.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let config = get_json(new.admin, "/admin/v1/config").await;
+    assert_eq!(config["version"], 1, "{config}");
+    assert!(
+        new.logs()
+            .contains("the running process speaks protocol 1; its state is not carried"),
+        "{}",
+        new.logs()
+    );
+    let _ = old.wait().await;
+    let _ = std::fs::remove_file(&file);
+}
