@@ -86,8 +86,8 @@ pub use upstream::{
 };
 
 /// What only the fuzz targets (and benches) drive: hopgate's HTTP/1.1
-/// codec, the header scans, session identification and the trace-context
-/// parser. Behind the `fuzzing` feature (`fuzz/Cargo.toml` turns it on).
+/// codec, the header scans, session identification, the trace-context
+/// parser and the PROXY protocol header reader. Behind the `fuzzing` feature (`fuzz/Cargo.toml` turns it on).
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing {
     /// hopgate's HTTP/1.1 codec.
@@ -95,6 +95,7 @@ pub mod fuzzing {
         pub use crate::h1::*;
     }
     pub use crate::headers::{append_forwarded_for, scan_request, scan_response, strip_request};
+    pub use crate::proxy_protocol::{fuzz_read as proxy_protocol_read, header_for};
     pub use crate::session::identify;
     /// W3C trace context.
     pub mod trace {
