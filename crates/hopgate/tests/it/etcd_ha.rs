@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -54,22 +54,21 @@ impl Drop for Caches {
 }
 
 /// A client loop over the replicas until stopped: every answer that is not
-/// a 200 with its whole body is kept.
+/// a 200 with its whole body is kept (the task's result).
 struct Load {
     stop: Arc<AtomicBool>,
     ok: Arc<AtomicU64>,
-    failed: Arc<Mutex<Vec<String>>>,
-    task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<Vec<String>>,
 }
 
 impl Load {
     fn start(urls: Vec<String>) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let ok = Arc::new(AtomicU64::new(0));
-        let failed = Arc::new(Mutex::new(Vec::new()));
-        let (s, o, f) = (Arc::clone(&stop), Arc::clone(&ok), Arc::clone(&failed));
+        let (s, o) = (Arc::clone(&stop), Arc::clone(&ok));
         let task = tokio::spawn(async move {
             let c = client();
+            let mut failed = Vec::new();
             while !s.load(Ordering::Relaxed) {
                 for url in &urls {
                     let answer = match c.get(url).send().await {
@@ -83,19 +82,15 @@ impl Load {
                         Ok(st) if st == 200 => {
                             o.fetch_add(1, Ordering::Relaxed);
                         }
-                        Ok(st) => f.lock().unwrap().push(format!("{url}: {st}")),
-                        Err(e) => f.lock().unwrap().push(format!("{url}: {e}")),
+                        Ok(st) => failed.push(format!("{url}: {st}")),
+                        Err(e) => failed.push(format!("{url}: {e}")),
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
+            failed
         });
-        Load {
-            stop,
-            ok,
-            failed,
-            task,
-        }
+        Load { stop, ok, task }
     }
 
     fn ok(&self) -> u64 {
@@ -114,11 +109,9 @@ impl Load {
     /// Stops the loop; the failures seen.
     async fn finish(self) -> (u64, Vec<String>) {
         self.stop.store(true, Ordering::Relaxed);
-        let ok = Arc::clone(&self.ok);
-        let failed = Arc::clone(&self.failed);
-        let _ = self.task.await;
-        let failed = failed.lock().unwrap().clone();
-        (ok.load(Ordering::Relaxed), failed)
+        let ok = self.ok();
+        let failed = self.task.await.expect("the client loop panicked");
+        (ok, failed)
     }
 }
 
