@@ -49,8 +49,9 @@ pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EtcdState {
     Connected,
-    /// Unreachable, or not reached yet since start: the last good config
-    /// and node set keep serving.
+    /// Unreachable, without quorum (no member it reaches knows a leader),
+    /// or not reached yet since start: the last good config and node set
+    /// keep serving.
     Degraded,
 }
 

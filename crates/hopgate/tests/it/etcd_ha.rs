@@ -3,9 +3,9 @@
 //! client loop while the leader is killed, then quorum is lost, then the
 //! members come back. No client request fails; config and discovery
 //! changes made after each event apply on both replicas; while quorum is
-//! lost a config write through etcd is refused with 503 and a drain holds
-//! on the receiving replica only, says so, and reaches the fleet when
-//! quorum returns.
+//! lost a config write through etcd is refused with 503, and a drain and a
+//! maintenance notice hold on the receiving replica only and say so; the
+//! drain reaches the fleet when quorum returns, the notice does not.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -254,6 +254,29 @@ async fn an_etcd_cluster_loses_its_leader_then_quorum_under_load_without_a_faile
         fleet["etcd"]["unshared_drains"][0]["node"], "api/s1",
         "{fleet}"
     );
+
+    // So does a maintenance notice.
+    let notice =
+        serde_json::json!({ "service": "api", "node": "s2", "kind": "MIGRATING", "seq": 1 });
+    let r = client()
+        .post(a.admin_url("/admin/v1/maintenance"))
+        .json(&notice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body = json(r).await;
+    assert_eq!(body["fleet"], "not_shared", "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("etcd has no quorum"),
+        "{body}"
+    );
+    let relaxed = |n: &Value| node(n, "s2").is_some_and(|s| s["maintenance"]["relaxed"] == true);
+    assert!(relaxed(&a.admin_json("/admin/v1/nodes").await));
+    assert!(!relaxed(&b.admin_json("/admin/v1/nodes").await));
     assert!(load.flows().await);
 
     // 3. Quorum returns: the replicas reconnect by themselves, the drain
@@ -276,6 +299,8 @@ async fn an_etcd_cluster_loses_its_leader_then_quorum_under_load_without_a_faile
         a.logs()
     );
     assert!(etcd_becomes(&a, |e| e["unshared_drains"] == serde_json::json!([])).await);
+    // The notice was not: it announced an event at a time now past.
+    assert!(!relaxed(&b.admin_json("/admin/v1/nodes").await));
     etcd.put(
         &key("config"),
         &shared(&[("s2", b2.addr, ""), ("s3", b3.addr, "")]),
