@@ -188,7 +188,8 @@ impl EtcdHandle {
             return None;
         }
         let why = match self.quorum() {
-            Some(_) => self.members.summary(),
+            Some(false) => self.members.summary(),
+            Some(true) => "this replica is reconnecting to etcd".to_owned(),
             None => "etcd has not been reached yet".to_owned(),
         };
         Some(format!(
