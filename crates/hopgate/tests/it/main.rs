@@ -20,6 +20,7 @@ mod defaults;
 mod demo;
 mod dns;
 mod errors;
+mod etcd_ha;
 mod events_resume;
 mod filters;
 mod fleet_etcd;
