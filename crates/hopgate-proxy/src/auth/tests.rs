@@ -9,7 +9,7 @@ use http::header::AUTHORIZATION;
 use http::{HeaderMap, HeaderName};
 use jsonwebtoken::{EncodingKey, Header};
 
-use hopgate_core::config::auth::{AuthKind, JwtAuth, RouteAuth};
+use hopgate_core::config::auth::{AuthKind, JwksSource, JwtAuth, RouteAuth};
 
 use super::*;
 
@@ -23,7 +23,7 @@ fn jwks_with_secret() -> Vec<u8> {
 fn route(file: &str) -> RouteAuth {
     RouteAuth {
         kind: AuthKind::Jwt(JwtAuth {
-            jwks_file: PathBuf::from(file),
+            keys: JwksSource::File(PathBuf::from(file)),
             issuer: Some("https://id".into()),
             audiences: vec!["api".into()],
             clock_skew: Duration::from_secs(30),
