@@ -51,12 +51,14 @@ pub(crate) const MAX_ANSWER: usize = 64 * 1024;
 
 /// Headers of a denying answer that are not passed on: they frame the
 /// service's message, not the client's.
-const NOT_PASSED: [HeaderName; 5] = [
+const NOT_PASSED: [HeaderName; 7] = [
     http::header::CONNECTION,
     CONTENT_LENGTH,
     TRANSFER_ENCODING,
     http::header::TE,
     http::header::UPGRADE,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
 ];
 
 /// A route's remembered decisions, for the `forward` block they were
