@@ -17,7 +17,9 @@ mod proxy_protocol;
 mod rate_limits;
 mod route_policy;
 mod tls;
-pub use auth::{RawAuth, RawBasicAuth, RawJwtAuth};
+pub use auth::{
+    RawAuth, RawAuthCache, RawBasicAuth, RawCacheKey, RawForwardAuth, RawJwksService, RawJwtAuth,
+};
 pub use discovery::{RawDiscovery, RawDnsDiscovery};
 pub use filters::{
     RawDirectResponse, RawFilter, RawHeaderEdits, RawMirror, RawPathRewrite, RawRedirect,

@@ -28,6 +28,7 @@ mod canary;
 mod discovery;
 mod edge;
 mod filters;
+mod forward_auth;
 mod http1;
 mod maintenance_guard;
 mod pool_limits;

@@ -104,6 +104,12 @@ impl Gateway {
             spawn_reconcile(&control, &live, &maintenance, cfg, rx.clone()),
             tokio::spawn(watch_tls_files(Arc::clone(&control), rx.clone())),
             tokio::spawn(watch_auth_files(Arc::clone(&control), rx.clone())),
+            // routes[].auth.jwt.jwks: key sets fetched from services.
+            tokio::spawn(hopgate_proxy::fetch_jwks(
+                Arc::clone(control.auth_keys()),
+                Arc::clone(control.snapshot()),
+                rx.clone(),
+            )),
             // services[].discovery.dns: resolver tasks follow the applied configs.
             hopgate_control::start_dns(Arc::clone(&control), rx.clone()),
         ];

@@ -26,6 +26,7 @@ mod filters;
 mod fleet_etcd;
 mod fleet_redis;
 mod fleet_three;
+mod forward_auth;
 mod grpc;
 mod grpcio;
 mod h1_differential;
