@@ -73,18 +73,7 @@ impl Gateway {
         let (sessions, session_task, memory) =
             start_sessions(&cfg, &replica_id(&cfg, admin_addr), session_rx).await?;
         let maintenance = new_maintenance(&cfg, &control);
-        if let Some(r) = &resume {
-            maintenance.restore(&r.carried.maintenance);
-            control.resume_canary(&r.carried);
-        }
-        let state = match (&cfg.state_dir, &cfg.sources.etcd) {
-            (Some(d), None) => Some(state::Keeper::start(
-                state::dir(d, config_path.as_deref()),
-                &control,
-                &maintenance,
-            )?),
-            _ => None,
-        };
+        let state = resume_state(&cfg, resume, &control, &maintenance, config_path.as_deref())?;
         let plane = DataPlane::build(&control, &sessions, inherited, fds);
         let live = plane.live;
         let listeners = bind_listeners(&live, &cfg).await?;
@@ -99,27 +88,11 @@ impl Gateway {
         // 503 to load balancers while in-flight work finishes.
         let (admin_stop, admin_rx) = watch::channel(false);
         let admin_task = tokio::spawn(serve_admin(admin_sock, Arc::clone(&admin), admin_rx));
-        let mut tasks = vec![
+        let tasks = vec![
             spawn_maintenance_intake(Arc::clone(&maintenance), plane.maint_rx, rx.clone()),
             spawn_reconcile(&control, &live, &maintenance, cfg, rx.clone()),
-            tokio::spawn(watch_tls_files(Arc::clone(&control), rx.clone())),
-            tokio::spawn(watch_auth_files(Arc::clone(&control), rx.clone())),
-            // routes[].auth.jwt.jwks: key sets fetched from services.
-            tokio::spawn(hopgate_proxy::fetch_jwks(
-                Arc::clone(control.auth_keys()),
-                Arc::clone(control.snapshot()),
-                rx.clone(),
-            )),
-            // services[].discovery.dns: resolver tasks follow the applied configs.
-            hopgate_control::start_dns(Arc::clone(&control), rx.clone()),
         ];
-        if let Some(armed) = file_watch {
-            tasks.push(tokio::spawn(watch_file(
-                Arc::clone(&control),
-                armed,
-                rx.clone(),
-            )));
-        }
+        let tasks = spawn_watchers(tasks, &control, file_watch, &rx);
         Ok(Gateway {
             control,
             listeners,
@@ -143,6 +116,58 @@ impl Gateway {
             state,
         })
     }
+}
+
+/// What an upgrade or `state_dir` carried beyond the control plane (the
+/// maintenance intake's sequence numbers, a baking canary, once the
+/// runtime runs), and the `state_dir` keeper (not in fleet mode: etcd
+/// holds that state).
+fn resume_state(
+    cfg: &Config,
+    resume: Option<Resume>,
+    control: &Arc<Control>,
+    maintenance: &Arc<Maintenance>,
+    config_path: Option<&Path>,
+) -> anyhow::Result<Option<state::Keeper>> {
+    if let Some(r) = &resume {
+        maintenance.restore(&r.carried.maintenance);
+        control.resume_canary(&r.carried);
+    }
+    match (&cfg.state_dir, &cfg.sources.etcd) {
+        (Some(d), None) => {
+            state::Keeper::start(state::dir(d, config_path), control, maintenance).map(Some)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The tasks that follow files and the applied configs: certificates,
+/// auth files, key sets fetched from services (`routes[].auth.jwt.jwks`),
+/// DNS discovery, and the config file when there is one.
+fn spawn_watchers(
+    mut tasks: Vec<JoinHandle<()>>,
+    control: &Arc<Control>,
+    file_watch: Option<FileWatch>,
+    rx: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    tasks.extend([
+        tokio::spawn(watch_tls_files(Arc::clone(control), rx.clone())),
+        tokio::spawn(watch_auth_files(Arc::clone(control), rx.clone())),
+        tokio::spawn(hopgate_proxy::fetch_jwks(
+            Arc::clone(control.auth_keys()),
+            Arc::clone(control.snapshot()),
+            rx.clone(),
+        )),
+        hopgate_control::start_dns(Arc::clone(control), rx.clone()),
+    ]);
+    if let Some(armed) = file_watch {
+        tasks.push(tokio::spawn(watch_file(
+            Arc::clone(control),
+            armed,
+            rx.clone(),
+        )));
+    }
+    tasks
 }
 
 /// The admin API's bearer token, from the variable `admin.token_env` names.
