@@ -93,7 +93,12 @@ fn session_keys(scfg: &SessionsConfig) -> anyhow::Result<SessionKeys> {
                     "sessions: no secret in the environment; using a random per-process key (tokens will not survive a restart)"
                 );
             }
-            SessionKeys::random()
+            SessionKeys::try_random().map_err(|e| {
+                anyhow::anyhow!(
+                    "sessions: no secret in {} and the random source failed ({e}); set the secret",
+                    scfg.secret_env
+                )
+            })?
         }
     })
 }
