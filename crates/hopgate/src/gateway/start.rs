@@ -59,6 +59,7 @@ impl Gateway {
         let fds = check_fd_limit(&cfg)?;
         let control = start_control(&cfg, source, resume.as_ref(), config_path.as_deref())?;
         control.set_fd_limit(fds.nofile);
+        follow_access_log(&control);
         inherited.apply_health(&control.snapshot().load());
         let (shutdown, rx) = watch::channel(false);
         // Sessions stop after the listeners have drained, so the final save
@@ -178,6 +179,17 @@ fn admin_token(cfg: &Config) -> anyhow::Result<Option<String>> {
         })?)),
         None => Ok(None),
     }
+}
+
+/// Points the access log where each applied config says, before the
+/// config's first request (an error keeps it where it was).
+fn follow_access_log(control: &Control) {
+    control.on_apply(Box::new(|cfg: &Config| {
+        if let Err(e) = crate::logwriter::configure(&cfg.access_log) {
+            let p = cfg.access_log.path.as_deref().unwrap_or(Path::new("-"));
+            tracing::error!(path = %p.display(), error = %e, "access_log.path: cannot open the file; access lines still go where they went");
+        }
+    }));
 }
 
 /// Points the access log at `access_log.path` (standard output for `-`).
@@ -318,8 +330,9 @@ fn spawn_maintenance_intake(
     })
 }
 
-/// Keeps the listeners, the access log and the maintenance settings in
-/// step with every applied config until `stop`. `cfg` is the config at
+/// Keeps the listeners and the maintenance settings in step with every
+/// applied config until `stop` (the access log follows it as it is
+/// applied: [`follow_access_log`]). `cfg` is the config at
 /// start (a changed `admin.address` only takes effect at a restart).
 fn spawn_reconcile(
     control: &Arc<Control>,
@@ -345,15 +358,6 @@ fn spawn_reconcile(
                 && snap.config.admin.address.port() != 0
             {
                 tracing::warn!("admin.address changed by reload: takes effect at the next restart");
-            }
-            if let Err(e) = crate::logwriter::configure(&snap.config.access_log) {
-                let p = snap
-                    .config
-                    .access_log
-                    .path
-                    .as_deref()
-                    .unwrap_or(Path::new("-"));
-                tracing::error!(path = %p.display(), error = %e, "access_log.path: cannot open the file; access lines still go where they went");
             }
             l.reconcile(&snap.config).await;
             maint.set_config(snap.config.maintenance);
