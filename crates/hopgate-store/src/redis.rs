@@ -3,9 +3,10 @@
 //! replica) by one background task the store owns.
 //!
 //! Owns the Redis layout ([`wire`]: keys, hash fields, change notices, the
-//! compare-and-set script), the task ([`sync`]: connections, write queue,
-//! change feed, reload, miss lookup) and the connection state
-//! ([`RedisStatus`]); also [`SharedCounters`] (`counters`), the counters a
+//! compare-and-set script), the way into Redis ([`conn`]: one server, the
+//! master Redis Sentinel names, or a Redis Cluster, behind one
+//! [`Connector`]), the task ([`sync`]: connections, write queue, change
+//! feed, reload, miss lookup) and the connection state ([`RedisStatus`]); also [`SharedCounters`] (`counters`), the counters a
 //! fleet sums in Redis for the control plane's canary judge, so that no
 //! other crate holds a Redis client. Must not touch: the request path's waiting. No trait
 //! method awaits or takes a lock; `put` and `remove` change the cache and
@@ -84,6 +85,29 @@
 //! number written is counted in [`RedisStatus::reseeded`] and logged once
 //! per re-seed. A connection lost halfway re-runs the re-seed on the next
 //! one.
+//!
+//! # Sentinel and Cluster
+//!
+//! Behind Sentinel the store is a single-server store whose every dial
+//! asks the sentinels for the master: a failover is a disconnect, the
+//! usual degrade-queue-reconnect, and the reconnect lands on the new
+//! master. Because replication is asynchronous, a master that dies may
+//! have acknowledged writes its replica never got; so whenever the store
+//! finds a different master than at its last connection (on a Cluster,
+//! a different master serving its slot, checked beside the epoch), it
+//! re-seeds Redis from the cache as after a data loss. Writes still in the
+//! queue or in flight are sent to the new master as after any reconnect.
+//!
+//! On a Cluster the script needs its three keys (binding, stream, counter)
+//! in one slot, so every key is under the prefix as a hash tag
+//! (`{hopgate:}s:…`, `{hopgate:}changes`, …): all sessions live on one
+//! master. That gives the cluster's failover and routing, not write
+//! scaling; one master's script rate is far above a fleet's session and
+//! hop rate. Per-slot streams would spread writes but make every replica
+//! follow many streams with their own cursors and gap checks; a prefix per
+//! fleet already puts different fleets on different slots. The blocking
+//! `XREAD` goes to that slot's master on its own connection; `SCAN` is
+//! routed there too.
 //!
 //! # Misses
 //!

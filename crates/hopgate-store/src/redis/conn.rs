@@ -71,7 +71,9 @@ impl Connector {
     pub fn new(target: &RedisTarget) -> Result<Self, String> {
         let info = |u: &String| u.as_str().into_connection_info().map_err(|e| e.to_string());
         let how = match target {
-            RedisTarget::Url(u) => How::Single(redis::Client::open(info(u)?).map_err(|e| e.to_string())?),
+            RedisTarget::Url(u) => {
+                How::Single(redis::Client::open(info(u)?).map_err(|e| e.to_string())?)
+            }
             RedisTarget::Sentinel {
                 master_name,
                 endpoints,
@@ -317,7 +319,11 @@ mod tests {
         assert_eq!(slot_of(b"foo"), 12_182);
         assert_eq!(slot_of(b"{user1000}.following"), slot_of(b"user1000"));
         assert_eq!(slot_of(b"{hopgate:}s:00ff"), slot_of(b"{hopgate:}changes"));
-        assert_ne!(slot_of(b"foo{}{bar}"), slot_of(b"bar"), "an empty tag hashes the whole key");
+        assert_ne!(
+            slot_of(b"foo{}{bar}"),
+            slot_of(b"bar"),
+            "an empty tag hashes the whole key"
+        );
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! The store's one background task: connect, load, write, follow.
 //!
 //! Owns the two Redis connections (commands, and the change feed whose
-//! `XREAD BLOCK` would stall a shared connection), the reconnect loop with
-//! its backoff, the write queue drain (every write through the
-//! compare-and-set script), the change feed cursor with its gap check, the
-//! bounded SCAN (re)load, the epoch check that tells when Redis lost its
-//! data and the re-seeding of Redis from the cache that follows it, the
-//! miss lookup, and the connection state.
+//! `XREAD BLOCK` would stall a shared connection), both dialled through
+//! the store's [`Connector`], the reconnect loop with its backoff, the
+//! write queue drain (every write through the compare-and-set script), the
+//! change feed cursor with its gap check, the bounded SCAN (re)load, the
+//! epoch check that tells when Redis lost its data, the master check that
+//! tells when it failed over, the re-seeding of Redis from the cache that
+//! follows either, the miss lookup, and the connection state.
 //!
 //! Must not touch: the request path. Everything here runs on the task or in
 //! a [`FetchFuture`](crate::FetchFuture); the store's methods only push to
@@ -327,7 +328,8 @@ async fn check_epoch(shared: &Shared, cmd: &mut RedisConn) -> Result<bool, Redis
     let mut get = redis::cmd("GET");
     get.arg(&key);
     let answers = cmd.run_all(vec![set, get]).await?;
-    let current: String = redis::from_redis_value(answers.into_iter().nth(1).unwrap_or(Value::Nil))?;
+    let current: String =
+        redis::from_redis_value(answers.into_iter().nth(1).unwrap_or(Value::Nil))?;
     let before = shared.epoch.lock().replace(current.clone());
     let lost = before.is_some_and(|b| b != current);
     if lost {
@@ -375,11 +377,7 @@ async fn follow_from(
 /// to follow from (changes during the SCAN are replayed from it). The
 /// caller's cursor moves only once the SCAN is complete: a connection lost
 /// halfway scans again next time.
-async fn reload(
-    shared: &Shared,
-    cmd: &mut RedisConn,
-    resync: bool,
-) -> Result<Cursor, RedisError> {
+async fn reload(shared: &Shared, cmd: &mut RedisConn, resync: bool) -> Result<Cursor, RedisError> {
     let last = edge(cmd, "XREVRANGE", &shared.keys.stream(), "+", "-").await?;
     let loaded = scan_load(shared, cmd).await?;
     if resync {
@@ -604,11 +602,7 @@ fn unix_now() -> u64 {
 /// wins, an equal one is a harmless refresh, and a stale copy loses and
 /// takes the winner. A connection lost halfway leaves the re-seed pending,
 /// and the next connection runs it again from the start.
-async fn reseed_loop(
-    shared: &Shared,
-    cmd: &mut RedisConn,
-    scripts: &Scripts,
-) -> RedisError {
+async fn reseed_loop(shared: &Shared, cmd: &mut RedisConn, scripts: &Scripts) -> RedisError {
     loop {
         if !shared.reseed_pending.load(Ordering::Acquire) {
             shared.reseed_wake.notified().await;

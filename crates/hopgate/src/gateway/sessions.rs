@@ -121,7 +121,10 @@ async fn session_store(cfg: &Config, replica_id: &str) -> anyhow::Result<Stores>
             opts.max_queue = r.max_queue;
             let redis = RedisStore::start(opts, memory)?;
             if !redis.wait_loaded(Duration::from_secs(1)).await {
-                tracing::warn!(mode = r.target.mode(), "redis store: Redis not reached at start; serving local bindings until it is");
+                tracing::warn!(
+                    mode = r.target.mode(),
+                    "redis store: Redis not reached at start; serving local bindings until it is"
+                );
             }
             let redis = Arc::new(redis);
             (

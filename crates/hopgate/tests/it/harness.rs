@@ -21,6 +21,7 @@ use tokio::process::{Child, Command};
 mod fleet;
 mod metrics;
 mod nginx;
+pub mod redis_ha;
 
 pub use fleet::Fleet;
 pub use metrics::metric;

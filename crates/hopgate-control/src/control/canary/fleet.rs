@@ -257,7 +257,8 @@ async fn bake(control: Arc<Control>, etcd: Arc<EtcdHandle>, doc: FleetDoc, run: 
     };
     // Judged until the end of the fleet's bake, not this replica's start.
     started.bake = bake.saturating_sub(elapsed).max(Duration::from_secs(1));
-    let mut counts = match RedisCounts::new(&redis.target, &redis.prefix, doc.id, Arc::clone(&etcd)) {
+    let mut counts = match RedisCounts::new(&redis.target, &redis.prefix, doc.id, Arc::clone(&etcd))
+    {
         Ok(c) => c,
         Err(e) => {
             let reason = format!("rolled back on this replica: redis: {e}");

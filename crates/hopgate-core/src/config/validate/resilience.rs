@@ -526,11 +526,7 @@ impl Validator {
 impl Validator {
     /// Exactly one of `store.url`, `store.sentinel`, `store.cluster`.
     fn redis_target(&mut self, r: &RawStore) -> RedisTarget {
-        let given = [
-            r.url.is_some(),
-            r.sentinel.is_some(),
-            r.cluster.is_some(),
-        ];
+        let given = [r.url.is_some(), r.sentinel.is_some(), r.cluster.is_some()];
         if given.iter().filter(|g| **g).count() > 1 {
             self.err(
                 "store",

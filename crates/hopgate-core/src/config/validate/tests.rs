@@ -2083,7 +2083,9 @@ fn redis_sentinel_and_cluster_fields_are_checked_with_their_path() {
         "must start with redis://",
     );
     only(
-        &with_top("store: { kind: redis, url: redis://h:1, cluster: { endpoints: [redis://h:7000] } }\n"),
+        &with_top(
+            "store: { kind: redis, url: redis://h:1, cluster: { endpoints: [redis://h:7000] } }\n",
+        ),
         "store",
         "exactly one of url, sentinel and cluster",
     );
