@@ -1869,6 +1869,13 @@ fn nasty_values_never_panic() {
             store: Some(crate::config::raw::RawStore {
                 kind: Some(s.into()),
                 url: Some(s.into()),
+                sentinel: Some(crate::config::raw::RawRedisSentinel {
+                    master_name: Some(s.into()),
+                    endpoints: vec![s.into()],
+                }),
+                cluster: Some(crate::config::raw::RawRedisCluster {
+                    endpoints: vec![s.into()],
+                }),
                 prefix: Some(s.into()),
                 max_queue: t(),
                 path: Some(s.into()),
