@@ -315,4 +315,16 @@ async fn a_cluster_slot_migration_and_failover_under_load_lose_nothing() {
     assert!(hopped > 0, "no session hopped");
     assert!(during > 0, "no session was bound during the failover");
     redis_holds_them(&gws, &svc, &store, &tokens).await;
+    // The canary judge's counters sum on the cluster too.
+    let target = hopgate_store::RedisTarget::Cluster {
+        endpoints: cluster.nodes.iter().map(|n| n.url()).collect(),
+    };
+    let open = || {
+        hopgate_store::SharedCounters::canary(&target, "hopgate:", 7, Duration::from_secs(2))
+            .expect("endpoints")
+    };
+    let (mut a, mut b) = (open(), open());
+    a.add_and_read(&[("c:r".into(), 3)]).await.expect("counted");
+    let sums = b.add_and_read(&[("c:r".into(), 2)]).await.expect("counted");
+    assert_eq!(sums["c:r"], 5, "{sums:?}");
 }
