@@ -26,11 +26,12 @@ use hopgate_proxy::{NodeRegistry, SharedSnapshot, Snapshot, TlsListeners, TlsMat
 
 use crate::health::HealthChecker;
 use canary::CanaryState;
-pub use carry::Carried;
 
 mod auth;
 pub(crate) mod canary;
 mod carry;
+pub use canary::CarriedCanary;
+pub use carry::{Carried, CarriedNotice};
 
 /// How many applied versions are kept for listing and rollback.
 pub(crate) const KEEP_VERSIONS: usize = 20;

@@ -217,6 +217,8 @@ pub struct Config {
     pub upgrade: UpgradeConfig,
     pub canary: CanaryConfig,
     pub tracing: TracingConfig,
+    /// `state_dir` as written (relative to the config file's directory).
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// `canary:`: when a config canary is judged and what rolls it back.

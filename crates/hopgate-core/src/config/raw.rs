@@ -17,7 +17,9 @@ mod proxy_protocol;
 mod rate_limits;
 mod route_policy;
 mod tls;
-pub use auth::{RawAuth, RawBasicAuth, RawJwtAuth};
+pub use auth::{
+    RawAuth, RawAuthCache, RawBasicAuth, RawCacheKey, RawForwardAuth, RawJwksService, RawJwtAuth,
+};
 pub use discovery::{RawDiscovery, RawDnsDiscovery};
 pub use filters::{
     RawDirectResponse, RawFilter, RawHeaderEdits, RawMirror, RawPathRewrite, RawRedirect,
@@ -124,6 +126,12 @@ pub struct RawConfig {
     /// Span export (OTLP) of the gateway's own spans.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracing: Option<RawTracing>,
+    /// A directory where the running state (config versions applied
+    /// through the admin API, drains, maintenance state, a baking canary)
+    /// is kept, so that a plain restart resumes it. Relative to the config
+    /// file's directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// `tracing:` — the gateway's own spans.

@@ -37,6 +37,7 @@ use hopgate_proxy::Forwarder;
 use hopgate_store::Sessions;
 
 use super::sessions::start_sessions;
+use super::state;
 use super::{config_dir, replica_id, Gateway, Listeners, OtlpTask};
 use crate::listenfd::{obtain, Inherited, Kind};
 
@@ -56,7 +57,7 @@ impl Gateway {
         // edit made since is always seen as one.
         let file_watch = config_file;
         let fds = check_fd_limit(&cfg)?;
-        let control = start_control(&cfg, source, resume, config_path.as_deref())?;
+        let control = start_control(&cfg, source, resume.as_ref(), config_path.as_deref())?;
         control.set_fd_limit(fds.nofile);
         inherited.apply_health(&control.snapshot().load());
         let (shutdown, rx) = watch::channel(false);
@@ -72,6 +73,18 @@ impl Gateway {
         let (sessions, session_task, memory) =
             start_sessions(&cfg, &replica_id(&cfg, admin_addr), session_rx).await?;
         let maintenance = new_maintenance(&cfg, &control);
+        if let Some(r) = &resume {
+            maintenance.restore(&r.carried.maintenance);
+            control.resume_canary(&r.carried);
+        }
+        let state = match (&cfg.state_dir, &cfg.sources.etcd) {
+            (Some(d), None) => Some(state::Keeper::start(
+                state::dir(d, config_path.as_deref()),
+                &control,
+                &maintenance,
+            )?),
+            _ => None,
+        };
         let plane = DataPlane::build(&control, &sessions, inherited, fds);
         let live = plane.live;
         let listeners = bind_listeners(&live, &cfg).await?;
@@ -91,6 +104,12 @@ impl Gateway {
             spawn_reconcile(&control, &live, &maintenance, cfg, rx.clone()),
             tokio::spawn(watch_tls_files(Arc::clone(&control), rx.clone())),
             tokio::spawn(watch_auth_files(Arc::clone(&control), rx.clone())),
+            // routes[].auth.jwt.jwks: key sets fetched from services.
+            tokio::spawn(hopgate_proxy::fetch_jwks(
+                Arc::clone(control.auth_keys()),
+                Arc::clone(control.snapshot()),
+                rx.clone(),
+            )),
             // services[].discovery.dns: resolver tasks follow the applied configs.
             hopgate_control::start_dns(Arc::clone(&control), rx.clone()),
         ];
@@ -121,6 +140,7 @@ impl Gateway {
             admin_task,
             admin_configured,
             otlp: plane.otlp,
+            state,
         })
     }
 }
@@ -157,12 +177,12 @@ fn check_fd_limit(cfg: &Config) -> anyhow::Result<FdBudget> {
 fn start_control(
     cfg: &Config,
     source: Source,
-    resume: Option<Resume>,
+    resume: Option<&Resume>,
     config_path: Option<&Path>,
 ) -> anyhow::Result<Arc<Control>> {
     let files = hopgate_proxy::read_filter_bodies(cfg.clone(), &config_dir(config_path));
     let control = files.map(|cfg| match resume {
-        Some(r) => Control::resume(cfg, &r.carried, r.fresh),
+        Some(r) => Control::resume(cfg, &r.carried, r.fresh.clone()),
         None => Control::new(cfg, source),
     });
     if let Err(errors) = control

@@ -1793,6 +1793,11 @@ fn nasty_values_never_panic() {
                 auth: Some(crate::config::raw::RawAuth {
                     jwt: Some(crate::config::raw::RawJwtAuth {
                         jwks_file: s.into(),
+                        jwks: Some(crate::config::raw::RawJwksService {
+                            service: s.into(),
+                            path: s.into(),
+                            refresh: t(),
+                        }),
                         issuer: Some(s.into()),
                         audiences: Some(vec![s.into()]),
                         clock_skew: t(),
@@ -1805,7 +1810,22 @@ fn nasty_values_never_panic() {
                         realm: Some(s.into()),
                         remove_authorization: Some(false),
                     }),
-                    forward: Some(serde_json::Value::String(s.into())),
+                    forward: Some(crate::config::raw::RawForwardAuth {
+                        service: s.into(),
+                        path: s.into(),
+                        copy_request_headers: vec![s.into()],
+                        copy_response_headers: vec![s.into()],
+                        cache: Some(crate::config::raw::RawAuthCache {
+                            key: crate::config::raw::RawCacheKey {
+                                header: Some(s.into()),
+                                cookie: Some(s.into()),
+                            },
+                            ttl: t(),
+                            max_entries: t(),
+                        }),
+                        failure_mode: Some(s.into()),
+                        timeout: t(),
+                    }),
                 }),
             }],
             rate_limits: vec![crate::config::raw::RawRateLimit {
@@ -1925,6 +1945,7 @@ fn nasty_values_never_panic() {
                     headers: [(s.to_owned(), s.to_owned())].into(),
                 }),
             }),
+            state_dir: Some(s.into()),
         };
         let errs = validate(&raw).expect_err("every field is nonsense");
         for e in &errs {
