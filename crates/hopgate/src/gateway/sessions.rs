@@ -121,12 +121,15 @@ async fn session_store(cfg: &Config, replica_id: &str) -> anyhow::Result<Stores>
     };
     Ok(match &cfg.store.redis {
         Some(r) => {
-            let mut opts = RedisOptions::new(r.url.clone(), replica_id);
+            let mut opts = RedisOptions::with_target(r.target.clone(), replica_id);
             opts.prefix = r.prefix.clone();
             opts.max_queue = r.max_queue;
             let redis = RedisStore::start(opts, memory)?;
             if !redis.wait_loaded(Duration::from_secs(1)).await {
-                tracing::warn!(url = %r.url, "redis store: Redis not reached at start; serving local bindings until it is");
+                tracing::warn!(
+                    mode = r.target.mode(),
+                    "redis store: Redis not reached at start; serving local bindings until it is"
+                );
             }
             let redis = Arc::new(redis);
             (

@@ -24,6 +24,7 @@ mod etcd_cluster;
 mod fleet;
 mod metrics;
 mod nginx;
+pub mod redis_ha;
 
 pub use etcd_cluster::EtcdCluster;
 pub use fleet::Fleet;

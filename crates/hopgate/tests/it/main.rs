@@ -41,6 +41,7 @@ mod otlp;
 mod prometheus;
 mod proxy_protocol;
 mod rate_limits;
+mod redis_ha;
 mod reload;
 mod resilience;
 mod retry_on_status;
