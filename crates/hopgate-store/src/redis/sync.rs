@@ -322,7 +322,17 @@ async fn check_server(shared: &Shared, cmd: &mut RedisConn) -> Result<(), RedisE
 /// cache for re-seeding ([`reseed_loop`]). The first look only records it.
 async fn check_epoch(shared: &Shared, cmd: &mut RedisConn) -> Result<bool, RedisError> {
     let key = shared.keys.epoch();
-    let mine = SessionId::random().to_string();
+    // The epoch only has to differ from the last one: without a random
+    // source, the time and the process id do.
+    let mine = SessionId::try_random().map_or_else(
+        |_| {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            format!("{nanos:x}-{}", std::process::id())
+        },
+        |id| id.to_string(),
+    );
     let mut set = redis::cmd("SET");
     set.arg(&key).arg(&mine).arg("NX");
     let mut get = redis::cmd("GET");
