@@ -48,6 +48,10 @@ pub(super) enum Mirroring {
     Off,
     /// A copy goes out once the body is taken.
     Sampled,
+    /// A copy goes out, and the body is read whole only for it (it would
+    /// have been streamed): no replay copy is kept of it, so retries
+    /// behave as they would without the mirror.
+    ForCopy,
 }
 
 /// The mirror of route `route`, if it has one.
@@ -77,22 +81,26 @@ fn roll(snap: &Snapshot, route: usize, upgrade: bool) -> Mirroring {
 /// How a sampled request's body is taken: read whole (as a retryable
 /// one's is) when its declared length is at most `buffer_body`, so the
 /// copy has it; otherwise as it would have been (a streamed body is not
-/// copied: `too_large`).
+/// copied: `too_large`). [`Mirroring::ForCopy`] when a body that would
+/// have been streamed is read whole only for the copy.
 #[cold]
-pub(super) fn capture(how: Capture, headers: &http::HeaderMap, buffer_body: u64) -> Capture {
+pub(super) fn capture(
+    how: Capture,
+    headers: &http::HeaderMap,
+    buffer_body: u64,
+) -> (Capture, Mirroring) {
+    let fits = || content_length(headers).is_some_and(|n| n <= buffer_body);
     match how {
-        Capture::Stream | Capture::Arrived { .. }
-            if content_length(headers).is_some_and(|n| n <= buffer_body) =>
-        {
-            Capture::Buffer
-        }
-        how => how,
+        Capture::Stream if fits() => (Capture::Buffer, Mirroring::ForCopy),
+        Capture::Arrived { .. } if fits() => (Capture::Buffer, Mirroring::Sampled),
+        how => (how, Mirroring::Sampled),
     }
 }
 
 /// Sends the copy of a sampled request of route `route`: `request` is its
 /// head as planned (filters applied), `set` the lines the gateway sets,
-/// `taken` its body as phase 12 took it, `peer` the client (for a service
+/// `taken` its body as phase 12 took it (its replay copy dropped when it
+/// was kept only for the copy, `how`), `peer` the client (for a service
 /// that sends the PROXY protocol). Counts `too_large` when the body was
 /// not kept whole, `dropped` over the route's `max_in_flight`, `failed`
 /// when the service has no node to take it; the task counts `sent` or
@@ -103,14 +111,20 @@ pub(super) fn launch(
     route: usize,
     request: &Request<ProxyBody>,
     set: &SetLines,
-    taken: &Taken,
+    taken: &mut Taken,
     peer: SocketAddr,
+    how: Mirroring,
 ) {
     let Some(m) = of(snap, route) else {
         return;
     };
     let stats = Arc::clone(&snap.routes[route].stats);
-    let Some(body) = body_of(taken) else {
+    let body = body_of(taken);
+    if how == Mirroring::ForCopy {
+        // Kept only for the copy: the request is not retried differently.
+        taken.kept = None;
+    }
+    let Some(body) = body else {
         stats.mirror.count(MirrorResult::TooLarge);
         return;
     };
@@ -214,11 +228,21 @@ mod tests {
         let arrived = Capture::Arrived {
             wait: std::time::Duration::ZERO,
         };
-        assert_eq!(capture(Capture::Stream, &small, 10), Capture::Buffer);
-        assert_eq!(capture(arrived, &small, 10), Capture::Buffer);
-        assert_eq!(capture(Capture::Stream, &large, 10), Capture::Stream);
-        assert_eq!(capture(arrived, &none, 10), arrived);
-        assert_eq!(capture(Capture::Empty, &small, 10), Capture::Empty);
+        let (sampled, for_copy) = (Mirroring::Sampled, Mirroring::ForCopy);
+        assert_eq!(
+            capture(Capture::Stream, &small, 10),
+            (Capture::Buffer, for_copy)
+        );
+        assert_eq!(capture(arrived, &small, 10), (Capture::Buffer, sampled));
+        assert_eq!(
+            capture(Capture::Stream, &large, 10),
+            (Capture::Stream, sampled)
+        );
+        assert_eq!(capture(arrived, &none, 10), (arrived, sampled));
+        assert_eq!(
+            capture(Capture::Empty, &small, 10),
+            (Capture::Empty, sampled)
+        );
     }
 
     /// The copy's body: the kept bytes, nothing for an empty body, none

@@ -170,9 +170,9 @@ impl Trip {
             self.grpc,
         );
         self.mirror = mirror::sample(snap, self.flight.route, self.upgrade.is_some());
-        if self.mirror == Mirroring::Sampled {
+        if self.mirror != Mirroring::Off {
             let buffer_body = snap.config.retries.buffer_body;
-            how = mirror::capture(how, request.headers(), buffer_body);
+            (how, self.mirror) = mirror::capture(how, request.headers(), buffer_body);
         }
         if matches!(how, Capture::Buffer | Capture::Arrived { .. }) {
             self.waited = true;
@@ -188,11 +188,20 @@ impl Trip {
         &self,
         snap: &Snapshot,
         request: &Request<ProxyBody>,
-        taken: &Taken,
+        taken: &mut Taken,
         peer: SocketAddr,
     ) {
-        if self.mirror == Mirroring::Sampled {
-            mirror::launch(snap, self.flight.route, request, &self.set, taken, peer);
+        if self.mirror != Mirroring::Off {
+            let how = self.mirror;
+            mirror::launch(
+                snap,
+                self.flight.route,
+                request,
+                &self.set,
+                taken,
+                peer,
+                how,
+            );
         }
     }
 }
@@ -269,12 +278,12 @@ impl Tries {
         mut request: Box<Request<ProxyBody>>,
         taken: Result<Taken, ErrorKind>,
     ) -> Tries {
-        let taken = match taken {
+        let mut taken = match taken {
             Ok(taken) => taken,
             Err(kind) => return Tries::none(kind),
         };
         // A sampled copy for the route's mirror, on a task of its own.
-        trip.mirror(snap, &request, &taken, conn.peer);
+        trip.mirror(snap, &request, &mut taken, conn.peer);
         let svc = &snap.services[trip.flight.selection.service];
         let policy = trip.policy(snap);
         let grpc = trip.grpc;
