@@ -42,6 +42,10 @@ command -v etcd    >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 # The Redis session store: a real redis-server in the tests.
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# Redis Sentinel and Cluster tests (tests/it/redis_ha.rs): redis-cli
+# creates the cluster and drives failovers; sentinels run as
+# `redis-server FILE --sentinel`, so redis-sentinel is not needed.
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 # Basic auth: htpasswd files made by Apache's htpasswd -B (tests/it/auth.rs).
 command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
 # promtool checks the /metrics exposition in the observability tests and

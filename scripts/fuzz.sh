@@ -7,7 +7,8 @@
 # Every target in fuzz/Cargo.toml runs (config, route, token, headers,
 # maintenance, h1: the HTTP/1.1 head parsers and the chunked decoder,
 # traceparent: the W3C trace context parser; filters: header value
-# templates, path rewrites and redirect locations).
+# templates, path rewrites and redirect locations; proxy_protocol: the
+# PROXY v1/v2 header reader and the headers written to nodes).
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 

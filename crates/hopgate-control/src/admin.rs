@@ -92,6 +92,9 @@ pub struct Admin {
     /// The `/metrics` registry, built at the first scrape
     /// (`crate::metrics::registry`).
     metrics: OnceLock<prometheus_client::registry::Registry>,
+    /// The dashboard's traffic figures at the last page served: the next
+    /// page shows the rates since then.
+    page_window: parking_lot::Mutex<events::Window>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -125,6 +128,7 @@ impl Admin {
             ticket_key: events::ticket_key(),
             journal: OnceLock::new(),
             metrics: OnceLock::new(),
+            page_window: parking_lot::Mutex::new(events::Window::now()),
         }
     }
 

@@ -26,11 +26,12 @@ use hopgate_proxy::{NodeRegistry, SharedSnapshot, Snapshot, TlsListeners, TlsMat
 
 use crate::health::HealthChecker;
 use canary::CanaryState;
-pub use carry::Carried;
 
 mod auth;
 pub(crate) mod canary;
 mod carry;
+pub use canary::CarriedCanary;
+pub use carry::{Carried, CarriedNotice};
 
 /// How many applied versions are kept for listing and rollback.
 pub(crate) const KEEP_VERSIONS: usize = 20;
@@ -148,7 +149,13 @@ pub struct Control {
     /// unlimited or not told), which an explicit `limits.max_connections`
     /// of an applied config must fit in.
     fd_limit: AtomicU64,
+    /// Runs with each applied config right before it goes in
+    /// ([`Control::on_apply`]).
+    on_apply: std::sync::OnceLock<OnApply>,
 }
+
+/// What the process does with an applied config before requests see it.
+pub type OnApply = Box<dyn Fn(&Config) + Send + Sync>;
 
 impl std::fmt::Debug for Control {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -228,9 +235,18 @@ impl Control {
             canary: CanaryState::default(),
             dns: crate::dns::state::Dns::default(),
             fd_limit: AtomicU64::new(u64::MAX),
+            on_apply: std::sync::OnceLock::new(),
         };
         control.health.reconcile(&control.snapshot.load());
         control
+    }
+
+    /// Sets what runs with every applied config right before the first
+    /// request sees it (the binary points the access log there, so the
+    /// next access line after an apply follows the new `access_log`).
+    /// Set once; later calls are ignored.
+    pub fn on_apply(&self, f: OnApply) {
+        let _ = self.on_apply.set(f);
     }
 
     /// Tells the control plane the process's open-file limit (`None`:
@@ -576,6 +592,9 @@ impl Control {
         // Compiling wrote no live state; the nodes take the new parameters
         // now, as the snapshot goes in.
         snap.configure_nodes();
+        if let Some(f) = self.on_apply.get() {
+            f(&snap.config);
+        }
         for policy in &snap.limits_reset {
             tracing::info!(policy = %policy, "rate limit policy changed by reload: its buckets start afresh");
         }

@@ -13,7 +13,8 @@
 //!
 //! and the [`EtcdHandle`] the admin API and metrics read. The watch loop is
 //! in [`source`], the merge of discovered nodes in [`discovery`], operator
-//! actions in [`actions`], the on-disk cache in [`cache`].
+//! actions in [`actions`], the on-disk cache in [`cache`], the members of
+//! an etcd cluster and its quorum in [`members`].
 //!
 //! Must not touch: the snapshot (only through [`crate::Control`]), the
 //! request path (nothing here is awaited by a request).
@@ -21,6 +22,7 @@
 mod actions;
 mod cache;
 mod discovery;
+mod members;
 mod source;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,8 +49,9 @@ pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EtcdState {
     Connected,
-    /// Unreachable, or not reached yet since start: the last good config
-    /// and node set keep serving.
+    /// Unreachable, without quorum (no member it reaches knows a leader),
+    /// or not reached yet since start: the last good config and node set
+    /// keep serving.
     Degraded,
 }
 
@@ -75,6 +78,11 @@ pub struct EtcdHandle {
     /// Full re-reads of the prefix (reconnects and compactions).
     pub(crate) resyncs: AtomicU64,
     pub(crate) booted_from_cache: AtomicBool,
+    /// Every configured member's last status, and the quorum.
+    pub(crate) members: members::Members,
+    /// Drains applied here while etcd could not take them (`service/node`),
+    /// published when it can again ([`actions`]).
+    pub(crate) unshared: Mutex<BTreeMap<String, actions::Unshared>>,
 }
 
 impl std::fmt::Debug for EtcdHandle {
@@ -99,6 +107,8 @@ impl EtcdHandle {
             deferred_removals: AtomicU64::new(0),
             resyncs: AtomicU64::new(0),
             booted_from_cache: AtomicBool::new(false),
+            members: members::Members::new(&cfg.endpoints),
+            unshared: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -165,8 +175,40 @@ impl EtcdHandle {
         self.client.lock().clone()
     }
 
+    /// Whether etcd has quorum, as last probed; `None` before the first
+    /// probe.
+    pub fn quorum(&self) -> Option<bool> {
+        self.members.quorum()
+    }
+
+    /// Why a config write that goes through etcd is refused now (503), or
+    /// `None` while this replica is connected to a member with a leader.
+    pub fn write_refusal(&self) -> Option<String> {
+        if self.up() {
+            return None;
+        }
+        let why = match self.quorum() {
+            Some(false) => self.members.summary(),
+            Some(true) => "this replica is reconnecting to etcd".to_owned(),
+            None => "etcd has not been reached yet".to_owned(),
+        };
+        Some(format!(
+            "{why}: the fleet's config is changed through etcd and cannot be until it answers with a leader; the running config keeps serving"
+        ))
+    }
+
+    /// What to say of an action etcd did not take: the quorum when it is
+    /// the cause, else `error`.
+    pub(crate) fn not_taken(&self, error: String) -> String {
+        match self.quorum() {
+            Some(false) => self.members.summary(),
+            _ => error,
+        }
+    }
+
     /// The `etcd` part of `GET /admin/v1/fleet`.
     pub fn json(&self) -> Value {
+        let members = self.members.seen();
         json!({
             "state": self.state().as_str(),
             "revision": self.revision(),
@@ -176,6 +218,10 @@ impl EtcdHandle {
             "resyncs": self.resyncs.load(Ordering::Relaxed),
             "deferred_removals": self.deferred_removals(),
             "booted_from_cache": self.booted_from_cache.load(Ordering::Relaxed),
+            "quorum": self.quorum(),
+            "members_reachable": members.iter().filter(|m| m.reachable).count(),
+            "members": members,
+            "unshared_drains": self.unshared_json(),
         })
     }
 
@@ -185,11 +231,15 @@ impl EtcdHandle {
 }
 
 /// Connects with the timeouts the loop relies on to notice a dead etcd.
-pub(crate) async fn connect(endpoints: &[String]) -> Result<Client, String> {
+/// With `require_leader`, a member that knows no leader refuses calls at
+/// once and ends open watches (etcd's `hasleader` metadata) instead of
+/// hanging.
+pub(crate) async fn connect(endpoints: &[String], require_leader: bool) -> Result<Client, String> {
     let opts = ConnectOptions::new()
         .with_connect_timeout(CALL_TIMEOUT)
         .with_timeout(CALL_TIMEOUT)
-        .with_keep_alive(Duration::from_secs(2), CALL_TIMEOUT);
+        .with_keep_alive(Duration::from_secs(2), CALL_TIMEOUT)
+        .with_require_leader(require_leader);
     tokio::time::timeout(CALL_TIMEOUT * 2, Client::connect(endpoints, Some(opts)))
         .await
         .map_err(|_| "connect timed out".to_owned())?

@@ -32,7 +32,7 @@ mod watch;
 
 pub use admin::{serve_admin, Admin};
 pub use auth_watch::watch_auth_files;
-pub use control::{ApplyOutcome, Carried, Control, Source};
+pub use control::{ApplyOutcome, Carried, CarriedCanary, CarriedNotice, Control, OnApply, Source};
 pub use dns::start as start_dns;
 pub use fleet::{Fleet, SharedStoreStatus};
 pub use maintenance::Maintenance;

@@ -50,6 +50,8 @@ use hopgate_core::config::{CircuitConfig, MaintenanceConfig, MaintenanceMode};
 use hopgate_core::maintenance::{self, Kind, Notification};
 use hopgate_core::node::{now_ms, Breaker, NodeKey, NodeState};
 use hopgate_proxy::SharedSnapshot;
+
+use crate::control::CarriedNotice;
 use hopgate_proxy::{Pool, PoolSettings};
 
 /// Why a notification was not applied.
@@ -210,6 +212,41 @@ impl Maintenance {
         }));
         tracing::info!(workers, queue, "maintenance handoff sized");
         Arc::new(m)
+    }
+
+    /// Adds the last sequence number seen per node to the maintenance state
+    /// a new process resumes from (a node with only a sequence number gets
+    /// an entry of its own, so a repeated notice stays a duplicate).
+    pub fn carry(&self, notices: &mut Vec<CarriedNotice>) {
+        for (key, &seq) in self.seen.lock().iter() {
+            match notices
+                .iter_mut()
+                .find(|c| c.service == key.service && c.node == key.node)
+            {
+                Some(c) => c.seq = seq,
+                None => notices.push(CarriedNotice {
+                    service: key.service.clone(),
+                    node: key.node.clone(),
+                    seq,
+                    moved_to: None,
+                    relaxed_until: 0,
+                }),
+            }
+        }
+    }
+
+    /// The sequence numbers the previous process had seen.
+    pub fn restore(&self, notices: &[CarriedNotice]) {
+        let mut seen = self.seen.lock();
+        for c in notices.iter().filter(|c| c.seq > 0) {
+            seen.insert(
+                NodeKey {
+                    service: c.service.clone(),
+                    node: c.node.clone(),
+                },
+                c.seq,
+            );
+        }
     }
 
     /// Takes the settings of a newly applied config.

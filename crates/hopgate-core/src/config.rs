@@ -217,6 +217,8 @@ pub struct Config {
     pub upgrade: UpgradeConfig,
     pub canary: CanaryConfig,
     pub tracing: TracingConfig,
+    /// `state_dir` as written (relative to the config file's directory).
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// `canary:`: when a config canary is judged and what rolls it back.
@@ -391,12 +393,40 @@ pub struct StoreConfig {
 /// `store:` with `kind: redis`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisStoreConfig {
-    /// `redis://[user:password@]host[:port][/db]`, checked for its shape.
-    pub url: String,
+    /// Which Redis: one server, a Sentinel-watched master, or a Cluster.
+    pub target: RedisTarget,
     /// Prefix of every key hopgate writes (default `hopgate:`).
     pub prefix: String,
     /// Writes held while Redis is unreachable; past it the oldest go.
     pub max_queue: usize,
+}
+
+/// How the store reaches Redis (`store.url`, `store.sentinel` or
+/// `store.cluster`: exactly one). Every URL is checked for its shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One server: `redis://[user:password@]host[:port][/db]`.
+    Url(String),
+    /// The master the sentinels at `endpoints` know as `master_name`; the
+    /// master is reached with the first endpoint's username, password and
+    /// database (the sentinels with their own URL's).
+    Sentinel {
+        master_name: String,
+        endpoints: Vec<String>,
+    },
+    /// A Redis Cluster, learned from any of `endpoints`.
+    Cluster { endpoints: Vec<String> },
+}
+
+impl RedisTarget {
+    /// `single`, `sentinel` or `cluster`.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            RedisTarget::Url(_) => "single",
+            RedisTarget::Sentinel { .. } => "sentinel",
+            RedisTarget::Cluster { .. } => "cluster",
+        }
+    }
 }
 
 impl RedisStoreConfig {

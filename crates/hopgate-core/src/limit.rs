@@ -271,8 +271,9 @@ fn write_ip(h: &mut impl Hasher, tag: u8, ip: IpAddr) {
     h.write(&v6.octets());
 }
 
-/// The value of cookie `name` in the request's `Cookie` lines.
-fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+/// The value of cookie `name` in the request's `Cookie` lines (also
+/// forward auth's decision cache key).
+pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers
         .get_all(http::header::COOKIE)
         .iter()

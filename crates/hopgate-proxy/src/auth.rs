@@ -1,18 +1,24 @@
 //! `routes[].auth`: who may use a route. A bearer token (JWT) checked
-//! against the keys of a JWKS file (`jwt`), or a user and password checked
-//! against an htpasswd file of bcrypt hashes (`basic`).
+//! against the keys of a JWKS file or of a key set fetched from a hopgate
+//! service (`jwt`), a user and password checked against an htpasswd file
+//! of bcrypt hashes (`basic`), or the answer of an authorization service
+//! asked about each request (`forward`).
 //!
 //! Owns [`AuthKeys`], the keys and password files of the running config
 //! as the data plane reads them (one lock-free pointer, swapped whole when
-//! a config is applied or a file changes: keys rotate without a reload),
+//! a config is applied or a file changes: keys rotate without a reload;
+//! fetched key sets and forward auth's remembered decisions are kept
+//! across applies that keep their block),
 //! [`AuthMaterial`] (those files read, every problem a [`ConfigError`]
 //! under the field path naming the file), the check a request goes through
 //! ([`AuthKeys::check`]), its `401` answers with their `WWW-Authenticate`
 //! challenges, and the counters of `hopgate_auth_total{route,result}`.
 //!
-//! The parts: `jwt` (JWKS files, signatures and claims), `basic`
+//! The parts: `jwt` (JWKS files, signatures and claims), `fetch` (key
+//! sets fetched from a service, and the task that fetches them), `basic`
 //! (htpasswd files, bcrypt off the event loop, the cache of verified
-//! passwords), `load` (reading a config's files), `metrics` (the
+//! passwords), `forward` (the authorization service's checks and their
+//! decision cache), `load` (reading a config's files), `metrics` (the
 //! counters' collector).
 //!
 //! Must not touch: the access log (credentials never reach it), the
@@ -28,16 +34,21 @@ use http::header::{HeaderValue, AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, WWW_
 use http::{HeaderMap, Response, StatusCode};
 use parking_lot::Mutex;
 
-use hopgate_core::config::auth::{AuthKind, RouteAuth};
+use hopgate_core::config::auth::{AuthKind, JwksSource, RouteAuth};
 use hopgate_core::config::ConfigError;
+use http::header::HeaderName;
 
 use crate::body::ProxyBody;
 
 mod basic;
+mod fetch;
+mod forward;
 mod jwt;
 mod load;
 mod metrics;
 
+pub use fetch::fetch_jwks;
+pub(crate) use forward::Origin;
 pub use load::AuthMaterial;
 pub use metrics::AuthCollector;
 
@@ -56,17 +67,23 @@ pub(crate) enum AuthResult {
     Invalid,
     /// A token past its `exp` (or before its `nbf`), beyond the skew.
     Expired,
-    /// The gateway could not check: no keys loaded for the route.
+    /// The gateway could not check: no keys loaded for the route, or the
+    /// authorization service did not answer and the route denies then
+    /// (`failure_mode: deny`).
     Error,
+    /// The authorization service did not answer and the route lets the
+    /// request through then (`failure_mode: allow`).
+    FailedOpen,
 }
 
-pub(crate) const RESULTS: [AuthResult; 6] = [
+pub(crate) const RESULTS: [AuthResult; 7] = [
     AuthResult::Allowed,
     AuthResult::Denied,
     AuthResult::Missing,
     AuthResult::Invalid,
     AuthResult::Expired,
     AuthResult::Error,
+    AuthResult::FailedOpen,
 ];
 
 impl AuthResult {
@@ -78,6 +95,7 @@ impl AuthResult {
             AuthResult::Invalid => "invalid",
             AuthResult::Expired => "expired",
             AuthResult::Error => "error",
+            AuthResult::FailedOpen => "failed_open",
         }
     }
 }
@@ -85,7 +103,7 @@ impl AuthResult {
 /// One route's counts, one per [`AuthResult`]; kept across reloads and
 /// file changes while the route id stays.
 #[derive(Debug, Default)]
-pub(crate) struct Counts([AtomicU64; 6]);
+pub(crate) struct Counts([AtomicU64; 7]);
 
 impl Counts {
     pub(crate) fn bump(&self, r: AuthResult) {
@@ -97,19 +115,51 @@ impl Counts {
     }
 }
 
-/// One route's file as read, and its counts.
+/// One route's file as read (or its fetched keys, or its decisions), and
+/// its counts.
 pub(crate) struct Guard {
-    /// The file it was read from (as configured), to match the route's
-    /// config.
+    /// The file it was read from (as configured; empty for a route that
+    /// reads none), to match the route's config.
     file: PathBuf,
     keys: Keys,
     counts: Arc<Counts>,
 }
 
+impl Guard {
+    /// Was this made for the route's config `cfg`?
+    fn fits(&self, cfg: &RouteAuth) -> bool {
+        match (&self.keys, &cfg.kind) {
+            (Keys::Jwt(_), AuthKind::Jwt(_)) | (Keys::Basic(_), AuthKind::Basic { .. }) => {
+                cfg.file() == Some(self.file.as_path())
+            }
+            (Keys::Fetched(f), AuthKind::Jwt(j)) => {
+                matches!(&j.keys, JwksSource::Service(s) if f.serves(s))
+            }
+            (Keys::Forward(d), AuthKind::Forward(f)) => d.made_for == *f,
+            _ => false,
+        }
+    }
+}
+
 /// A route's keys or users.
 pub(crate) enum Keys {
     Jwt(jwt::Jwks),
+    /// Keys fetched from a service (`auth.jwt.jwks`).
+    Fetched(Arc<fetch::Fetched>),
     Basic(basic::Htpasswd),
+    /// Forward auth's remembered decisions.
+    Forward(Arc<forward::Decisions>),
+}
+
+/// Headers an allowing check sets on the request (forward auth's
+/// `copy_response_headers`).
+pub(crate) type Grant = Arc<[(HeaderName, HeaderValue)]>;
+
+/// Sets a grant's headers on the request.
+pub(crate) fn grant(headers: &mut HeaderMap, grant: Option<&Grant>) {
+    for (h, v) in grant.into_iter().flat_map(|g| g.iter()) {
+        headers.append(h.clone(), v.clone());
+    }
 }
 
 /// The running config's auth files, by route id.
@@ -123,6 +173,9 @@ pub struct AuthKeys {
     guards: ArcSwap<Guards>,
     /// The files last read (resolved), for the file watcher.
     files: Mutex<Vec<PathBuf>>,
+    /// Wakes the task that fetches key sets ([`fetch_jwks`]): a new set
+    /// to fetch, or a token naming an unknown key.
+    wake: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for AuthKeys {
@@ -133,10 +186,11 @@ impl std::fmt::Debug for AuthKeys {
     }
 }
 
-/// A basic-auth password being checked off the event loop: `Err` is the
-/// client's answer.
+/// A basic-auth password being checked off the event loop, or an
+/// authorization service being asked: `Ok` with the headers to set on the
+/// request, `Err` is the client's answer.
 pub(crate) type AuthWait = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<(), Box<Response<ProxyBody>>>> + Send>,
+    Box<dyn std::future::Future<Output = Result<Option<Grant>, Box<Response<ProxyBody>>>> + Send>,
 >;
 
 /// What [`AuthKeys::check`] decided.
@@ -152,21 +206,37 @@ pub(crate) enum Checked {
 
 impl AuthKeys {
     /// Swaps in what a config's files read as; counts stay with their
-    /// route ids.
+    /// route ids, fetched key sets and remembered decisions with a route
+    /// whose block kept them.
     pub fn install(&self, material: AuthMaterial) {
         let old = self.guards.load_full();
         let (routes, files) = material.into_parts();
         let guards: Guards = routes
             .into_iter()
             .map(|(id, (file, keys))| {
-                let counts = old
-                    .get(&id)
-                    .map_or_else(Arc::default, |g| Arc::clone(&g.counts));
+                let before = old.get(&id);
+                let counts = before.map_or_else(Arc::default, |g| Arc::clone(&g.counts));
+                let keys = kept(before.map(|g| &g.keys), keys);
                 (id, Arc::new(Guard { file, keys, counts }))
             })
             .collect();
         self.guards.store(Arc::new(guards));
         *self.files.lock() = files;
+        self.wake.notify_one();
+    }
+
+    /// The key sets fetched from services, for the task that fetches them.
+    fn fetched(&self) -> Vec<Arc<fetch::Fetched>> {
+        let guards = self.guards.load();
+        let mut sets: Vec<Arc<fetch::Fetched>> = Vec::new();
+        for g in guards.values() {
+            if let Keys::Fetched(f) = &g.keys {
+                if !sets.iter().any(|s| Arc::ptr_eq(s, f)) {
+                    sets.push(Arc::clone(f));
+                }
+            }
+        }
+        sets
     }
 
     /// The JWKS and htpasswd files the running config read (resolved).
@@ -182,12 +252,13 @@ impl AuthKeys {
             headers.remove(h);
         }
         let guards = self.guards.load();
-        let Some(guard) = guards.get(id).filter(|g| g.file == cfg.file()) else {
+        let Some(guard) = guards.get(id).filter(|g| g.fits(cfg)) else {
             tracing::error!(route = id, "auth: no keys loaded for the route; refusing");
             return Checked::Refuse(unavailable());
         };
         let checked = match (&guard.keys, &cfg.kind) {
             (Keys::Jwt(jwks), AuthKind::Jwt(j)) => jwt::check(jwks, j, headers),
+            (Keys::Fetched(f), AuthKind::Jwt(j)) => self.fetched_check(f, j, headers),
             (Keys::Basic(users), AuthKind::Basic { .. }) => {
                 return basic::check(users, cfg, headers, &guard.counts);
             }
@@ -212,6 +283,55 @@ impl AuthKeys {
         }
     }
 
+    /// A token checked against a fetched key set; a `kid` the set does
+    /// not have (or no set yet) asks for a fetch.
+    fn fetched_check(
+        &self,
+        f: &fetch::Fetched,
+        j: &hopgate_core::config::auth::JwtAuth,
+        headers: &mut HeaderMap,
+    ) -> Result<(), (AuthResult, String)> {
+        let Some(jwks) = f.keys() else {
+            f.want();
+            self.wake.notify_one();
+            return Err((AuthResult::Error, String::new()));
+        };
+        let checked = jwt::check(&jwks, j, headers);
+        if matches!(&checked, Err((AuthResult::Invalid, why)) if why == jwt::NO_KEY) {
+            f.want();
+            self.wake.notify_one();
+        }
+        checked
+    }
+
+    /// Forward auth (`auth.forward`) for route `id`: the client's copies
+    /// of the identity headers removed, then a remembered decision or a
+    /// wait for the authorization service.
+    pub(crate) fn forward(
+        &self,
+        id: &str,
+        cfg: &RouteAuth,
+        req: &mut http::Request<ProxyBody>,
+        origin: Origin<'_>,
+    ) -> Checked {
+        for h in &cfg.strip {
+            req.headers_mut().remove(h);
+        }
+        let guards = self.guards.load();
+        let guard = guards.get(id).filter(|g| g.fits(cfg));
+        let (Some(g), AuthKind::Forward(f)) = (guard, &cfg.kind) else {
+            tracing::error!(
+                route = id,
+                "auth: forward auth is not set up for the route; refusing"
+            );
+            return Checked::Refuse(unavailable());
+        };
+        let Keys::Forward(decisions) = &g.keys else {
+            return Checked::Refuse(unavailable());
+        };
+        forward::check(decisions, &g.counts, f, req, origin)
+    }
+
     /// Every route's counts, for the collector.
     pub(crate) fn counts(&self) -> Vec<(String, Arc<Counts>)> {
         let mut rows: Vec<_> = self
@@ -222,6 +342,21 @@ impl AuthKeys {
             .collect();
         rows.sort_by(|a, b| a.0.cmp(&b.0));
         rows
+    }
+}
+
+/// The keys a route gets at an apply: a fetched set or remembered
+/// decisions it had under the same block are kept.
+fn kept(before: Option<&Keys>, new: Keys) -> Keys {
+    match (before, new) {
+        (Some(Keys::Fetched(old)), Keys::Fetched(new)) if old.serves(&new.source) => {
+            old.keep_for(&new.source);
+            Keys::Fetched(Arc::clone(old))
+        }
+        (Some(Keys::Forward(old)), Keys::Forward(new)) if old.made_for == new.made_for => {
+            Keys::Forward(Arc::clone(old))
+        }
+        (_, new) => new,
     }
 }
 

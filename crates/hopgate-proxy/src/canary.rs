@@ -167,6 +167,11 @@ fn mix(mut z: u64) -> u64 {
 }
 
 impl CanaryArm {
+    /// The key of the side choice.
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+
     pub fn new(
         snapshot: Arc<Snapshot>,
         baseline_version: u64,

@@ -177,15 +177,19 @@ impl Forwarder {
         // Taken apart in the pattern: each part is written into its place
         // in the future once (a whole plan bound first and taken apart
         // after would be copied twice, ~900 bytes each).
-        let Begun(snap, mut trip, fetch, request, body, auth) = match conn.begin(req, body) {
+        let Begun(snap, mut trip, fetch, mut request, body, auth) = match conn.begin(req, body) {
             Ok(begun) => begun,
             Err(resp) => return resp,
         };
         if let Some(wait) = auth {
-            // A basic-auth password checked off the event loop.
-            if let Err(refused) = wait.await {
-                trip.done.out.status = refused.status().as_u16();
-                return trip.done.finish(&snap, &conn, Ok(refused));
+            // A basic-auth password checked off the event loop, or the
+            // authorization service asked (its headers set when it allows).
+            match wait.await {
+                Ok(grant) => crate::auth::grant(request.headers_mut(), grant.as_ref()),
+                Err(refused) => {
+                    trip.done.out.status = refused.status().as_u16();
+                    return trip.done.finish(&snap, &conn, Ok(refused));
+                }
             }
         }
         if let Some(fetch) = fetch {

@@ -12,7 +12,8 @@
 //! the listener, the forwarder, the pool's control surface, the snapshot
 //! types carrying each node's `Upstream`, the canary's slot and counters,
 //! TLS loading and its collector, routes' auth keys ([`AuthKeys`], read
-//! by [`AuthMaterial`]) and their collector, the OTLP export task, the access log's
+//! by [`AuthMaterial`]; key sets fetched from services by [`fetch_jwks`])
+//! and their collector, the OTLP export task, the access log's
 //! sink, `ClientIo` and `wait_closed`. Counters, hops and latencies are
 //! read through one door, [`telemetry`]; the statics behind it stay
 //! private. What only the fuzz targets drive is in `fuzzing`, behind the
@@ -51,12 +52,14 @@ mod metrics;
 // used outside); `counters` and `render_metrics` have no caller at all.
 #[allow(unreachable_pub, dead_code)]
 mod otlp;
+mod outcome;
 mod pool;
 mod proxy_protocol;
 mod respond;
 mod send_watch;
 #[allow(unreachable_pub)]
 mod session;
+mod subrequest;
 pub mod telemetry;
 // Its `pub` items predate this crate's narrow surface (the binary and the
 // control plane use the four re-exported below).
@@ -68,7 +71,7 @@ mod tunnel;
 mod upstream;
 
 pub use access_log::{set_json as set_access_log_json, set_sink as set_access_log_sink};
-pub use auth::{AuthCollector, AuthKeys, AuthMaterial};
+pub use auth::{fetch_jwks, AuthCollector, AuthKeys, AuthMaterial};
 pub use canary::{CanaryArm, CanaryCell, CanarySlot, SideCounts, SideStats};
 pub use client_io::ClientIo;
 pub use filter_files::read_filter_bodies;
@@ -86,8 +89,8 @@ pub use upstream::{
 };
 
 /// What only the fuzz targets (and benches) drive: hopgate's HTTP/1.1
-/// codec, the header scans, session identification and the trace-context
-/// parser. Behind the `fuzzing` feature (`fuzz/Cargo.toml` turns it on).
+/// codec, the header scans, session identification, the trace-context
+/// parser and the PROXY protocol header reader. Behind the `fuzzing` feature (`fuzz/Cargo.toml` turns it on).
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing {
     /// hopgate's HTTP/1.1 codec.
@@ -95,6 +98,7 @@ pub mod fuzzing {
         pub use crate::h1::*;
     }
     pub use crate::headers::{append_forwarded_for, scan_request, scan_response, strip_request};
+    pub use crate::proxy_protocol::{fuzz_read as proxy_protocol_read, header_for};
     pub use crate::session::identify;
     /// W3C trace context.
     pub mod trace {

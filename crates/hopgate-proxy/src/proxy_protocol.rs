@@ -147,6 +147,21 @@ pub fn header_for(
     }
 }
 
+/// What the fuzz target drives: where the header at the start of `b`
+/// ends (`(length, version)`, `None` for not a header or more needed) and
+/// what the whole header says (`Err` for refused: malformed).
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_read(b: &[u8]) -> (Option<(usize, u8)>, Option<Result<Option<SocketAddr>, ()>>) {
+    let all = read::Accepts { v1: true, v2: true };
+    match read::extent(b) {
+        read::Extent::Header(len, v) => (
+            Some((len, v)),
+            Some(read::parse(&b[..len.min(b.len())], all).map_err(|_| ())),
+        ),
+        read::Extent::More | read::Extent::Bad => (None, None),
+    }
+}
+
 fn v6(a: SocketAddr) -> SocketAddr {
     match a {
         SocketAddr::V4(v4) => SocketAddr::new(IpAddr::V6(v4.ip().to_ipv6_mapped()), v4.port()),

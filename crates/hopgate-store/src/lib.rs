@@ -29,7 +29,8 @@ mod sessions;
 
 pub use memory::{LoadReport, LoadWarning, MemoryStore, DEFAULT_MAX_SESSIONS};
 pub use redis::{
-    RedisOptions, RedisState, RedisStatus, RedisStore, RedisStoreError, SharedCounters,
+    needs_redial, Connector, RedisConn, RedisOptions, RedisState, RedisStatus, RedisStore,
+    RedisStoreError, RedisTarget, SharedCounters,
 };
 pub use sessions::Sessions;
 

@@ -3,9 +3,10 @@
 //! replica) by one background task the store owns.
 //!
 //! Owns the Redis layout ([`wire`]: keys, hash fields, change notices, the
-//! compare-and-set script), the task ([`sync`]: connections, write queue,
-//! change feed, reload, miss lookup) and the connection state
-//! ([`RedisStatus`]); also [`SharedCounters`] (`counters`), the counters a
+//! compare-and-set script), the way into Redis ([`conn`]: one server, the
+//! master Redis Sentinel names, or a Redis Cluster, behind one
+//! [`Connector`]), the task ([`sync`]: connections, write queue, change
+//! feed, reload, miss lookup) and the connection state ([`RedisStatus`]); also [`SharedCounters`] (`counters`), the counters a
 //! fleet sums in Redis for the control plane's canary judge, so that no
 //! other crate holds a Redis client. Must not touch: the request path's waiting. No trait
 //! method awaits or takes a lock; `put` and `remove` change the cache and
@@ -85,6 +86,29 @@
 //! per re-seed. A connection lost halfway re-runs the re-seed on the next
 //! one.
 //!
+//! # Sentinel and Cluster
+//!
+//! Behind Sentinel the store is a single-server store whose every dial
+//! asks the sentinels for the master: a failover is a disconnect, the
+//! usual degrade-queue-reconnect, and the reconnect lands on the new
+//! master. Because replication is asynchronous, a master that dies may
+//! have acknowledged writes its replica never got; so whenever the store
+//! finds a different master than at its last connection (on a Cluster,
+//! a different master serving its slot, checked beside the epoch), it
+//! re-seeds Redis from the cache as after a data loss. Writes still in the
+//! queue or in flight are sent to the new master as after any reconnect.
+//!
+//! On a Cluster the script needs its three keys (binding, stream, counter)
+//! in one slot, so every key is under the prefix as a hash tag
+//! (`{hopgate:}s:…`, `{hopgate:}changes`, …): all sessions live on one
+//! master. That gives the cluster's failover and routing, not write
+//! scaling; one master's script rate is far above a fleet's session and
+//! hop rate. Per-slot streams would spread writes but make every replica
+//! follow many streams with their own cursors and gap checks; a prefix per
+//! fleet already puts different fleets on different slots. The blocking
+//! `XREAD` goes to that slot's master on its own connection; `SCAN` is
+//! routed there too.
+//!
 //! # Misses
 //!
 //! A session minted on another replica may reach this one before its
@@ -110,19 +134,22 @@ use serde::Serialize;
 
 use crate::{Binding, FetchFuture, MemoryStore, SessionId, SessionStore};
 
+mod conn;
 mod counters;
 mod sync;
 mod wire;
 
 use sync::{Dirty, Shared};
 
+pub use conn::{needs_redial, Connector, RedisConn};
 pub use counters::SharedCounters;
+pub use hopgate_core::config::RedisTarget;
 
 /// What a [`RedisStore`] needs to start.
 #[derive(Clone, Debug)]
 pub struct RedisOptions {
-    /// `redis://[user:password@]host[:port][/db]`.
-    pub url: String,
+    /// Which Redis: one server, a master behind Sentinel, or a Cluster.
+    pub target: RedisTarget,
     /// Prefix of every key (`hopgate:` by default).
     pub prefix: String,
     /// This replica's id, written with each binding; its own change notices
@@ -141,11 +168,16 @@ impl RedisOptions {
     pub const DEFAULT_STREAM_MAXLEN: usize = 100_000;
     pub const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_millis(200);
 
-    /// Options with the defaults: prefix `hopgate:`, queue 100 000, stream
-    /// 100 000, fetch timeout 200 ms.
+    /// Options for one server at `url` with the defaults: prefix
+    /// `hopgate:`, queue 100 000, stream 100 000, fetch timeout 200 ms.
     pub fn new(url: impl Into<String>, replica_id: impl Into<String>) -> Self {
+        Self::with_target(RedisTarget::Url(url.into()), replica_id)
+    }
+
+    /// Options for `target` with the same defaults as [`RedisOptions::new`].
+    pub fn with_target(target: RedisTarget, replica_id: impl Into<String>) -> Self {
         Self {
-            url: url.into(),
+            target,
             prefix: "hopgate:".into(),
             replica_id: replica_id.into(),
             max_queue: Self::DEFAULT_MAX_QUEUE,
@@ -157,7 +189,8 @@ impl RedisOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RedisStoreError {
-    #[error("store.url: {0}")]
+    /// A malformed URL; the message names the field.
+    #[error("{0}")]
     Url(String),
 }
 
@@ -205,6 +238,12 @@ pub struct RedisStatus {
     pub reseeded: u64,
     /// The last Redis error, if any.
     pub last_error: Option<String>,
+    /// `single`, `sentinel`, `cluster`, or `off` without Redis.
+    pub mode: &'static str,
+    /// The server in use, `host:port`: the master (found through the
+    /// sentinels in `sentinel` mode; in `cluster` mode the master of the
+    /// slot holding the store's keys), as of the last connection.
+    pub server: Option<String>,
 }
 
 impl RedisStatus {
@@ -220,6 +259,8 @@ impl RedisStatus {
             resyncs: 0,
             reseeded: 0,
             last_error: None,
+            mode: "off",
+            server: None,
         }
     }
 }
@@ -227,6 +268,7 @@ impl RedisStatus {
 /// Session bindings shared through Redis, answered from a local cache.
 pub struct RedisStore {
     shared: Arc<Shared>,
+    connector: Connector,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -236,18 +278,30 @@ impl RedisStore {
     /// degraded until the first connection and load succeed (see
     /// [`RedisStore::wait_loaded`]); only a malformed URL is an error.
     pub fn start(opts: RedisOptions, cache: MemoryStore) -> Result<Self, RedisStoreError> {
-        let client = redis::Client::open(opts.url.as_str())
-            .map_err(|e| RedisStoreError::Url(e.to_string()))?;
+        let connector = Connector::new(&opts.target).map_err(|e| {
+            let field = match opts.target {
+                RedisTarget::Url(_) => "store.url",
+                RedisTarget::Sentinel { .. } => "store.sentinel.endpoints",
+                RedisTarget::Cluster { .. } => "store.cluster.endpoints",
+            };
+            RedisStoreError::Url(format!("{field}: {e}"))
+        })?;
+        let cluster = matches!(opts.target, RedisTarget::Cluster { .. });
         let shared = Arc::new(Shared::new(
             cache,
-            wire::Keys::new(&opts.prefix),
+            wire::Keys::new(&opts.prefix, cluster),
             opts.replica_id,
+            connector.mode(),
             opts.max_queue,
             opts.stream_maxlen,
             opts.fetch_timeout,
         ));
-        let task = tokio::spawn(sync::run(Arc::clone(&shared), client));
-        Ok(Self { shared, task })
+        let task = tokio::spawn(sync::run(Arc::clone(&shared), connector.clone()));
+        Ok(Self {
+            shared,
+            connector,
+            task,
+        })
     }
 
     /// Waits until the first load from Redis is done, at most `within`;
@@ -282,6 +336,14 @@ impl RedisStore {
     /// The connection state and counters.
     pub fn status(&self) -> RedisStatus {
         self.shared.status()
+    }
+
+    /// How this store dials Redis: any other user of the store's Redis
+    /// connects through it (`connector().connect(..)` gives a
+    /// [`RedisConn`], a `ConnectionLike` over one server, the Sentinel
+    /// master or the Cluster).
+    pub fn connector(&self) -> &Connector {
+        &self.connector
     }
 
     /// The local cache.

@@ -77,7 +77,13 @@ async fn shared_counters_sum_every_replicas_increase_and_redial_after_a_failure(
     let mut redis = RedisServer::start();
     let prefix = fresh_prefix();
     let open = |r: &RedisServer| {
-        SharedCounters::canary(&r.url(), &prefix, 7, Duration::from_secs(2)).expect("url")
+        SharedCounters::canary(
+            &hopgate_store::RedisTarget::Url(r.url()),
+            &prefix,
+            7,
+            Duration::from_secs(2),
+        )
+        .expect("url")
     };
     let (mut a, mut b) = (open(&redis), open(&redis));
     let f = |k: &str, n: u64| (k.to_owned(), n);

@@ -27,6 +27,7 @@ use crate::listenfd::{obtain, Inherited, Kind};
 mod handover;
 mod sessions;
 mod start;
+pub(crate) mod state;
 
 pub(crate) use handover::HandoverSource;
 pub(crate) use start::Resume;
@@ -214,6 +215,8 @@ pub(crate) struct Gateway {
     admin_configured: SocketAddr,
     /// Span export (`tracing.otlp`): flushed after the listeners drain.
     otlp: OtlpTask,
+    /// `state_dir`: keeps the running state on disk.
+    state: Option<state::Keeper>,
 }
 
 /// The OTLP export task and its stop switch.
@@ -354,6 +357,9 @@ impl Gateway {
         let _ = self.session_task.await;
         let _ = self.admin_stop.send(true);
         let _ = self.admin_task.await;
+        if let Some(s) = self.state {
+            s.finish().await;
+        }
         tracing::info!("shutdown complete");
     }
 }

@@ -383,51 +383,14 @@ async fn run(
     log_format: LogFormat,
     systemd: listenfd::Inherited,
 ) -> anyhow::Result<()> {
-    // A config file's watch is armed before the file is read, so that an
-    // edit made from then on is seen as one (`FileWatch`).
-    let (text, format, source, watch) = match args.config {
-        Some(p) => {
-            let watch = FileWatch::arm(p.clone());
-            let text = std::fs::read_to_string(&p)
-                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?;
-            let f = format_of(&p);
-            (
-                text,
-                f,
-                hopgate_control::Source::File(p.display().to_string()),
-                Some(watch),
-            )
-        }
-        None if Path::new("hopgate.yaml").exists() => {
-            let watch = FileWatch::arm(PathBuf::from("hopgate.yaml"));
-            let text = std::fs::read_to_string(watch.path())?;
-            (
-                text,
-                Format::Yaml,
-                hopgate_control::Source::File("hopgate.yaml".into()),
-                Some(watch),
-            )
-        }
-        None => {
-            tracing::info!("no --config and no ./hopgate.yaml: using the embedded default");
-            (
-                config::EMBEDDED_DEFAULT.to_owned(),
-                Format::Yaml,
-                hopgate_control::Source::Embedded,
-                None,
-            )
-        }
-    };
+    let (text, format, source, watch) = read_config(args.config.as_deref())?;
     let path = watch.as_ref().map(|w| w.path().to_path_buf());
-    let cfg = match config::load(&text, format) {
-        Ok(c) => c,
-        Err(errors) => {
-            for e in &errors {
-                eprintln!("config error: {e}");
-            }
-            anyhow::bail!("the config has {} error(s); not starting", errors.len());
+    let cfg = config::load(&text, format).or_else(|errors| {
+        for e in &errors {
+            eprintln!("config error: {e}");
         }
-    };
+        anyhow::bail!("the config has {} error(s); not starting", errors.len())
+    })?;
     let (cfg, source, fleet) = match cfg.sources.etcd.clone() {
         None => (cfg, source, None),
         Some(etcd) => fleet_boot(cfg, source, etcd, path.as_deref()).await?,
@@ -443,6 +406,13 @@ async fn run(
         (Some(t), i, c)
     } else {
         (None, systemd, None)
+    };
+    // Without a previous process's state, the state kept in `state_dir`.
+    let carried = match (carried, &cfg.state_dir) {
+        (None, Some(dir)) if fleet.is_none() => {
+            gateway::state::load(&gateway::state::dir(dir, path.as_deref()))
+        }
+        (carried, _) => carried,
     };
     let (cfg, resume) = resume_from(cfg, &source, carried, fleet.is_some());
     let mut gw = match gateway::Gateway::start(cfg, source, watch, inherited, resume).await {
@@ -462,50 +432,9 @@ async fn run(
             tracing::warn!(error = %format!("{e:#}"), "upgrade: the previous process did not confirm the drain");
         }
     }
-    let (handed_tx, mut handed_rx) = tokio::sync::oneshot::channel();
+    let (handed_tx, handed_rx) = tokio::sync::oneshot::channel();
     let server = upgrade::Server::start(&socket, gw.handover_source(), handed_tx);
-    let pid;
-    let handed = {
-        // Every handler is installed before the ready lines, so a signal
-        // right after them is never the default action (exit); and one
-        // future across SIGUSR2s, so no SIGTERM falls between two.
-        let signals = gateway::wait_for_signals(&gw);
-        tokio::pin!(signals);
-        let mut usr2 =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2()).ok();
-        gw.print_ready();
-        pid = args
-            .pid_file
-            .as_deref()
-            .and_then(|p| match pidfile::PidFile::write(p) {
-                Ok(f) => Some(f),
-                Err(e) => {
-                    tracing::warn!(path = %p.display(), error = %e, "cannot write the pid file");
-                    None
-                }
-            });
-        if args.upgrade {
-            sdnotify::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
-        } else {
-            sdnotify::notify("READY=1");
-        }
-        loop {
-            let usr2 = async {
-                match usr2.as_mut() {
-                    Some(s) => s.recv().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = &mut signals => break false,
-                Ok(()) = &mut handed_rx => break true,
-                _ = usr2 => {
-                    tracing::info!("SIGUSR2: starting a new process to take over");
-                    upgrade::spawn_new(path.as_deref(), args.pid_file.as_deref(), log_format.as_str());
-                }
-            }
-        }
-    };
+    let (handed, pid) = serve(&gw, handed_rx, &args, path.as_deref(), log_format).await;
     if handed {
         gw.handover_drain().await;
     } else {
@@ -521,8 +450,92 @@ async fn run(
     Ok(())
 }
 
+/// The config document `run` starts from: `--config`, else
+/// `./hopgate.yaml`, else the embedded default. A file's watch is armed
+/// before the file is read, so that an edit made from then on is seen as
+/// one (`FileWatch`).
+fn read_config(
+    config: Option<&Path>,
+) -> anyhow::Result<(String, Format, hopgate_control::Source, Option<FileWatch>)> {
+    let file = match config {
+        Some(p) => p.to_path_buf(),
+        None if Path::new("hopgate.yaml").exists() => PathBuf::from("hopgate.yaml"),
+        None => {
+            tracing::info!("no --config and no ./hopgate.yaml: using the embedded default");
+            return Ok((
+                config::EMBEDDED_DEFAULT.to_owned(),
+                Format::Yaml,
+                hopgate_control::Source::Embedded,
+                None,
+            ));
+        }
+    };
+    let watch = FileWatch::arm(file.clone());
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+    Ok((
+        text,
+        format_of(&file),
+        hopgate_control::Source::File(file.display().to_string()),
+        Some(watch),
+    ))
+}
+
+/// Serves until SIGTERM/SIGINT (`false`) or until a new process took the
+/// sockets (`true`); SIGUSR2 starts that new process. Every handler is
+/// installed before the ready lines, so a signal right after them is never
+/// the default action (exit); and one future spans all SIGUSR2s, so no
+/// SIGTERM falls between two. The pid file is written once serving.
+async fn serve(
+    gw: &gateway::Gateway,
+    mut handed_rx: tokio::sync::oneshot::Receiver<()>,
+    args: &RunArgs,
+    path: Option<&Path>,
+    log_format: LogFormat,
+) -> (bool, Option<pidfile::PidFile>) {
+    let signals = gateway::wait_for_signals(gw);
+    tokio::pin!(signals);
+    let mut usr2 =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2()).ok();
+    gw.print_ready();
+    let pid = args
+        .pid_file
+        .as_deref()
+        .and_then(|p| match pidfile::PidFile::write(p) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                tracing::warn!(path = %p.display(), error = %e, "cannot write the pid file");
+                None
+            }
+        });
+    if args.upgrade {
+        sdnotify::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
+    } else {
+        sdnotify::notify("READY=1");
+    }
+    let handed = loop {
+        let usr2 = async {
+            match usr2.as_mut() {
+                Some(s) => s.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = &mut signals => break false,
+            Ok(()) = &mut handed_rx => break true,
+            _ = usr2 => {
+                tracing::info!("SIGUSR2: starting a new process to take over");
+                upgrade::spawn_new(path, args.pid_file.as_deref(), log_format.as_str());
+            }
+        }
+    };
+    (handed, pid)
+}
+
 /// An upgrade's new process resumes the previous one's state (version
-/// history, drains). It starts from the previous process's running config
+/// history, drains, maintenance state, a baking canary), and so does a
+/// restart with `state_dir` from the state kept there. It starts from the
+/// previous process's running config
 /// (admin changes included) unless its config file was edited since that
 /// file was last applied: then the edited file is what it runs, as the
 /// next version. The file also wins when the carried document no longer

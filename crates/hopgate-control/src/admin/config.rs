@@ -108,6 +108,9 @@ async fn start_canary(
 ) -> AdminResponse {
     let control = admin.control();
     if let Some(etcd) = admin.fleet_etcd() {
+        if let Some(why) = etcd.write_refusal() {
+            return error_response(StatusCode::SERVICE_UNAVAILABLE, "", &why);
+        }
         let started =
             crate::control::canary::fleet::start_from_admin(control, etcd, text, percent, bake);
         return match started.await {

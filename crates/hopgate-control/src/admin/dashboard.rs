@@ -3,7 +3,9 @@
 //! Owns the page: one HTML file (`dashboard.html`, plain JS, nothing
 //! fetched from elsewhere) built into the binary, with the current state
 //! rendered into it on the server (config version and source, every
-//! service's nodes, recent hops) so it reads without JS too; a `<noscript>`
+//! service's nodes, recent hops, the traffic figures — rates since the
+//! page was last served — and the fleet's replica, Redis and etcd state)
+//! so it reads right before its script runs and without JS; a `<noscript>`
 //! meta refresh reloads it every 5 s. With JS the page follows
 //! `GET /admin/v1/events`. When the admin API has a token, the page itself
 //! is served to anyone but holds no state unless the request carries the
@@ -31,7 +33,9 @@ const HOPS_SHOWN: usize = 30;
 /// The page; `auth_required` tells the script to ask for the token,
 /// `show` whether this request may see the state.
 pub(crate) fn page(admin: &Admin, auth_required: bool, show: bool) -> Response<Full<Bytes>> {
+    let mut page = PAGE.to_owned();
     let state = if show {
+        page = render_stats(page, &admin.page_window.lock().next(admin));
         render_state(admin)
     } else {
         "<p class=\"note\" id=\"locked\">This admin API needs its token. With JS on, \
@@ -39,7 +43,7 @@ pub(crate) fn page(admin: &Admin, auth_required: bool, show: bool) -> Response<F
          <code>Authorization: Bearer</code>.</p>"
             .to_owned()
     };
-    let html = PAGE.replacen(STATE_MARK, &state, 1).replacen(
+    let html = page.replacen(STATE_MARK, &state, 1).replacen(
         "data-auth=\"none\"",
         if auth_required {
             "data-auth=\"required\""
@@ -68,6 +72,60 @@ pub(crate) fn page(admin: &Admin, auth_required: bool, show: bool) -> Response<F
         HeaderValue::from_static("nosniff"),
     );
     r
+}
+
+/// The traffic figures and the fleet box of a `stats` value, in place of
+/// the page's placeholders (formatted as the script formats them).
+fn render_stats(page: String, s: &serde_json::Value) -> String {
+    let ms = |v: &serde_json::Value| match v.as_f64() {
+        None => "–".to_owned(),
+        Some(v) if v < 10.0 => format!("{v:.2} ms"),
+        Some(v) if v < 1000.0 => format!("{v:.0} ms"),
+        Some(v) => format!("{:.2} s", v / 1000.0),
+    };
+    let rate = |v: &serde_json::Value| {
+        let v = v.as_f64().unwrap_or(0.0);
+        if v < 10.0 {
+            format!("{v:.1}")
+        } else {
+            format!("{v:.0}")
+        }
+    };
+    let figures = [
+        ("rps", rate(&s["rps"])),
+        ("eps", rate(&s["errors_per_s"])),
+        ("p50", ms(&s["p50_ms"])),
+        ("p99", ms(&s["p99_ms"])),
+        ("inflight", s["in_flight"].as_u64().unwrap_or(0).to_string()),
+        (
+            "total",
+            s["requests_total"].as_u64().unwrap_or(0).to_string(),
+        ),
+    ];
+    let mut page = figures.iter().fold(page, |p, (id, v)| {
+        p.replacen(
+            &format!("<b id=\"{id}\">–</b>"),
+            &format!("<b id=\"{id}\">{}</b>", esc(v)),
+            1,
+        )
+    });
+    let f = &s["fleet"];
+    if let Some(replica) = f["replica_id"].as_str() {
+        let state = |engine: &str| esc(f[engine]["state"].as_str().unwrap_or("off"));
+        page = page.replacen(
+            "<div id=\"fleet\" class=\"note\">single replica</div>",
+            &format!(
+                "<div id=\"fleet\" class=\"note\"><div>replica <b>{}</b></div>\
+                 <div>redis <span class=\"pill \">{}</span></div>\
+                 <div>etcd <span class=\"pill \">{}</span></div></div>",
+                esc(replica),
+                state("redis"),
+                state("etcd")
+            ),
+            1,
+        );
+    }
+    page
 }
 
 /// Text safe inside HTML elements and attribute values.

@@ -304,7 +304,7 @@ pub(crate) fn config_json(admin: &Admin) -> Value {
 }
 
 /// Counters at the start of a stats window.
-struct Window {
+pub(crate) struct Window {
     at: Instant,
     requests: u64,
     errors: u64,
@@ -312,7 +312,7 @@ struct Window {
 }
 
 impl Window {
-    fn now() -> Window {
+    pub(crate) fn now() -> Window {
         let counters = telemetry::counters();
         Window {
             at: Instant::now(),
@@ -323,7 +323,7 @@ impl Window {
     }
 
     /// The `stats` event for the window since the last call.
-    fn next(&mut self, admin: &Admin) -> Value {
+    pub(crate) fn next(&mut self, admin: &Admin) -> Value {
         let now = Window::now();
         let secs = now.at.duration_since(self.at).as_secs_f64().max(1e-3);
         let window = now.latency.since(&self.latency);

@@ -51,12 +51,17 @@ async fn intake(admin: &Admin, m: &Arc<Maintenance>, v: &Value) -> AdminResponse
         Ok(applied) => {
             // Fleet mode: publish it once applied here; every replica's
             // watch feeds it to its intake, and this one drops it (same seq).
+            let mut body = json!({ "applied": applied, "fleet": admin.fleet_etcd().is_some() });
             if let Some(etcd) = admin.fleet_etcd() {
                 if let Err(e) = etcd.post_maintenance(&service, &node, seq, v).await {
                     tracing::warn!(service, node, error = %e, "maintenance notice not published to the fleet; applied on this replica only");
+                    body["fleet"] = json!("not_shared");
+                    body["message"] = json!(format!(
+                        "applied on this replica only; the fleet did not get it: {e}. A notice is not published later: post it to each replica, or again once etcd answers"
+                    ));
                 }
             }
-            ok(&json!({ "applied": applied }))
+            ok(&body)
         }
         Err(Refused::Invalid(msg)) => error_response(StatusCode::BAD_REQUEST, "", &msg),
         Err(Refused::UnknownNode) => error_response(

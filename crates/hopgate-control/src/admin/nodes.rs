@@ -41,19 +41,17 @@ pub(super) async fn drain(admin: &Admin, service: &str, node: &str, action: &str
     // Fleet mode: every replica (this one too) applies it from its etcd
     // watch; the local change above makes this replica's answer true at
     // once.
-    let fleet = match admin.fleet_etcd() {
-        None => json!(false),
-        Some(etcd) => match etcd.post_drain(service, node, drain).await {
-            Ok(()) => json!(true),
-            Err(e) => {
-                tracing::warn!(service, node, error = %e, "drain not published to the fleet; applied on this replica only");
-                json!({ "error": e })
-            }
-        },
-    };
-    ok(
-        &json!({ "service": service, "node": node, "draining": state.is_draining(), "fleet": fleet }),
-    )
+    let mut body = json!({ "service": service, "node": node, "draining": state.is_draining(), "fleet": admin.fleet_etcd().is_some() });
+    if let Some(etcd) = admin.fleet_etcd() {
+        if let Err(e) = etcd.post_drain(service, node, drain).await {
+            tracing::warn!(service, node, error = %e, "drain not published to the fleet; applied on this replica only");
+            body["fleet"] = json!("not_shared");
+            body["message"] = json!(format!(
+                "applied on this replica only; the fleet did not get it: {e}. It is published to the fleet when this replica reaches etcd again"
+            ));
+        }
+    }
+    ok(&body)
 }
 
 fn nodes_json(control: &Control, sessions: Option<&Sessions>) -> Value {

@@ -9,7 +9,8 @@
 //! `canary.window`), the verdict rule ([`verdict`]), ending a canary
 //! ([`end_locked`]: promoted to a normal new version, or rolled back /
 //! aborted with its nodes drained; each decision logged, counted and kept
-//! in the version history) and the admin API's answer ([`status_json`]).
+//! in the version history), the admin API's answer ([`status_json`]) and
+//! a baking canary as an upgrade or `state_dir` carries it ([`CarriedCanary`]).
 //! Must not touch: the request path (it reads the arm this module installs
 //! in the data plane's [`CanarySlot`]), sockets.
 
@@ -89,6 +90,18 @@ struct Run {
     fleet: Option<FleetRun>,
 }
 
+/// A baking config canary.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct CarriedCanary {
+    pub version: u64,
+    pub percent: f64,
+    /// Keys the side choice: the same clients stay on the same side.
+    pub key: u64,
+    /// When the bake ends (Unix milliseconds).
+    pub bake_until: u64,
+    pub raw: RawConfig,
+}
+
 /// The canary part of [`Control`].
 #[derive(Default)]
 pub(crate) struct CanaryState {
@@ -113,6 +126,32 @@ impl CanaryState {
             .as_ref()
             .filter(|r| r.version == version && r.decision.is_none())
             .and_then(|r| r.arm.clone())
+    }
+
+    /// The canary baking now, for a new process to resume (not one started
+    /// through etcd: the fleet resumes those itself).
+    pub(crate) fn carry(&self) -> Option<CarriedCanary> {
+        let run = self.run.lock();
+        let r = run
+            .as_ref()
+            .filter(|r| r.decision.is_none() && r.fleet.is_none())?;
+        Some(CarriedCanary {
+            version: r.version,
+            percent: r.percent,
+            key: r.arm.as_ref()?.key(),
+            bake_until: r.started_ms + r.bake.as_millis() as u64,
+            raw: r.raw.clone(),
+        })
+    }
+
+    /// What [`CanaryState::carry`] depends on: the baking canary's version
+    /// and bake.
+    pub(crate) fn carry_mark(&self) -> Option<(u64, u64, u128)> {
+        self.run
+            .lock()
+            .as_ref()
+            .filter(|r| r.decision.is_none() && r.fleet.is_none())
+            .map(|r| (r.version, r.started_ms, r.bake.as_millis()))
     }
 
     /// The fleet run of the canary baking now, and its local version.
@@ -386,7 +425,8 @@ fn configure_new_nodes(canary: &Snapshot, current: &Snapshot) {
     }
 }
 
-fn unix_ms() -> u64 {
+/// Unix milliseconds now.
+pub(crate) fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

@@ -1,22 +1,32 @@
-//! What a binary upgrade carries from the running process to the next:
-//! the running config and its version number, the version history (so
-//! rollback and `GET /admin/v1/config/versions` go on as before), and the
-//! drains an operator started. The new process starts from these instead
-//! of its config file; the file is applied only when it changes or on
+//! What a binary upgrade carries from the running process to the next,
+//! and what `state_dir` keeps across a plain restart: the running config
+//! and its version number, the version history (so rollback and
+//! `GET /admin/v1/config/versions` go on as before), the drains an
+//! operator started, each node's maintenance state (the last notice's
+//! sequence number, a MOVING's new address, relaxed timeouts still to
+//! run) and a baking config canary (its document, share, side key and
+//! the rest of its bake). The new process starts from these instead of
+//! its config file; the file is applied only when it changes or on
 //! SIGHUP.
 //!
 //! Owns [`Carried`] (its serialised form is the upgrade protocol's `STATE`
-//! block) and resuming a [`Control`] from it. Must not touch: the socket
-//! handover (the binary's `upgrade` module) or a baking canary (not
-//! carried: the new process runs the config the canary was tried against).
+//! block and the `state_dir` file) and resuming a [`Control`] from it.
+//! Times that must outlive the process are Unix milliseconds. Must not
+//! touch: the socket handover (the binary's `upgrade` module), the
+//! maintenance intake's sequence numbers (its own `carry`/`restore`).
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use hopgate_core::config::{self, Config, ConfigError, RawConfig};
 
+use hopgate_core::node::now_ms;
+
+use super::canary::{unix_ms, CarriedCanary};
 use super::{content_hash, unix_now, CanaryNote, Control, Source, VersionRecord, KEEP_VERSIONS};
 
 /// The running state handed to a new process.
@@ -30,6 +40,42 @@ pub struct Carried {
     /// Nodes drained through the admin API or a fleet notice (removed
     /// nodes drain by themselves): `(service, node id)`.
     pub drained: Vec<(String, String)>,
+    /// Nodes under maintenance (absent from a process that did not carry
+    /// them).
+    #[serde(default)]
+    pub maintenance: Vec<CarriedNotice>,
+    /// The canary baking when the state was taken.
+    #[serde(default)]
+    pub canary: Option<CarriedCanary>,
+}
+
+/// One node's maintenance state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CarriedNotice {
+    pub service: String,
+    pub node: String,
+    /// The last notice's sequence number (0: none seen).
+    pub seq: u64,
+    /// Where a MOVING notice sent the node.
+    pub moved_to: Option<SocketAddr>,
+    /// Relaxed timeouts until then (Unix milliseconds; 0: not relaxed).
+    pub relaxed_until: u64,
+}
+
+/// A monotonic deadline ([`now_ms`]) as Unix milliseconds (0 when past).
+fn to_unix_ms(deadline_ms: u64) -> u64 {
+    let now = now_ms();
+    if deadline_ms <= now {
+        0
+    } else {
+        unix_ms() + (deadline_ms - now)
+    }
+}
+
+/// Unix milliseconds as a monotonic deadline (`None` when past).
+fn from_unix_ms(unix: u64) -> Option<u64> {
+    let left = unix.checked_sub(unix_ms()).filter(|&l| l > 0)?;
+    Some(now_ms() + left)
 }
 
 /// One kept version.
@@ -48,16 +94,7 @@ impl Control {
     /// The state a new process resumes from.
     pub fn carry(&self) -> Carried {
         let snap = self.snapshot.load();
-        let drained = snap
-            .services
-            .iter()
-            .flat_map(|s| {
-                s.nodes
-                    .iter()
-                    .filter(|n| n.state.is_draining())
-                    .map(|n| (s.name.clone(), n.id.clone()))
-            })
-            .collect();
+        let drained = self.drained();
         let versions = self
             .versions
             .lock()
@@ -79,7 +116,72 @@ impl Control {
             next_version: self.next_version.load(std::sync::atomic::Ordering::Relaxed),
             versions,
             drained,
+            maintenance: self.maintenance_state(),
+            canary: self.canary.carry(),
         }
+    }
+
+    /// Nodes drained through the admin API or a fleet notice.
+    fn drained(&self) -> Vec<(String, String)> {
+        let snap = self.snapshot.load();
+        snap.services
+            .iter()
+            .flat_map(|s| {
+                s.nodes
+                    .iter()
+                    .filter(|n| n.state.is_draining())
+                    .map(|n| (s.name.clone(), n.id.clone()))
+            })
+            .collect()
+    }
+
+    /// A number that changes when what [`Control::carry`] returns would
+    /// (without copying the kept documents): the running and next version,
+    /// the kept version numbers, drains, maintenance state and the baking
+    /// canary. `state_dir` is rewritten when it changes.
+    pub fn state_mark(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.snapshot.load().version.hash(&mut h);
+        self.next_version
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .hash(&mut h);
+        for r in self.versions.lock().iter() {
+            (r.version, r.canary.as_ref().map(|c| c.state)).hash(&mut h);
+        }
+        self.drained().hash(&mut h);
+        // The monotonic deadline: the Unix one drifts by a millisecond.
+        let now = now_ms();
+        for s in &self.snapshot.load().services {
+            for n in &s.nodes {
+                let relaxed = n.state.relaxed_until();
+                (n.state.moved_to(), (relaxed > now).then_some(relaxed)).hash(&mut h);
+            }
+        }
+        self.canary.carry_mark().hash(&mut h);
+        h.finish()
+    }
+
+    /// Nodes moved by a MOVING notice or with relaxed timeouts still to
+    /// run (sequence numbers are the maintenance intake's to add).
+    fn maintenance_state(&self) -> Vec<CarriedNotice> {
+        let snap = self.snapshot.load();
+        snap.services
+            .iter()
+            .flat_map(|s| {
+                s.nodes.iter().filter_map(|n| {
+                    let moved_to = n.state.moved_to();
+                    let relaxed_until = to_unix_ms(n.state.relaxed_until());
+                    (moved_to.is_some() || relaxed_until > 0).then(|| CarriedNotice {
+                        service: s.name.clone(),
+                        node: n.id.clone(),
+                        seq: 0,
+                        moved_to,
+                        relaxed_until,
+                    })
+                })
+            })
+            .collect()
     }
 
     /// Starts the control plane where the previous process left off, with
@@ -104,6 +206,12 @@ impl Control {
             })
             .collect();
         let mut next = carried.next_version.max(carried.running + 1);
+        // A baking canary keeps its version number (it is given out again
+        // when the canary resumes); a new document replaces the canary.
+        let canary = carried.canary.as_ref().filter(|_| fresh.is_none());
+        if let Some(c) = canary.filter(|c| c.version > carried.running) {
+            next = c.version;
+        }
         let version = match fresh {
             None => carried.running,
             Some(source) => {
@@ -124,7 +232,64 @@ impl Control {
         };
         let control = Control::open(config, version, versions, next);
         control.restore_drains(&carried.drained);
+        control.restore_maintenance(&carried.maintenance);
         Arc::new(control)
+    }
+
+    /// Moves and relaxes again the nodes a MOVING, MIGRATING or FAILING_OVER
+    /// notice left so in the previous process.
+    fn restore_maintenance(&self, notices: &[CarriedNotice]) {
+        let snap = self.snapshot.load();
+        for c in notices {
+            let Some(n) = snap
+                .services
+                .iter()
+                .find(|s| s.name == c.service)
+                .and_then(|s| s.nodes.iter().find(|n| n.id == c.node))
+            else {
+                continue;
+            };
+            if let Some(to) = c.moved_to {
+                n.state.set_moved_to(Some(to));
+            }
+            if let Some(until) = from_unix_ms(c.relaxed_until) {
+                n.state.relax_until(until);
+            }
+            tracing::info!(service = %c.service, node = %c.node, moved_to = ?c.moved_to, relaxed = c.relaxed_until > 0, "maintenance state from the previous process restored");
+        }
+    }
+
+    /// Starts again the canary that baked in the previous process, with
+    /// the rest of its bake (at least a second), its share and its side
+    /// key. Counts start again from zero. Call once the runtime runs.
+    pub fn resume_canary(self: &Arc<Self>, carried: &Carried) {
+        let Some(c) = &carried.canary else {
+            return;
+        };
+        if self.next_version.load(std::sync::atomic::Ordering::Relaxed) != c.version {
+            return;
+        }
+        let left = Duration::from_millis(c.bake_until.saturating_sub(unix_ms()))
+            .max(Duration::from_secs(1));
+        let raw = c.raw.clone();
+        match super::canary::start_with(
+            self,
+            |_| config::validate(&raw),
+            c.percent,
+            left,
+            c.key,
+            None,
+        ) {
+            Ok(started) => {
+                tracing::info!(version = c.version, percent = c.percent, bake_left = ?left, "the canary baking in the previous process goes on");
+                super::canary::spawn_judge(Arc::clone(self), started);
+            }
+            Err(errors) => {
+                for e in &errors {
+                    tracing::warn!("the previous process's canary is refused by this binary: {e}");
+                }
+            }
+        }
     }
 
     /// Drains again the nodes an operator drained in the previous process.

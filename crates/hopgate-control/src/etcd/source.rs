@@ -8,9 +8,22 @@
 //!    order;
 //! 3. when the watch is canceled (a compaction passed the revision it
 //!    needs, or etcd canceled it), go back to 1 at once; when the stream
-//!    fails, ends, or the 2 s probe gets no answer, mark etcd degraded and
-//!    go back to 1 after a backoff (250 ms doubling to 5 s). No event is
-//!    ever skipped: every way out of 2 ends in a full re-read.
+//!    fails, ends, or the 2 s probe finds the member gone or without a
+//!    leader, mark etcd degraded and go back to 1 after a backoff (250 ms
+//!    doubling to 5 s). No event is ever skipped: every way out of 2 ends
+//!    in a full re-read, which replaces the view (so a change missed while
+//!    away, a deletion too, is seen) and replays the notices still in etcd.
+//!
+//! With several endpoints (an etcd cluster) each session reads and watches
+//! through one member, chosen by asking every member for its status
+//! ([`members`](super::members)): one that answers and knows a leader, the
+//! same as last time while it does. Its client requires a leader, so a
+//! member cut off from the others refuses the read and ends the watch
+//! instead of serving stale data or hanging. The member dying (a leader
+//! kill), or losing its leader, ends the session; the next one picks
+//! another member. With no member knowing a leader (quorum lost) etcd is
+//! degraded until one does. Drains applied here while etcd could not take
+//! them are published before the session's read (`actions`).
 //!
 //! Applying goes through [`Control::apply_runtime`] (validate → compile →
 //! swap, source `etcd`); each verdict on a new document is written to
@@ -38,6 +51,7 @@ use hopgate_core::config::{ConfigError, EtcdSourceConfig};
 use super::actions::{apply_drains, intake_notice};
 use super::cache::{self, Cached};
 use super::discovery::Discovery;
+use super::members::{self, Members};
 use super::{classify, connect, Dirty, Doc, EtcdHandle, EtcdState, KeyKind, View, CALL_TIMEOUT};
 use crate::control::{Control, Source};
 use crate::maintenance::Maintenance;
@@ -93,6 +107,8 @@ pub struct EtcdSource {
     judged: Option<i64>,
     discovery: Discovery,
     drained: BTreeSet<String>,
+    /// The member the last session went through.
+    endpoint: Option<String>,
     #[cfg(test)]
     before_watch: Option<BeforeWatch>,
 }
@@ -116,7 +132,9 @@ fn text_hash(text: &str) -> String {
 /// the cache file. `None` when neither has a document that parses.
 pub async fn boot(cfg: &EtcdSourceConfig, cache_path: &std::path::Path) -> Option<Boot> {
     let from_etcd = async {
-        let mut client = connect(&cfg.endpoints).await?;
+        let found = Members::new(&cfg.endpoints).probe(&cfg.endpoints).await;
+        let endpoint = members::pick(&found, None).ok_or_else(|| members::summary(&found))?;
+        let mut client = connect(&[endpoint], true).await?;
         read_prefix(&mut client, &cfg.prefix).await
     };
     let reason = match from_etcd.await {
@@ -248,6 +266,7 @@ impl EtcdSource {
             judged: None,
             discovery: Discovery::default(),
             drained: BTreeSet::new(),
+            endpoint: None,
             #[cfg(test)]
             before_watch: None,
         };
@@ -311,10 +330,19 @@ impl EtcdSource {
         backoff: &mut Duration,
         first: bool,
     ) -> End {
-        let mut client = match connect(&self.handle.endpoints).await {
+        let found = self.handle.members.probe(&self.handle.endpoints).await;
+        let Some(endpoint) = members::pick(&found, self.endpoint.as_deref()) else {
+            return End::Lost(members::summary(&found));
+        };
+        let mut client = match connect(std::slice::from_ref(&endpoint), true).await {
             Ok(c) => c,
             Err(e) => return End::Lost(e),
         };
+        if self.endpoint.as_ref() != Some(&endpoint) && self.handle.endpoints.len() > 1 {
+            tracing::info!(endpoint = %endpoint, "etcd: reading and watching through this member");
+        }
+        self.endpoint = Some(endpoint.clone());
+        self.handle.publish_unshared(&mut client).await;
         let (view, mut notices) = match read_prefix(&mut client, &self.handle.prefix).await {
             Ok(v) => v,
             Err(e) => return End::Lost(e),
@@ -372,6 +400,10 @@ impl EtcdSource {
                         Ok(None) => return End::Lost("watch stream ended".to_owned()),
                         Err(e) => return End::Lost(format!("watch: {e}")),
                     };
+                    if resp.canceled() && resp.compact_revision() == 0 && resp.cancel_reason().contains("leader") {
+                        // The member lost its leader: not a compaction.
+                        return End::Lost(format!("watch: {}", resp.cancel_reason()));
+                    }
                     if resp.canceled() || resp.compact_revision() > 0 {
                         return End::Resync(format!(
                             "compacted at {} ({})",
@@ -416,9 +448,9 @@ impl EtcdSource {
                     }
                 }
                 _ = probe.tick() => {
-                    let alive = tokio::time::timeout(CALL_TIMEOUT, client.status()).await;
-                    if !matches!(alive, Ok(Ok(_))) {
-                        return End::Lost("no answer from etcd".to_owned());
+                    let found = self.handle.members.probe(&self.handle.endpoints).await;
+                    if let Some(why) = members::lost(&found, &endpoint) {
+                        return End::Lost(why);
                     }
                 }
                 _ = held.tick(), if self.discovery.has_held() => {

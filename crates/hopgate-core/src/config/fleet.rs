@@ -18,7 +18,7 @@ use super::raw::{RawConfig, RawNode, RawService, Text};
 use super::{parse_all, sniff_format, validate, ConfigError, Format};
 
 /// Sections that stay in the local file: they describe the process.
-pub const BOOTSTRAP_SECTIONS: [&str; 9] = [
+pub const BOOTSTRAP_SECTIONS: [&str; 10] = [
     "replica_id",
     "listeners",
     "admin",
@@ -28,6 +28,7 @@ pub const BOOTSTRAP_SECTIONS: [&str; 9] = [
     "upgrade",
     "canary",
     "tracing",
+    "state_dir",
 ];
 
 /// Sections that come from `<prefix>config` when `sources.etcd` is set.
@@ -130,6 +131,7 @@ pub fn compose(bootstrap: &RawConfig, runtime: &RawConfig) -> RawConfig {
         upgrade: bootstrap.upgrade.clone(),
         canary: bootstrap.canary.clone(),
         tracing: bootstrap.tracing.clone(),
+        state_dir: bootstrap.state_dir.clone(),
         services: runtime.services.clone(),
         routes: runtime.routes.clone(),
         rate_limits: runtime.rate_limits.clone(),

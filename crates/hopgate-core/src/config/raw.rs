@@ -17,7 +17,9 @@ mod proxy_protocol;
 mod rate_limits;
 mod route_policy;
 mod tls;
-pub use auth::{RawAuth, RawBasicAuth, RawJwtAuth};
+pub use auth::{
+    RawAuth, RawAuthCache, RawBasicAuth, RawCacheKey, RawForwardAuth, RawJwksService, RawJwtAuth,
+};
 pub use discovery::{RawDiscovery, RawDnsDiscovery};
 pub use filters::{
     RawDirectResponse, RawFilter, RawHeaderEdits, RawMirror, RawPathRewrite, RawRedirect,
@@ -124,6 +126,12 @@ pub struct RawConfig {
     /// Span export (OTLP) of the gateway's own spans.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracing: Option<RawTracing>,
+    /// A directory where the running state (config versions applied
+    /// through the admin API, drains, maintenance state, a baking canary)
+    /// is kept, so that a plain restart resumes it. Relative to the config
+    /// file's directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// `tracing:` — the gateway's own spans.
@@ -660,6 +668,12 @@ pub struct RawStore {
     /// redis: `redis://[user:password@]host[:port][/db]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// redis: the master found through Redis Sentinel (instead of `url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentinel: Option<RawRedisSentinel>,
+    /// redis: a Redis Cluster (instead of `url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<RawRedisCluster>,
     /// redis: prefix of every key (default `hopgate:`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
@@ -674,6 +688,29 @@ pub struct RawStore {
     /// memory with path: how often bindings are written (default 10s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persist_interval: Option<Text>,
+}
+
+/// `store.sentinel:` — Redis Sentinel: the sentinels tell which server is
+/// the master, and again after a failover.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawRedisSentinel {
+    /// The name the sentinels monitor the master under (`mymaster`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master_name: Option<String>,
+    /// Sentinels, `redis://host:port` (26379 by default); at least one.
+    #[serde(default)]
+    pub endpoints: Vec<String>,
+}
+
+/// `store.cluster:` — Redis Cluster: the nodes to learn the cluster from.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawRedisCluster {
+    /// Cluster nodes, `redis://[user:password@]host:port`; at least one
+    /// (the others are discovered).
+    #[serde(default)]
+    pub endpoints: Vec<String>,
 }
 
 /// `canary:`: how a config canary is judged against the baseline.

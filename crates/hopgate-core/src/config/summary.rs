@@ -20,8 +20,12 @@ pub fn summary(cfg: &Config) -> String {
     let nodes: usize = cfg.services.iter().map(|s| s.nodes.len()).sum();
     let plural =
         |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-    let store = if cfg.store.redis.is_some() {
-        "redis"
+    let store = if let Some(r) = &cfg.store.redis {
+        match r.target.mode() {
+            "sentinel" => "redis sentinel",
+            "cluster" => "redis cluster",
+            _ => "redis",
+        }
     } else if cfg.store.path.is_some() {
         "memory, persisted"
     } else {

@@ -145,7 +145,8 @@ fn abbreviates(typo: &str, name: &str) -> bool {
     typo.chars().all(|c| rest.any(|n| n == c))
 }
 
-/// Puts "(did you mean `x`?)" after the unknown name when one is close.
+/// Puts "(did you mean `x`?)" after the unknown name when one is close,
+/// in place of the list of expected names.
 fn with_hint(mut e: ConfigError) -> ConfigError {
     let Some(name) = unknown_name(&e.message) else {
         return e;
@@ -158,6 +159,15 @@ fn with_hint(mut e: ConfigError) -> ConfigError {
         let end = at + marker.len();
         e.message
             .insert_str(end, &format!(" (did you mean `{guess}`?)"));
+        // With a guess, the list of every field is noise (and long at the
+        // top level); the position stays.
+        if let Some(list) = e.message.find(", expected one of ") {
+            let rest = e.message[list..]
+                .find(" at line ")
+                .map_or(String::new(), |at| e.message[list + at..].to_owned());
+            e.message.truncate(list);
+            e.message.push_str(&rest);
+        }
     }
     e
 }

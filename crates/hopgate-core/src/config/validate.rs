@@ -28,6 +28,7 @@ mod canary;
 mod discovery;
 mod edge;
 mod filters;
+mod forward_auth;
 mod http1;
 mod maintenance_guard;
 mod pool_limits;
@@ -84,6 +85,10 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
     let upgrade = v.upgrade(raw.upgrade.as_ref());
     let canary = v.canary(raw.canary.as_ref());
     let tracing = v.tracing(raw.tracing.as_ref());
+    let state_dir = raw
+        .state_dir
+        .as_ref()
+        .and_then(|d| v.check("state_dir", check_state_dir(d)).map(|()| d.clone()));
     if !v.errors.is_empty() {
         return Err(v.errors);
     }
@@ -107,7 +112,19 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
         upgrade,
         canary,
         tracing,
+        state_dir,
     })
+}
+
+/// `state_dir`: a directory path (it is created at start when missing).
+fn check_state_dir(d: &std::path::Path) -> Result<(), String> {
+    if d.as_os_str().is_empty() {
+        return Err("an empty path: name a directory, or leave state_dir out".into());
+    }
+    if d.to_str().is_some_and(|s| s.contains('\0')) {
+        return Err("a path with a NUL byte".into());
+    }
+    Ok(())
 }
 
 #[derive(Default)]

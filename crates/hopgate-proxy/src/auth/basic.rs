@@ -169,7 +169,7 @@ pub(super) fn check(
         if ok && is_user {
             remember(&verified, key);
             counts.bump(AuthResult::Allowed);
-            Ok(())
+            Ok(None)
         } else {
             counts.bump(AuthResult::Denied);
             Err(unauthorized(challenge))

@@ -19,7 +19,8 @@
 //! a lock-free map emptied when full. The cache belongs to the JWKS file
 //! as read: a changed file (a key removed) starts an empty one.
 //!
-//! Owns [`Jwks`] and [`check`]. Must not touch: the file (read by `load`).
+//! Owns [`Jwks`] and [`check`]. Must not touch: the file (read by `load`)
+//! or the service a set is fetched from (`fetch`).
 
 use http::header::{HeaderValue, AUTHORIZATION};
 use http::HeaderMap;
@@ -47,6 +48,10 @@ pub(crate) struct Jwks {
     keys: Vec<Key>,
     verified: papaya::HashMap<Box<str>, Verified>,
 }
+
+/// The description of a token whose `kid` (and algorithm) no key has: for
+/// a fetched set, a reason to fetch it again.
+pub(crate) const NO_KEY: &str = "no key for the token's kid and algorithm";
 
 /// How long a verified token is taken without a new signature check (at
 /// most: never past its `exp`).
@@ -239,7 +244,7 @@ fn verify(
         .filter(|k| header.kid.is_none() || k.kid == header.kid)
         .peekable();
     if keys.peek().is_none() {
-        return Err(invalid("no key for the token's kid and algorithm"));
+        return Err(invalid(NO_KEY));
     }
     let validation = validation(j, header.alg);
     let mut last = invalid("signature does not verify");

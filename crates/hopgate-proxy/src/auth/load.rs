@@ -5,16 +5,25 @@
 //! (`routes[2].auth.jwt.jwks_file`), so a bad file refuses the config or,
 //! when it changed on disk, keeps the keys in use.
 //!
+//! Routes whose keys come from a service (`auth.jwt.jwks`) and forward
+//! auth routes read no file: they get an empty key set to fetch, or an
+//! empty decision cache (kept from the running config by
+//! [`super::AuthKeys::install`] when their block did not change).
+//!
 //! Owns [`AuthMaterial`]. Must not touch: the running keys (installed by
 //! [`super::AuthKeys::install`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use hopgate_core::config::auth::AuthKind;
+use std::sync::Arc;
+
+use hopgate_core::config::auth::{AuthKind, JwksSource};
 use hopgate_core::config::{Config, ConfigError};
 
 use super::basic::Htpasswd;
+use super::fetch::Fetched;
+use super::forward::Decisions;
 use super::jwt::Jwks;
 use super::{file_error, Keys};
 
@@ -43,9 +52,21 @@ impl AuthMaterial {
         for (i, r) in config.routes.iter().enumerate() {
             let Some(auth) = &r.auth else { continue };
             let (field, path) = match &auth.kind {
-                AuthKind::Jwt(j) => (format!("routes[{i}].auth.jwt.jwks_file"), &j.jwks_file),
+                AuthKind::Jwt(j) => match &j.keys {
+                    JwksSource::File(f) => (format!("routes[{i}].auth.jwt.jwks_file"), f),
+                    JwksSource::Service(s) => {
+                        let keys = Keys::Fetched(Arc::new(Fetched::new(s.clone())));
+                        routes.insert(r.id.clone(), (PathBuf::new(), keys));
+                        continue;
+                    }
+                },
                 AuthKind::Basic { htpasswd } => {
                     (format!("routes[{i}].auth.basic.htpasswd"), htpasswd)
+                }
+                AuthKind::Forward(f) => {
+                    let keys = Keys::Forward(Arc::new(Decisions::new(f.clone())));
+                    routes.insert(r.id.clone(), (PathBuf::new(), keys));
+                    continue;
                 }
             };
             let full = base.join(path);
@@ -58,8 +79,8 @@ impl AuthMaterial {
                 }
             };
             let keys = match &auth.kind {
-                AuthKind::Jwt(_) => Jwks::parse(&text).map(Keys::Jwt),
                 AuthKind::Basic { .. } => Htpasswd::parse(&text).map(Keys::Basic),
+                _ => Jwks::parse(&text).map(Keys::Jwt),
             };
             match keys {
                 Ok(k) => {
@@ -90,7 +111,9 @@ impl AuthMaterial {
             .values()
             .map(|(_, k)| match k {
                 Keys::Jwt(j) => j.len(),
+                Keys::Fetched(f) => f.len(),
                 Keys::Basic(u) => u.len(),
+                Keys::Forward(_) => 0,
             })
             .sum();
         (self.routes.len(), entries)

@@ -27,7 +27,7 @@ impl Collector for AuthCollector {
         }
         let mut me = enc.encode_descriptor(
             "hopgate_auth",
-            "Authentication checks of routes with auth, by route and result (allowed, denied, missing, invalid, expired, error).",
+            "Authentication checks of routes with auth, by route and result (allowed, denied, missing, invalid, expired, error, failed_open).",
             None,
             MetricType::Counter,
         )?;

@@ -9,7 +9,7 @@ use http::header::AUTHORIZATION;
 use http::{HeaderMap, HeaderName};
 use jsonwebtoken::{EncodingKey, Header};
 
-use hopgate_core::config::auth::{AuthKind, JwtAuth, RouteAuth};
+use hopgate_core::config::auth::{AuthKind, JwksSource, JwtAuth, RouteAuth};
 
 use super::*;
 
@@ -23,7 +23,7 @@ fn jwks_with_secret() -> Vec<u8> {
 fn route(file: &str) -> RouteAuth {
     RouteAuth {
         kind: AuthKind::Jwt(JwtAuth {
-            jwks_file: PathBuf::from(file),
+            keys: JwksSource::File(PathBuf::from(file)),
             issuer: Some("https://id".into()),
             audiences: vec!["api".into()],
             clock_skew: Duration::from_secs(30),
@@ -210,4 +210,50 @@ fn verified_tokens_are_remembered_per_config_and_file() {
     keys.install(AuthMaterial::from_parts(routes, Vec::new()));
     let c = challenge(keys.check("app", &cfg, &mut with_token(&t)));
     assert!(c.contains("signature does not verify"), "{c}");
+}
+
+/// Forward auth's decisions and a fetched key set are kept by an apply
+/// that keeps their block, and start afresh when it changes.
+#[test]
+fn decisions_and_fetched_sets_are_kept_while_their_block_is() {
+    use hopgate_core::config::auth::{FailureMode, ForwardAuth, JwksService};
+    let fwd = |path: &str| ForwardAuth {
+        service: "authz".into(),
+        path: path.into(),
+        copy_request_headers: Vec::new(),
+        copy_response_headers: Vec::new(),
+        cache: None,
+        failure_mode: FailureMode::Deny,
+        timeout: Duration::from_secs(1),
+    };
+    let set = |path: &str| JwksService {
+        service: "idp".into(),
+        path: path.into(),
+        refresh: Duration::from_secs(60),
+    };
+    let install = |keys: &AuthKeys, check: &str, jwks: &str| {
+        let mut routes = std::collections::HashMap::new();
+        let d = Arc::new(forward::Decisions::new(fwd(check)));
+        routes.insert("f".to_owned(), (PathBuf::new(), Keys::Forward(d)));
+        let f = Arc::new(fetch::Fetched::new(set(jwks)));
+        routes.insert("j".to_owned(), (PathBuf::new(), Keys::Fetched(f)));
+        keys.install(AuthMaterial::from_parts(routes, Vec::new()));
+        let g = keys.guards.load();
+        let d = match &g["f"].keys {
+            Keys::Forward(d) => Arc::as_ptr(d),
+            _ => panic!("forward"),
+        };
+        let f = match &g["j"].keys {
+            Keys::Fetched(f) => Arc::as_ptr(f),
+            _ => panic!("fetched"),
+        };
+        (d, f)
+    };
+    let keys = AuthKeys::default();
+    let first = install(&keys, "/check", "/jwks.json");
+    assert_eq!(install(&keys, "/check", "/jwks.json"), first, "kept");
+    let changed = install(&keys, "/other", "/keys.json");
+    assert_ne!(changed.0, first.0, "a changed forward block starts afresh");
+    assert_ne!(changed.1, first.1, "another key set starts empty");
+    assert_eq!(keys.fetched().len(), 1);
 }

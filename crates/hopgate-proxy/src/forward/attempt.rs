@@ -5,8 +5,8 @@
 //! ([`account`]).
 //!
 //! Owns [`Tried`], [`choose`], [`spend`], [`for_node`] / `retarget`,
-//! [`settings`], [`pool_of`] (the one place that finds a node's pool) and
-//! the outlier accounting. Must not touch: the send itself (the driver
+//! [`settings`], [`pool_of`] (the one place that finds a node's pool);
+//! the outlier accounting is [`crate::outcome`]'s. Must not touch: the send itself (the driver
 //! awaits it), what a failure leads to (`failure`), the answer (`answer`),
 //! the session store.
 
@@ -21,12 +21,13 @@ use http::{Request, Uri, Version};
 
 use crate::upstream::{CompiledNode, CompiledService, Snapshot};
 use hopgate_core::config::UpstreamProtocol;
-use hopgate_core::node::{Observation, Verdict};
+use hopgate_core::node::Observation;
 
 use super::plan::{Flight, PendingHop};
 use crate::body::ProxyBody;
 use crate::headers::{SetLines, HOP_SESSION_CONTEXT, X_HOP_FROM};
 use crate::metrics::METRICS;
+use crate::outcome::account;
 use crate::pool::{Pool, PoolSettings};
 use crate::session;
 use hopgate_core::session::SessionKeys;
@@ -280,31 +281,5 @@ impl Attempted<'_> {
     /// Records the attempt's outcome on its node.
     pub(super) fn account(&self, seen: Observation) {
         account(self.svc, self.node, seen, self.answered_ms);
-    }
-}
-
-/// Records an attempt's outcome on the node; ejects it when the outlier
-/// detector asks and the service's ejection cap allows (the panic
-/// threshold: never eject so much that the service has nowhere to go).
-fn account(svc: &CompiledService, node: &CompiledNode, seen: Observation, now: u64) {
-    let verdict = node.state.observe(seen, now, &svc.outlier);
-    if node.state.is_relaxed(now) {
-        // Under maintenance passive ejection is suspended.
-        return;
-    }
-    if let Verdict::Eject(time) = verdict {
-        let total = svc.nodes.len();
-        let ejected = svc.nodes.iter().filter(|n| n.state.is_ejected(now)).count();
-        if (ejected + 1) * 100 <= total * usize::from(svc.outlier.max_ejected_percent) {
-            node.state.eject_for(time, now);
-        } else {
-            tracing::debug!(
-                service = %svc.name,
-                node = %node.id,
-                ejected,
-                total,
-                "not ejecting: the service's max_ejected_percent is reached"
-            );
-        }
     }
 }

@@ -24,6 +24,7 @@ use http::header::HeaderValue;
 use http::Request;
 
 use crate::upstream::Snapshot;
+use hopgate_core::config::auth::AuthKind;
 use hopgate_core::error::ErrorKind;
 use hopgate_core::node::ms_at;
 use hopgate_core::session::{HopReason, SessionId};
@@ -187,7 +188,7 @@ impl Forwarder {
         let Some(routed) = route::route(snap, &req, facts, normalize, client_ip, now, out)? else {
             return Err(Stop::Local(out.route.unwrap_or_default(), req));
         };
-        let auth = self.admit(snap, routed.route, &mut req, facts)?;
+        let auth = self.admit(snap, routed.route, &mut req, facts, (conn, client_ip))?;
         let svc = &snap.services[routed.selection.service];
         let hash = (svc.hash_on.as_ref()).and_then(|h| route::hash_of(h, &req, client_ip));
         let grpc_deadline = grpc::deadline(&req, facts);
@@ -255,7 +256,8 @@ impl Forwarder {
 impl Forwarder {
     /// Phase 8½: who may use the route (its `auth`), before anything else
     /// it does; then the declared body against the route's limit (its
-    /// own, or the global one it inherits).
+    /// own, or the global one it inherits). `from`: the client's
+    /// connection and address (what forward auth tells its service).
     #[inline]
     fn admit(
         &self,
@@ -263,17 +265,19 @@ impl Forwarder {
         route: usize,
         req: &mut Request<ProxyBody>,
         facts: &RequestFacts,
+        from: (&ClientConn, std::net::IpAddr),
     ) -> Result<Option<crate::auth::AuthWait>, Stop> {
         let auth = match &snap.config.routes[route].auth {
             None => None,
-            Some(a) => self.authenticate(snap, route, a, req)?,
+            Some(a) => self.authenticate(snap, route, a, req, from)?,
         };
         limits::body(req, facts, snap.routes[route].policy.max_body_bytes)?;
         Ok(auth)
     }
 
     /// The route's `auth` (`crate::auth`): the request goes on,
-    /// waits for a password check, or is answered `401`.
+    /// waits for a password check or the authorization service, or is
+    /// answered (`401`, or the service's refusal).
     #[cold]
     fn authenticate(
         &self,
@@ -281,11 +285,20 @@ impl Forwarder {
         route: usize,
         auth: &hopgate_core::config::auth::RouteAuth,
         req: &mut Request<ProxyBody>,
+        (conn, client_ip): (&ClientConn, std::net::IpAddr),
     ) -> Result<Option<crate::auth::AuthWait>, Stop> {
-        match self
-            .auth
-            .check(&snap.routes[route].id, auth, req.headers_mut())
-        {
+        let id = &snap.routes[route].id;
+        let checked = if let AuthKind::Forward(_) = &auth.kind {
+            let origin = crate::auth::Origin {
+                client_ip,
+                https: conn.ctx.tls,
+                snapshot: &self.snapshot,
+            };
+            self.auth.forward(id, auth, req, origin)
+        } else {
+            self.auth.check(id, auth, req.headers_mut())
+        };
+        match checked {
             crate::auth::Checked::Pass => Ok(None),
             crate::auth::Checked::Wait(w) => Ok(Some(w)),
             crate::auth::Checked::Refuse(resp) => Err(Stop::Answer(resp)),

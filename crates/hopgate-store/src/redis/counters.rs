@@ -2,8 +2,10 @@
 //! for a config canary), each replica adding its increase with `HINCRBY`
 //! and reading every field's sum back in the same round trip.
 //!
-//! Owns the connection (opened on first use, dropped after a failure so
-//! the next round dials again), the key layout and the pipeline. What a
+//! Owns the connection (opened on first use through the store's
+//! [`Connector`], so on one server, the Sentinel master or a Cluster;
+//! dropped after a failure so the next round dials again), the key layout
+//! and the round trip. One key per set, so a Cluster needs no hash tag. What a
 //! field means is the caller's (the control plane's canary judge).
 //!
 //! Must not touch: the session bindings, the request path (every call is
@@ -12,16 +14,18 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::AsyncConnectionConfig;
+use redis::Value;
+
+use super::conn::{Connector, RedisConn};
+use super::RedisTarget;
 
 /// How long a counter hash outlives its last update.
 const TTL_SECS: i64 = 86_400;
 
 /// One set of counters shared by the fleet.
 pub struct SharedCounters {
-    client: redis::Client,
-    conn: Option<MultiplexedConnection>,
+    connector: Connector,
+    conn: Option<RedisConn>,
     key: String,
     timeout: Duration,
 }
@@ -35,17 +39,17 @@ impl std::fmt::Debug for SharedCounters {
 }
 
 impl SharedCounters {
-    /// The counters of config canary `id` in the Redis at `url` (the
-    /// store's `url` and key `prefix`); every call bounded by `timeout`.
-    /// Nothing is dialled yet.
+    /// The counters of config canary `id` in the store's Redis (`target`
+    /// and key `prefix`); every call bounded by `timeout`. Nothing is
+    /// dialled yet.
     pub fn canary(
-        url: &str,
+        target: &RedisTarget,
         prefix: &str,
         id: u64,
         timeout: Duration,
     ) -> Result<SharedCounters, String> {
         Ok(SharedCounters {
-            client: redis::Client::open(url).map_err(|e| e.to_string())?,
+            connector: Connector::new(target)?,
             conn: None,
             key: format!("{prefix}canary:{id:016x}"),
             timeout,
@@ -73,25 +77,27 @@ impl SharedCounters {
         let conn = match &mut self.conn {
             Some(c) => c,
             None => {
-                let cfg = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(Some(self.timeout));
                 let conn = self
-                    .client
-                    .get_multiplexed_async_connection_with_config(&cfg)
+                    .connector
+                    .connect(self.timeout, self.timeout)
                     .await
                     .map_err(|e| e.to_string())?;
                 self.conn.insert(conn)
             }
         };
-        let mut pipe = redis::pipe();
+        let mut cmds = Vec::new();
         for (field, n) in increases.iter().filter(|(_, n)| *n > 0) {
-            pipe.hincr(&self.key, field, *n).ignore();
+            let mut c = redis::cmd("HINCRBY");
+            c.arg(&self.key).arg(field).arg(*n);
+            cmds.push(c);
         }
-        pipe.expire(&self.key, TTL_SECS).ignore();
-        pipe.hgetall(&self.key);
-        let (all,): (HashMap<String, u64>,) =
-            pipe.query_async(conn).await.map_err(|e| e.to_string())?;
-        Ok(all)
+        let mut expire = redis::cmd("EXPIRE");
+        expire.arg(&self.key).arg(TTL_SECS);
+        let mut read = redis::cmd("HGETALL");
+        read.arg(&self.key);
+        cmds.extend([expire, read]);
+        let answers = conn.run_all(cmds).await.map_err(|e| e.to_string())?;
+        let all = answers.into_iter().last().unwrap_or(Value::Nil);
+        redis::from_redis_value(all).map_err(|e| e.to_string())
     }
 }

@@ -1,12 +1,13 @@
 //! The store's one background task: connect, load, write, follow.
 //!
 //! Owns the two Redis connections (commands, and the change feed whose
-//! `XREAD BLOCK` would stall a shared connection), the reconnect loop with
-//! its backoff, the write queue drain (every write through the
-//! compare-and-set script), the change feed cursor with its gap check, the
-//! bounded SCAN (re)load, the epoch check that tells when Redis lost its
-//! data and the re-seeding of Redis from the cache that follows it, the
-//! miss lookup, and the connection state.
+//! `XREAD BLOCK` would stall a shared connection), both dialled through
+//! the store's [`Connector`], the reconnect loop with its backoff, the
+//! write queue drain (every write through the compare-and-set script), the
+//! change feed cursor with its gap check, the bounded SCAN (re)load, the
+//! epoch check that tells when Redis lost its data, the master check that
+//! tells when it failed over, the re-seeding of Redis from the cache that
+//! follows either, the miss lookup, and the connection state.
 //!
 //! Must not touch: the request path. Everything here runs on the task or in
 //! a [`FetchFuture`](crate::FetchFuture); the store's methods only push to
@@ -19,11 +20,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwapOption;
 use crossbeam_queue::ArrayQueue;
-use redis::aio::MultiplexedConnection;
 use redis::streams::{StreamRangeReply, StreamReadReply};
-use redis::{AsyncConnectionConfig, RedisError, Value};
+use redis::{Cmd, RedisError, Value};
 use tokio::sync::Notify;
 
+use super::conn::{needs_redial, Connector, RedisConn};
 use super::wire::{self, adopt, CasOutcome, Cursor, EntryId, Keys};
 use super::{RedisState, RedisStatus};
 use crate::{Binding, MemoryStore, SessionId, SessionStore};
@@ -64,7 +65,12 @@ pub(super) struct Shared {
     pub(super) queue: ArrayQueue<Dirty>,
     pub(super) wake: Notify,
     /// The command connection while connected (for [`fetch`]).
-    pub(super) conn: ArcSwapOption<MultiplexedConnection>,
+    pub(super) conn: ArcSwapOption<RedisConn>,
+    /// `single`, `sentinel` or `cluster`.
+    mode: &'static str,
+    /// The server in use (the master; on a cluster, the master of the
+    /// store's slot), as of the last connection.
+    server: parking_lot::Mutex<Option<String>>,
     state: AtomicU8,
     /// Whether the first load from Redis has finished.
     loaded: AtomicU8,
@@ -93,6 +99,7 @@ impl Shared {
         cache: MemoryStore,
         keys: Keys,
         replica: String,
+        mode: &'static str,
         max_queue: usize,
         stream_maxlen: usize,
         fetch_timeout: Duration,
@@ -106,6 +113,8 @@ impl Shared {
             queue: ArrayQueue::new(max_queue.max(1)),
             wake: Notify::new(),
             conn: ArcSwapOption::empty(),
+            mode,
+            server: parking_lot::Mutex::new(None),
             state: AtomicU8::new(DEGRADED),
             loaded: AtomicU8::new(0),
             dropped: AtomicU64::new(0),
@@ -156,6 +165,8 @@ impl Shared {
             resyncs: self.resyncs.load(Ordering::Relaxed),
             reseeded: self.reseeded.load(Ordering::Relaxed),
             last_error: self.last_error.lock().clone(),
+            mode: self.mode,
+            server: self.server.lock().clone(),
         }
     }
 
@@ -193,13 +204,13 @@ impl Shared {
 
 /// The task: sessions with Redis, one after another, until the store is
 /// dropped (which aborts it).
-pub(super) async fn run(shared: Arc<Shared>, client: redis::Client) {
+pub(super) async fn run(shared: Arc<Shared>, connector: Connector) {
     let mut cursor: Option<Cursor> = None;
     let mut retry: Vec<Dirty> = Vec::new();
     let mut backoff = MIN_BACKOFF;
     loop {
         let mut connected = false;
-        let e = session(&shared, &client, &mut cursor, &mut retry, &mut connected).await;
+        let e = session(&shared, &connector, &mut cursor, &mut retry, &mut connected).await;
         shared.in_flight.store(retry.len(), Ordering::Relaxed);
         shared.set_degraded(&e);
         if connected {
@@ -210,34 +221,30 @@ pub(super) async fn run(shared: Arc<Shared>, client: redis::Client) {
     }
 }
 
-fn config(response: Duration) -> AsyncConnectionConfig {
-    AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(Some(response))
-}
-
 /// One connected period; returns the error that ended it.
 async fn session(
     shared: &Shared,
-    client: &redis::Client,
+    connector: &Connector,
     cursor: &mut Option<Cursor>,
     retry: &mut Vec<Dirty>,
     connected: &mut bool,
 ) -> RedisError {
-    let mut cmd = match client
-        .get_multiplexed_async_connection_with_config(&config(RESPONSE_TIMEOUT))
+    let mut cmd = match connector.connect(CONNECT_TIMEOUT, RESPONSE_TIMEOUT).await {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    // Its own connection: a blocked XREAD would stall the commands queued
+    // behind it (on a cluster, on that node's connection).
+    let mut feed = match connector
+        .connect(CONNECT_TIMEOUT, BLOCK + RESPONSE_TIMEOUT)
         .await
     {
         Ok(c) => c,
         Err(e) => return e,
     };
-    let mut feed = match client
-        .get_multiplexed_async_connection_with_config(&config(BLOCK + RESPONSE_TIMEOUT))
-        .await
-    {
-        Ok(c) => c,
-        Err(e) => return e,
-    };
+    if let Err(e) = check_server(shared, &mut cmd).await {
+        return e;
+    }
     let scripts = match load_scripts(&mut cmd).await {
         Ok(s) => s,
         Err(e) => return e,
@@ -270,7 +277,7 @@ struct Scripts {
     remove: String,
 }
 
-async fn load_scripts(cmd: &mut MultiplexedConnection) -> Result<Scripts, RedisError> {
+async fn load_scripts(cmd: &mut RedisConn) -> Result<Scripts, RedisError> {
     let load = |text: &'static str| {
         let mut cmd = cmd.clone();
         async move {
@@ -287,25 +294,52 @@ async fn load_scripts(cmd: &mut MultiplexedConnection) -> Result<Scripts, RedisE
     })
 }
 
+/// Notes which server holds the store's keys (the master; on a cluster,
+/// the master of the store's slot). When it changed since the last look
+/// (a failover or, on a cluster, a slot migration), the old master may
+/// have acknowledged writes it never passed to its replica: the cache is
+/// written back ([`reseed_loop`]; the compare-and-set makes a binding
+/// Redis still holds a plain refresh).
+async fn check_server(shared: &Shared, cmd: &mut RedisConn) -> Result<(), RedisError> {
+    let now = cmd.server_of(&shared.keys.stream()).await?;
+    let before = shared.server.lock().replace(now.clone());
+    if before.is_some_and(|b| b != now) {
+        tracing::warn!(
+            replica = %shared.replica,
+            server = %now,
+            "redis store: Redis has a new master; writing the local bindings back in case the old one lost the last writes"
+        );
+        shared.reseed_pending.store(true, Ordering::Release);
+        shared.reseed_wake.notify_one();
+    }
+    Ok(())
+}
+
 /// Reads Redis's epoch, `<prefix>epoch`, creating it when it is missing
 /// (`SET NX`: the first replica to find Redis empty names the new epoch,
 /// the others read it); whether Redis lost its data since this replica
 /// last looked (the epoch changed or had vanished). Losing it marks the
 /// cache for re-seeding ([`reseed_loop`]). The first look only records it.
-async fn check_epoch(shared: &Shared, cmd: &mut MultiplexedConnection) -> Result<bool, RedisError> {
+async fn check_epoch(shared: &Shared, cmd: &mut RedisConn) -> Result<bool, RedisError> {
     let key = shared.keys.epoch();
-    let mine = SessionId::random().to_string();
-    let (current,): (String,) = redis::pipe()
-        .atomic()
-        .cmd("SET")
-        .arg(&key)
-        .arg(&mine)
-        .arg("NX")
-        .ignore()
-        .cmd("GET")
-        .arg(&key)
-        .query_async(cmd)
-        .await?;
+    // The epoch only has to differ from the last one: without a random
+    // source, the time and the process id do.
+    let mine = SessionId::try_random().map_or_else(
+        |_| {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            format!("{nanos:x}-{}", std::process::id())
+        },
+        |id| id.to_string(),
+    );
+    let mut set = redis::cmd("SET");
+    set.arg(&key).arg(&mine).arg("NX");
+    let mut get = redis::cmd("GET");
+    get.arg(&key);
+    let answers = cmd.run_all(vec![set, get]).await?;
+    let current: String =
+        redis::from_redis_value(answers.into_iter().nth(1).unwrap_or(Value::Nil))?;
     let before = shared.epoch.lock().replace(current.clone());
     let lost = before.is_some_and(|b| b != current);
     if lost {
@@ -328,7 +362,7 @@ async fn check_epoch(shared: &Shared, cmd: &mut MultiplexedConnection) -> Result
 /// ([`read_loop`]).
 async fn follow_from(
     shared: &Shared,
-    cmd: &mut MultiplexedConnection,
+    cmd: &mut RedisConn,
     cursor: &mut Option<Cursor>,
     lost: bool,
 ) -> Result<(), RedisError> {
@@ -353,11 +387,7 @@ async fn follow_from(
 /// to follow from (changes during the SCAN are replayed from it). The
 /// caller's cursor moves only once the SCAN is complete: a connection lost
 /// halfway scans again next time.
-async fn reload(
-    shared: &Shared,
-    cmd: &mut MultiplexedConnection,
-    resync: bool,
-) -> Result<Cursor, RedisError> {
+async fn reload(shared: &Shared, cmd: &mut RedisConn, resync: bool) -> Result<Cursor, RedisError> {
     let last = edge(cmd, "XREVRANGE", &shared.keys.stream(), "+", "-").await?;
     let loaded = scan_load(shared, cmd).await?;
     if resync {
@@ -373,7 +403,7 @@ async fn reload(
 
 /// The first (`XRANGE`) or last (`XREVRANGE`) entry of the stream.
 async fn edge(
-    cmd: &mut MultiplexedConnection,
+    cmd: &mut RedisConn,
     verb: &str,
     stream: &str,
     from: &str,
@@ -397,20 +427,21 @@ async fn edge(
 
 /// Loads every binding Redis holds into the cache, at most the cache's
 /// `max_sessions` of them; how many were read.
-async fn scan_load(shared: &Shared, cmd: &mut MultiplexedConnection) -> Result<usize, RedisError> {
+async fn scan_load(shared: &Shared, cmd: &mut RedisConn) -> Result<usize, RedisError> {
     let pattern = shared.keys.binding_pattern();
+    let stream = shared.keys.stream();
     let limit = shared.cache.max_sessions();
     let mut cursor = 0u64;
     let mut read = 0usize;
     loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
             .arg("MATCH")
             .arg(&pattern)
             .arg("COUNT")
-            .arg(SCAN_COUNT)
-            .query_async(cmd)
-            .await?;
+            .arg(SCAN_COUNT);
+        // On a cluster every key of the store is in one slot (wire::Keys).
+        let (next, keys): (u64, Vec<String>) = cmd.query_on_slot_of(&scan, &stream).await?;
         let ids: Vec<SessionId> = keys
             .iter()
             .filter_map(|k| shared.keys.id_of(k))
@@ -428,18 +459,23 @@ async fn scan_load(shared: &Shared, cmd: &mut MultiplexedConnection) -> Result<u
 /// Reads the bindings of `ids` and takes those that win over the cache.
 async fn apply_remote(
     shared: &Shared,
-    cmd: &mut MultiplexedConnection,
+    cmd: &mut RedisConn,
     ids: &[SessionId],
 ) -> Result<(), RedisError> {
     if ids.is_empty() {
         return Ok(());
     }
-    let mut pipe = redis::pipe();
-    for id in ids {
-        pipe.cmd("HGETALL").arg(shared.keys.binding(id));
-    }
-    let found: Vec<HashMap<String, Vec<u8>>> = pipe.query_async(cmd).await?;
+    let asks = ids
+        .iter()
+        .map(|id| {
+            let mut c = redis::cmd("HGETALL");
+            c.arg(shared.keys.binding(id));
+            c
+        })
+        .collect();
+    let found = cmd.run_all(asks).await?;
     for (id, fields) in ids.iter().zip(found) {
+        let fields: HashMap<String, Vec<u8>> = redis::from_redis_value(fields)?;
         // An empty hash: expired or removed since the notice.
         if let Some(b) = wire::binding_from(&fields) {
             shared.take(*id, b);
@@ -453,7 +489,7 @@ async fn apply_remote(
 /// sends it again on the next one (the script makes that harmless).
 async fn write_loop(
     shared: &Shared,
-    cmd: &mut MultiplexedConnection,
+    cmd: &mut RedisConn,
     scripts: &Scripts,
     retry: &mut Vec<Dirty>,
 ) -> RedisError {
@@ -471,7 +507,7 @@ async fn write_loop(
         }
         match send(shared, cmd, scripts, retry).await {
             Ok(_) => {}
-            Err(e) if is_connection_error(&e) => return e,
+            Err(e) if needs_redial(&e) => return e,
             Err(e) => {
                 // Redis refused the batch itself (not the connection):
                 // sending it again would fail again.
@@ -487,34 +523,24 @@ async fn write_loop(
     }
 }
 
-/// Errors that a new connection cures (NOSCRIPT included: a new
-/// connection loads the scripts again).
-fn is_connection_error(e: &RedisError) -> bool {
-    e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_timeout()
-        || e.is_unrecoverable_error()
-        || e.code() == Some("NOSCRIPT")
-}
-
 /// Sends `batch` in one pipeline; how many bindings Redis took (written or
 /// refreshed: compare-and-set won).
 async fn send(
     shared: &Shared,
-    cmd: &mut MultiplexedConnection,
+    cmd: &mut RedisConn,
     scripts: &Scripts,
     batch: &[Dirty],
 ) -> Result<usize, RedisError> {
     let stream = shared.keys.stream();
     let seq = shared.keys.seq();
-    let mut pipe = redis::pipe();
+    let mut cmds: Vec<Cmd> = Vec::with_capacity(batch.len());
     let mut sent: Vec<(SessionId, bool)> = Vec::with_capacity(batch.len());
     for d in batch {
         let key = shared.keys.binding(&d.id);
         let hex = d.id.to_string();
+        let mut pipe = redis::cmd("EVALSHA");
         if d.removed {
-            pipe.cmd("EVALSHA")
-                .arg(&scripts.remove)
+            pipe.arg(&scripts.remove)
                 .arg(3)
                 .arg(&key)
                 .arg(&stream)
@@ -522,6 +548,7 @@ async fn send(
                 .arg(&shared.replica)
                 .arg(shared.stream_maxlen)
                 .arg(&hex);
+            cmds.push(pipe);
             sent.push((d.id, true));
             continue;
         }
@@ -529,8 +556,7 @@ async fn send(
         let Some(b) = shared.cache.get(&d.id, 0) else {
             continue;
         };
-        pipe.cmd("EVALSHA")
-            .arg(&scripts.cas)
+        pipe.arg(&scripts.cas)
             .arg(3)
             .arg(&key)
             .arg(&stream)
@@ -545,12 +571,13 @@ async fn send(
             .arg(b.context.as_deref().unwrap_or_default())
             .arg(shared.stream_maxlen)
             .arg(&hex);
+        cmds.push(pipe);
         sent.push((d.id, false));
     }
     if sent.is_empty() {
         return Ok(0);
     }
-    let answers: Vec<Value> = pipe.query_async(cmd).await?;
+    let answers = cmd.run_all(cmds).await?;
     let mut written = 0;
     for ((id, removed), answer) in sent.into_iter().zip(answers) {
         if removed {
@@ -585,11 +612,7 @@ fn unix_now() -> u64 {
 /// wins, an equal one is a harmless refresh, and a stale copy loses and
 /// takes the winner. A connection lost halfway leaves the re-seed pending,
 /// and the next connection runs it again from the start.
-async fn reseed_loop(
-    shared: &Shared,
-    cmd: &mut MultiplexedConnection,
-    scripts: &Scripts,
-) -> RedisError {
+async fn reseed_loop(shared: &Shared, cmd: &mut RedisConn, scripts: &Scripts) -> RedisError {
     loop {
         if !shared.reseed_pending.load(Ordering::Acquire) {
             shared.reseed_wake.notified().await;
@@ -610,7 +633,7 @@ async fn reseed_loop(
         for chunk in live.chunks(BATCH) {
             match send(shared, cmd, scripts, chunk).await {
                 Ok(n) => written += n,
-                Err(e) if is_connection_error(&e) => return e,
+                Err(e) if needs_redial(&e) => return e,
                 Err(e) => {
                     shared
                         .dropped
@@ -641,8 +664,8 @@ async fn reseed_loop(
 /// reloads too, and the cache is written back ([`reseed_loop`]).
 async fn read_loop(
     shared: &Shared,
-    cmd: &mut MultiplexedConnection,
-    feed: &mut MultiplexedConnection,
+    cmd: &mut RedisConn,
+    feed: &mut RedisConn,
     cursor: &mut Cursor,
 ) -> RedisError {
     let stream = shared.keys.stream();
@@ -650,6 +673,12 @@ async fn read_loop(
     loop {
         if checked.elapsed() >= EPOCH_CHECK {
             checked = tokio::time::Instant::now();
+            if shared.mode == "cluster" {
+                // A cluster fails over behind one connection.
+                if let Err(e) = check_server(shared, cmd).await {
+                    return e;
+                }
+            }
             match check_epoch(shared, cmd).await {
                 Ok(false) => {}
                 Ok(true) => match reload(shared, cmd, true).await {
@@ -720,7 +749,7 @@ async fn read_loop(
 
 /// The miss lookup behind [`SessionStore::fetch`].
 pub(super) async fn fetch(shared: Arc<Shared>, id: SessionId) -> Option<Binding> {
-    let mut conn = MultiplexedConnection::clone(&*shared.conn.load_full()?);
+    let mut conn = RedisConn::clone(&*shared.conn.load_full()?);
     let key = shared.keys.binding(&id);
     let mut ask = redis::cmd("HGETALL");
     ask.arg(key);

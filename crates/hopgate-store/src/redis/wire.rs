@@ -69,16 +69,23 @@ redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'k', ARGV[3], 'r', ARGV
 return 1
 ";
 
-/// Key names under one prefix.
+/// Key names under one prefix. On a Redis Cluster the prefix is wrapped
+/// in a hash tag, `{<prefix>}`, so that every key of the store is in one
+/// hash slot: the compare-and-set script touches a binding, the stream
+/// and its counter together, which Cluster allows only within one slot.
 #[derive(Debug, Clone)]
 pub(super) struct Keys {
     prefix: String,
 }
 
 impl Keys {
-    pub(super) fn new(prefix: &str) -> Self {
+    pub(super) fn new(prefix: &str, cluster: bool) -> Self {
         Self {
-            prefix: prefix.to_owned(),
+            prefix: if cluster {
+                format!("{{{prefix}}}")
+            } else {
+                prefix.to_owned()
+            },
         }
     }
 
@@ -270,12 +277,20 @@ mod tests {
 
     #[test]
     fn keys_round_trip() {
-        let k = Keys::new("hg:");
+        let k = Keys::new("hg:", false);
         let id = crate::conformance::id(7);
         assert_eq!(k.id_of(&k.binding(&id)), Some(id));
         assert_eq!(k.id_of("other:s:00"), None);
         assert_eq!(k.stream(), "hg:changes");
         assert_eq!(k.epoch(), "hg:epoch");
+        let c = Keys::new("hg:", true);
+        assert_eq!(c.id_of(&c.binding(&id)), Some(id));
+        assert_eq!(c.binding_pattern(), "{hg:}s:*");
+        assert_eq!(c.stream(), "{hg:}changes");
+        let slot = super::super::conn::slot_of;
+        for key in [c.binding(&id), c.seq(), c.epoch()] {
+            assert_eq!(slot(key.as_bytes()), slot(c.stream().as_bytes()), "{key}");
+        }
     }
 
     #[test]

@@ -86,10 +86,22 @@ impl RedisServer {
             .expect("redis-server runs (scripts/deps.sh installs it)");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        while !self.answers_ping() {
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Whether it answers `PING` with `PONG` (not `LOADING` while it
+    /// reads its append-only file back).
+    fn answers_ping(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut reply = [0u8; 5];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut reply).is_ok() && &reply == b"+PONG"
     }
 }
 

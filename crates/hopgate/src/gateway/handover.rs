@@ -9,7 +9,7 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use hopgate_control::Control;
+use hopgate_control::{Control, Maintenance};
 use hopgate_core::config::Health;
 use hopgate_store::MemoryStore;
 
@@ -24,12 +24,13 @@ pub(crate) struct HandoverSource {
     admin: (SocketAddr, Arc<OwnedFd>),
     memory: Option<(Arc<MemoryStore>, PathBuf)>,
     control: Arc<Control>,
+    maintenance: Arc<Maintenance>,
 }
 
 impl HandoverSource {
     /// The running state a new process resumes from.
     pub(crate) fn carry(&self) -> hopgate_control::Carried {
-        self.control.carry()
+        super::state::carry(&self.control, &self.maintenance)
     }
 
     /// The health verdicts of actively checked nodes: (service, node id,
@@ -105,6 +106,7 @@ impl Gateway {
             admin: (self.admin_configured, Arc::clone(&self.admin_fd)),
             memory,
             control: Arc::clone(&self.control),
+            maintenance: Arc::clone(&self.maintenance),
         }
     }
 
@@ -118,6 +120,10 @@ impl Gateway {
     /// process's from then on, so this one does not write it again.
     pub(crate) async fn handover_drain(self) {
         hopgate_proxy::begin_handover();
+        // The new process owns `state_dir` from now on.
+        if let Some(s) = self.state {
+            s.abandon();
+        }
         self.admin.set_ready(false);
         let timeout = self.control.snapshot().load().config.timeouts.shutdown;
         let deadline = tokio::time::Instant::now() + timeout;

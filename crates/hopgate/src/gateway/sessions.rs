@@ -93,7 +93,12 @@ fn session_keys(scfg: &SessionsConfig) -> anyhow::Result<SessionKeys> {
                     "sessions: no secret in the environment; using a random per-process key (tokens will not survive a restart)"
                 );
             }
-            SessionKeys::random()
+            SessionKeys::try_random().map_err(|e| {
+                anyhow::anyhow!(
+                    "sessions: no secret in {} and the random source failed ({e}); set the secret",
+                    scfg.secret_env
+                )
+            })?
         }
     })
 }
@@ -116,12 +121,15 @@ async fn session_store(cfg: &Config, replica_id: &str) -> anyhow::Result<Stores>
     };
     Ok(match &cfg.store.redis {
         Some(r) => {
-            let mut opts = RedisOptions::new(r.url.clone(), replica_id);
+            let mut opts = RedisOptions::with_target(r.target.clone(), replica_id);
             opts.prefix = r.prefix.clone();
             opts.max_queue = r.max_queue;
             let redis = RedisStore::start(opts, memory)?;
             if !redis.wait_loaded(Duration::from_secs(1)).await {
-                tracing::warn!(url = %r.url, "redis store: Redis not reached at start; serving local bindings until it is");
+                tracing::warn!(
+                    mode = r.target.mode(),
+                    "redis store: Redis not reached at start; serving local bindings until it is"
+                );
             }
             let redis = Arc::new(redis);
             (

@@ -37,6 +37,7 @@ use hopgate_proxy::Forwarder;
 use hopgate_store::Sessions;
 
 use super::sessions::start_sessions;
+use super::state;
 use super::{config_dir, replica_id, Gateway, Listeners, OtlpTask};
 use crate::listenfd::{obtain, Inherited, Kind};
 
@@ -56,8 +57,9 @@ impl Gateway {
         // edit made since is always seen as one.
         let file_watch = config_file;
         let fds = check_fd_limit(&cfg)?;
-        let control = start_control(&cfg, source, resume, config_path.as_deref())?;
+        let control = start_control(&cfg, source, resume.as_ref(), config_path.as_deref())?;
         control.set_fd_limit(fds.nofile);
+        follow_access_log(&control);
         inherited.apply_health(&control.snapshot().load());
         let (shutdown, rx) = watch::channel(false);
         // Sessions stop after the listeners have drained, so the final save
@@ -72,6 +74,7 @@ impl Gateway {
         let (sessions, session_task, memory) =
             start_sessions(&cfg, &replica_id(&cfg, admin_addr), session_rx).await?;
         let maintenance = new_maintenance(&cfg, &control);
+        let state = resume_state(&cfg, resume, &control, &maintenance, config_path.as_deref())?;
         let plane = DataPlane::build(&control, &sessions, inherited, fds);
         let live = plane.live;
         let listeners = bind_listeners(&live, &cfg).await?;
@@ -86,21 +89,11 @@ impl Gateway {
         // 503 to load balancers while in-flight work finishes.
         let (admin_stop, admin_rx) = watch::channel(false);
         let admin_task = tokio::spawn(serve_admin(admin_sock, Arc::clone(&admin), admin_rx));
-        let mut tasks = vec![
+        let tasks = vec![
             spawn_maintenance_intake(Arc::clone(&maintenance), plane.maint_rx, rx.clone()),
             spawn_reconcile(&control, &live, &maintenance, cfg, rx.clone()),
-            tokio::spawn(watch_tls_files(Arc::clone(&control), rx.clone())),
-            tokio::spawn(watch_auth_files(Arc::clone(&control), rx.clone())),
-            // services[].discovery.dns: resolver tasks follow the applied configs.
-            hopgate_control::start_dns(Arc::clone(&control), rx.clone()),
         ];
-        if let Some(armed) = file_watch {
-            tasks.push(tokio::spawn(watch_file(
-                Arc::clone(&control),
-                armed,
-                rx.clone(),
-            )));
-        }
+        let tasks = spawn_watchers(tasks, &control, file_watch, &rx);
         Ok(Gateway {
             control,
             listeners,
@@ -121,8 +114,61 @@ impl Gateway {
             admin_task,
             admin_configured,
             otlp: plane.otlp,
+            state,
         })
     }
+}
+
+/// What an upgrade or `state_dir` carried beyond the control plane (the
+/// maintenance intake's sequence numbers, a baking canary, once the
+/// runtime runs), and the `state_dir` keeper (not in fleet mode: etcd
+/// holds that state).
+fn resume_state(
+    cfg: &Config,
+    resume: Option<Resume>,
+    control: &Arc<Control>,
+    maintenance: &Arc<Maintenance>,
+    config_path: Option<&Path>,
+) -> anyhow::Result<Option<state::Keeper>> {
+    if let Some(r) = &resume {
+        maintenance.restore(&r.carried.maintenance);
+        control.resume_canary(&r.carried);
+    }
+    match (&cfg.state_dir, &cfg.sources.etcd) {
+        (Some(d), None) => {
+            state::Keeper::start(state::dir(d, config_path), control, maintenance).map(Some)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The tasks that follow files and the applied configs: certificates,
+/// auth files, key sets fetched from services (`routes[].auth.jwt.jwks`),
+/// DNS discovery, and the config file when there is one.
+fn spawn_watchers(
+    mut tasks: Vec<JoinHandle<()>>,
+    control: &Arc<Control>,
+    file_watch: Option<FileWatch>,
+    rx: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    tasks.extend([
+        tokio::spawn(watch_tls_files(Arc::clone(control), rx.clone())),
+        tokio::spawn(watch_auth_files(Arc::clone(control), rx.clone())),
+        tokio::spawn(hopgate_proxy::fetch_jwks(
+            Arc::clone(control.auth_keys()),
+            Arc::clone(control.snapshot()),
+            rx.clone(),
+        )),
+        hopgate_control::start_dns(Arc::clone(control), rx.clone()),
+    ]);
+    if let Some(armed) = file_watch {
+        tasks.push(tokio::spawn(watch_file(
+            Arc::clone(control),
+            armed,
+            rx.clone(),
+        )));
+    }
+    tasks
 }
 
 /// The admin API's bearer token, from the variable `admin.token_env` names.
@@ -133,6 +179,17 @@ fn admin_token(cfg: &Config) -> anyhow::Result<Option<String>> {
         })?)),
         None => Ok(None),
     }
+}
+
+/// Points the access log where each applied config says, before the
+/// config's first request (an error keeps it where it was).
+fn follow_access_log(control: &Control) {
+    control.on_apply(Box::new(|cfg: &Config| {
+        if let Err(e) = crate::logwriter::configure(&cfg.access_log) {
+            let p = cfg.access_log.path.as_deref().unwrap_or(Path::new("-"));
+            tracing::error!(path = %p.display(), error = %e, "access_log.path: cannot open the file; access lines still go where they went");
+        }
+    }));
 }
 
 /// Points the access log at `access_log.path` (standard output for `-`).
@@ -157,12 +214,12 @@ fn check_fd_limit(cfg: &Config) -> anyhow::Result<FdBudget> {
 fn start_control(
     cfg: &Config,
     source: Source,
-    resume: Option<Resume>,
+    resume: Option<&Resume>,
     config_path: Option<&Path>,
 ) -> anyhow::Result<Arc<Control>> {
     let files = hopgate_proxy::read_filter_bodies(cfg.clone(), &config_dir(config_path));
     let control = files.map(|cfg| match resume {
-        Some(r) => Control::resume(cfg, &r.carried, r.fresh),
+        Some(r) => Control::resume(cfg, &r.carried, r.fresh.clone()),
         None => Control::new(cfg, source),
     });
     if let Err(errors) = control
@@ -273,8 +330,9 @@ fn spawn_maintenance_intake(
     })
 }
 
-/// Keeps the listeners, the access log and the maintenance settings in
-/// step with every applied config until `stop`. `cfg` is the config at
+/// Keeps the listeners and the maintenance settings in step with every
+/// applied config until `stop` (the access log follows it as it is
+/// applied: [`follow_access_log`]). `cfg` is the config at
 /// start (a changed `admin.address` only takes effect at a restart).
 fn spawn_reconcile(
     control: &Arc<Control>,
@@ -300,15 +358,6 @@ fn spawn_reconcile(
                 && snap.config.admin.address.port() != 0
             {
                 tracing::warn!("admin.address changed by reload: takes effect at the next restart");
-            }
-            if let Err(e) = crate::logwriter::configure(&snap.config.access_log) {
-                let p = snap
-                    .config
-                    .access_log
-                    .path
-                    .as_deref()
-                    .unwrap_or(Path::new("-"));
-                tracing::error!(path = %p.display(), error = %e, "access_log.path: cannot open the file; access lines still go where they went");
             }
             l.reconcile(&snap.config).await;
             maint.set_config(snap.config.maintenance);

@@ -437,9 +437,9 @@ async fn bad_auth_files_and_blocks_are_refused_with_their_field_path() {
             "line 1: user \"alice\": the hash is MD5",
         ),
         (
-            "{ forward: { service: authz } }".to_owned(),
-            "routes[0].auth.forward",
-            "not available yet",
+            "{ forward: { service: authz, path: /check } }".to_owned(),
+            "routes[0].auth.forward.service",
+            "unknown service \"authz\"",
         ),
         (
             format!(
@@ -447,7 +447,7 @@ async fn bad_auth_files_and_blocks_are_refused_with_their_field_path() {
                 htp.display()
             ),
             "routes[0].auth",
-            "not both",
+            "not jwt and basic",
         ),
         (
             "{ jwt: { jwks_file: x.json, audiences: [] } }".to_owned(),

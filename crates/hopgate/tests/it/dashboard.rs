@@ -358,3 +358,54 @@ async fn in_fleet_mode_stats_carry_the_fleet_state() {
         .await;
     assert!(stats["fleet"]["replica_id"].is_string(), "{stats}");
 }
+
+/// The page's first render, before any script runs, already shows the
+/// fleet box and the traffic figures (no placeholders).
+#[tokio::test]
+async fn the_first_render_shows_the_fleet_and_the_traffic_without_the_script() {
+    let redis = crate::redis_server::RedisServer::start();
+    let (_b, yaml) = two_nodes("admin: { address: 127.0.0.1:0 }").await;
+    let yaml = yaml + &format!("store: {{ kind: redis, url: \"{}\" }}\n", redis.url());
+    let gw = Gateway::start_with_env(&yaml, &[SECRET]).await;
+    for _ in 0..5 {
+        let r = client().get(gw.url("/x")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    // Redis is connected by the time the stream says so; the page then too.
+    let mut ev = Events::open(&gw.admin_url("/admin/v1/events"), None).await;
+    ev.until("stats with Redis connected", |k, v| {
+        k == "stats" && v["fleet"]["redis"]["state"] == "connected"
+    })
+    .await;
+    let page = client()
+        .get(gw.admin_url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!page.contains(">single replica<"), "{page}");
+    assert!(page.contains("<div>replica <b>"), "{page}");
+    assert!(
+        page.contains("<div>redis <span class=\"pill \">connected</span></div>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<div>etcd <span class=\"pill \">off</span></div>"),
+        "{page}"
+    );
+    let total = page
+        .split("<b id=\"total\">")
+        .nth(1)
+        .and_then(|r| r.split('<').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("a number of requests in {page}"));
+    assert!(total >= 5, "{total}");
+    for id in ["rps", "eps", "inflight"] {
+        assert!(
+            !page.contains(&format!("<b id=\"{id}\">–</b>")),
+            "{id}: {page}"
+        );
+    }
+}

@@ -4,8 +4,10 @@
 //!
 //! Besides the process handles it holds the one copy of what every test
 //! file needs: the polling helper ([`within`]), the Prometheus text reader
-//! ([`metric`]) and the fleet handle ([`Fleet`], in `harness/fleet.rs`:
-//! replicas on one etcd prefix). Test files keep only what is theirs.
+//! ([`metric`]), the fleet handle ([`Fleet`], in `harness/fleet.rs`:
+//! replicas on one etcd prefix) and an etcd cluster of several members
+//! ([`EtcdCluster`], in `harness/etcd_cluster.rs`). Test files keep only
+//! what is theirs.
 
 #![allow(dead_code)]
 
@@ -18,10 +20,13 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+mod etcd_cluster;
 mod fleet;
 mod metrics;
 mod nginx;
+pub mod redis_ha;
 
+pub use etcd_cluster::EtcdCluster;
 pub use fleet::Fleet;
 pub use metrics::metric;
 pub use nginx::{curl, Nginx};

@@ -941,3 +941,5 @@ async fn an_upgrade_keeps_the_admin_applied_config_its_history_and_drains() {
     assert_eq!(&versions[..2], &[1, 2], "{history}");
     let _ = std::fs::remove_file(&file);
 }
+
+mod state;

@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use hopgate_core::config::{self, Config, ConfigError};
 use hopgate_proxy::{CanaryArm, SideCounts};
-use hopgate_store::SharedCounters;
+use hopgate_store::{RedisTarget, SharedCounters};
 
 use super::{decide, judge, start_with, status_json, unix_ms, Counts, Decision, FleetRun, Started};
 use crate::control::Control;
@@ -257,7 +257,8 @@ async fn bake(control: Arc<Control>, etcd: Arc<EtcdHandle>, doc: FleetDoc, run: 
     };
     // Judged until the end of the fleet's bake, not this replica's start.
     started.bake = bake.saturating_sub(elapsed).max(Duration::from_secs(1));
-    let mut counts = match RedisCounts::new(&redis.url, &redis.prefix, doc.id, Arc::clone(&etcd)) {
+    let mut counts = match RedisCounts::new(&redis.target, &redis.prefix, doc.id, Arc::clone(&etcd))
+    {
         Ok(c) => c,
         Err(e) => {
             let reason = format!("rolled back on this replica: redis: {e}");
@@ -349,9 +350,14 @@ struct RedisCounts {
 }
 
 impl RedisCounts {
-    fn new(url: &str, prefix: &str, id: u64, etcd: Arc<EtcdHandle>) -> Result<RedisCounts, String> {
+    fn new(
+        target: &RedisTarget,
+        prefix: &str,
+        id: u64,
+        etcd: Arc<EtcdHandle>,
+    ) -> Result<RedisCounts, String> {
         Ok(RedisCounts {
-            counters: SharedCounters::canary(url, prefix, id, CALL_TIMEOUT)?,
+            counters: SharedCounters::canary(target, prefix, id, CALL_TIMEOUT)?,
             etcd,
             pushed: Default::default(),
         })

@@ -1,4 +1,5 @@
-//! `routes[].auth`: its shape, names and values. Reading the JWKS and
+//! `routes[].auth`: its shape, names and values (`forward` and a JWKS
+//! fetched from a service in `forward_auth`). Reading the JWKS and
 //! htpasswd files (a file missing, unreadable or malformed) is the data
 //! plane's (`hopgate_proxy::auth`), which reports under the same field
 //! paths when a config is applied.
@@ -12,15 +13,19 @@ use http::HeaderName;
 
 use super::values::parse_header_name;
 use super::Validator;
-use crate::config::auth::{AuthKind, JwtAuth, RouteAuth, DEFAULT_CLOCK_SKEW};
+use crate::config::auth::{AuthKind, JwksSource, JwtAuth, RouteAuth, DEFAULT_CLOCK_SKEW};
 use crate::config::raw::{RawAuth, RawBasicAuth, RawJwtAuth};
+
+/// The config's services by name (the first of a name), for the auth
+/// blocks that name one (`forward_auth`).
+pub(super) type Services<'a> = std::collections::HashMap<&'a str, usize>;
 
 /// The longest `clock_skew` accepted: past it `exp` means little.
 const MAX_CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Headers a claim may not be copied into: hop-by-hop ones (removed on
 /// the way), and the ones that frame or route the request.
-const RESERVED: &[&str] = &[
+pub(super) const RESERVED: &[&str] = &[
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -36,42 +41,66 @@ const RESERVED: &[&str] = &[
 ];
 
 impl Validator {
-    /// `p` is the route's path (`routes[2]`), `id` its id (the default realm).
+    /// `p` is the route's path (`routes[2]`), `id` its id (the default
+    /// realm), `services` the config's services by name.
     pub(super) fn route_auth(
         &mut self,
         p: &str,
         id: &str,
         raw: &RawAuth,
+        services: &Services<'_>,
     ) -> Option<Arc<RouteAuth>> {
         let p = format!("{p}.auth");
-        if raw.forward.is_some() {
+        let set = [
+            raw.jwt.as_ref().map(|_| "jwt"),
+            raw.basic.as_ref().map(|_| "basic"),
+            raw.forward.as_ref().map(|_| "forward"),
+        ];
+        let set: Vec<&str> = set.into_iter().flatten().collect();
+        if set.len() > 1 {
             self.err(
-                format!("{p}.forward"),
-                "forward auth is not available yet in this version of hopgate: use jwt or basic",
+                p.clone(),
+                format!(
+                    "set one of jwt, basic and forward, not {}: a route checks one kind of credential",
+                    set.join(" and ")
+                ),
             );
+            return None;
         }
-        let auth = match (&raw.jwt, &raw.basic) {
-            (Some(_), Some(_)) => {
-                self.err(
-                    p.clone(),
-                    "set one of jwt and basic, not both: a route checks one kind of credential",
-                );
-                return None;
-            }
-            (Some(j), None) => self.jwt_auth(&format!("{p}.jwt"), id, j),
-            (None, Some(b)) => self.basic_auth(&format!("{p}.basic"), id, b),
-            (None, None) => {
-                if raw.forward.is_none() {
-                    self.err(p, "empty: set jwt or basic (or remove auth)");
-                }
+        let auth = match (&raw.jwt, &raw.basic, &raw.forward) {
+            (Some(j), _, _) => self.jwt_auth(&format!("{p}.jwt"), id, j, services),
+            (_, Some(b), _) => self.basic_auth(&format!("{p}.basic"), id, b),
+            (_, _, Some(f)) => self.forward_auth(&format!("{p}.forward"), id, f, services),
+            (None, None, None) => {
+                self.err(p, "empty: set jwt, basic or forward (or remove auth)");
                 return None;
             }
         };
         Some(Arc::new(auth))
     }
 
-    fn jwt_auth(&mut self, p: &str, id: &str, raw: &RawJwtAuth) -> RouteAuth {
-        let jwks_file = self.auth_file(&format!("{p}.jwks_file"), &raw.jwks_file, "a JWKS file");
+    fn jwt_auth(
+        &mut self,
+        p: &str,
+        id: &str,
+        raw: &RawJwtAuth,
+        services: &Services<'_>,
+    ) -> RouteAuth {
+        let keys = match &raw.jwks {
+            Some(_) if !raw.jwks_file.is_empty() => {
+                self.err(
+                    format!("{p}.jwks"),
+                    "set one of jwks_file and jwks, not both: the keys come from one place",
+                );
+                JwksSource::File(PathBuf::new())
+            }
+            Some(j) => JwksSource::Service(self.jwks_service(&format!("{p}.jwks"), j, services)),
+            None => JwksSource::File(self.auth_file(
+                &format!("{p}.jwks_file"),
+                &raw.jwks_file,
+                "a JWKS file (or jwks: { service, path } to fetch the keys)",
+            )),
+        };
         if raw.issuer.as_deref().is_some_and(str::is_empty) {
             self.err(
                 format!("{p}.issuer"),
@@ -110,7 +139,7 @@ impl Validator {
         strip.dedup();
         RouteAuth {
             kind: AuthKind::Jwt(JwtAuth {
-                jwks_file,
+                keys,
                 issuer: raw.issuer.clone(),
                 audiences,
                 clock_skew,
@@ -171,7 +200,7 @@ fn skew(t: &crate::config::raw::Text) -> Result<std::time::Duration, String> {
 }
 
 /// A header a claim may be copied into.
-fn claim_target(header: &str) -> Result<HeaderName, String> {
+pub(super) fn claim_target(header: &str) -> Result<HeaderName, String> {
     let h = parse_header_name(header)?;
     if RESERVED.contains(&h.as_str()) {
         return Err(format!(

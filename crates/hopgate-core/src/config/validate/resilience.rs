@@ -15,7 +15,7 @@ use crate::config::raw::{
 };
 use crate::config::{
     CircuitConfig, CookieSecure, DrainConfig, DrainMode, EtcdSourceConfig, Health, HealthConfig,
-    MaintenanceConfig, MaintenanceMode, OutlierConfig, RedisStoreConfig, RetryConfig,
+    MaintenanceConfig, MaintenanceMode, OutlierConfig, RedisStoreConfig, RedisTarget, RetryConfig,
     SessionsConfig, SourcesConfig, StoreConfig, DEFAULT_ETCD_PREFIX,
 };
 use crate::units;
@@ -433,6 +433,8 @@ impl Validator {
             None | Some("memory") => {
                 for (field, set) in [
                     ("url", r.url.is_some()),
+                    ("sentinel", r.sentinel.is_some()),
+                    ("cluster", r.cluster.is_some()),
                     ("prefix", r.prefix.is_some()),
                     ("max_queue", r.max_queue.is_some()),
                 ] {
@@ -493,19 +495,7 @@ impl Validator {
     }
 
     fn redis_store(&mut self, r: &RawStore) -> RedisStoreConfig {
-        let url = match r.url.as_deref() {
-            None => {
-                self.err(
-                    "store.url",
-                    "kind: redis needs a url, like redis://127.0.0.1:6379/0",
-                );
-                String::new()
-            }
-            Some(u) => {
-                self.check("store.url", check_redis_url(u));
-                u.to_owned()
-            }
-        };
+        let target = self.redis_target(r);
         let prefix = match r.prefix.as_deref() {
             None => RedisStoreConfig::DEFAULT_PREFIX.to_owned(),
             Some(p) if p.is_empty() || p.len() > 64 || p.chars().any(|c| c.is_whitespace()) => {
@@ -520,7 +510,7 @@ impl Validator {
             Some(p) => p.to_owned(),
         };
         RedisStoreConfig {
-            url,
+            target,
             prefix,
             max_queue: self.int_or(
                 "store.max_queue".into(),
@@ -530,6 +520,64 @@ impl Validator {
                 RedisStoreConfig::DEFAULT_MAX_QUEUE as u32,
             ) as usize,
         }
+    }
+}
+
+impl Validator {
+    /// Exactly one of `store.url`, `store.sentinel`, `store.cluster`.
+    fn redis_target(&mut self, r: &RawStore) -> RedisTarget {
+        let given = [r.url.is_some(), r.sentinel.is_some(), r.cluster.is_some()];
+        if given.iter().filter(|g| **g).count() > 1 {
+            self.err(
+                "store",
+                "kind: redis takes exactly one of url, sentinel and cluster",
+            );
+        }
+        if let Some(s) = &r.sentinel {
+            let master_name = match s.master_name.as_deref() {
+                Some(n) if !n.is_empty() && !n.chars().any(char::is_whitespace) => n.to_owned(),
+                _ => {
+                    self.err(
+                        "store.sentinel.master_name",
+                        "the name the sentinels monitor the master under is required, like mymaster",
+                    );
+                    String::new()
+                }
+            };
+            let endpoints = self.redis_endpoints("store.sentinel.endpoints", &s.endpoints);
+            return RedisTarget::Sentinel {
+                master_name,
+                endpoints,
+            };
+        }
+        if let Some(c) = &r.cluster {
+            let endpoints = self.redis_endpoints("store.cluster.endpoints", &c.endpoints);
+            return RedisTarget::Cluster { endpoints };
+        }
+        match r.url.as_deref() {
+            None => {
+                self.err(
+                    "store.url",
+                    "kind: redis needs a url (like redis://127.0.0.1:6379/0), a sentinel or a cluster",
+                );
+                RedisTarget::Url(String::new())
+            }
+            Some(u) => {
+                self.check("store.url", check_redis_url(u));
+                RedisTarget::Url(u.to_owned())
+            }
+        }
+    }
+
+    /// A non-empty list of `redis://` URLs.
+    fn redis_endpoints(&mut self, path: &str, endpoints: &[String]) -> Vec<String> {
+        if endpoints.is_empty() {
+            self.err(path, "at least one endpoint, like redis://127.0.0.1:26379");
+        }
+        for (i, ep) in endpoints.iter().enumerate() {
+            self.check(format!("{path}[{i}]"), check_redis_url(ep));
+        }
+        endpoints.to_vec()
     }
 }
 

@@ -164,7 +164,7 @@ impl Validator {
                     );
                     None
                 }
-                Some(a) => self.route_auth(p, &r.id, a),
+                Some(a) => self.route_auth(p, &r.id, a, by_name),
                 None => None,
             },
         }

@@ -1794,6 +1794,11 @@ fn nasty_values_never_panic() {
                 auth: Some(crate::config::raw::RawAuth {
                     jwt: Some(crate::config::raw::RawJwtAuth {
                         jwks_file: s.into(),
+                        jwks: Some(crate::config::raw::RawJwksService {
+                            service: s.into(),
+                            path: s.into(),
+                            refresh: t(),
+                        }),
                         issuer: Some(s.into()),
                         audiences: Some(vec![s.into()]),
                         clock_skew: t(),
@@ -1806,7 +1811,22 @@ fn nasty_values_never_panic() {
                         realm: Some(s.into()),
                         remove_authorization: Some(false),
                     }),
-                    forward: Some(serde_json::Value::String(s.into())),
+                    forward: Some(crate::config::raw::RawForwardAuth {
+                        service: s.into(),
+                        path: s.into(),
+                        copy_request_headers: vec![s.into()],
+                        copy_response_headers: vec![s.into()],
+                        cache: Some(crate::config::raw::RawAuthCache {
+                            key: crate::config::raw::RawCacheKey {
+                                header: Some(s.into()),
+                                cookie: Some(s.into()),
+                            },
+                            ttl: t(),
+                            max_entries: t(),
+                        }),
+                        failure_mode: Some(s.into()),
+                        timeout: t(),
+                    }),
                 }),
             }],
             rate_limits: vec![crate::config::raw::RawRateLimit {
@@ -1870,6 +1890,13 @@ fn nasty_values_never_panic() {
             store: Some(crate::config::raw::RawStore {
                 kind: Some(s.into()),
                 url: Some(s.into()),
+                sentinel: Some(crate::config::raw::RawRedisSentinel {
+                    master_name: Some(s.into()),
+                    endpoints: vec![s.into()],
+                }),
+                cluster: Some(crate::config::raw::RawRedisCluster {
+                    endpoints: vec![s.into()],
+                }),
                 prefix: Some(s.into()),
                 max_queue: t(),
                 path: Some(s.into()),
@@ -1919,6 +1946,7 @@ fn nasty_values_never_panic() {
                     headers: [(s.to_owned(), s.to_owned())].into(),
                 }),
             }),
+            state_dir: Some(s.into()),
         };
         let errs = validate(&raw).expect_err("every field is nonsense");
         for e in &errs {
@@ -2022,7 +2050,10 @@ fn redis_store_takes_a_url_and_its_defaults() {
         "store: { kind: redis, url: redis://127.0.0.1:6379/0 }\n",
     ));
     let r = c.store.redis.expect("redis config");
-    assert_eq!(r.url, "redis://127.0.0.1:6379/0");
+    assert_eq!(
+        r.target,
+        crate::config::RedisTarget::Url("redis://127.0.0.1:6379/0".into())
+    );
     assert_eq!(r.prefix, "hopgate:");
     assert_eq!(r.max_queue, 100_000);
     let c = ok(&with_top(
@@ -2031,6 +2062,67 @@ fn redis_store_takes_a_url_and_its_defaults() {
     let r = c.store.redis.expect("redis config");
     assert_eq!((r.prefix.as_str(), r.max_queue), ("gw/a:", 10));
     assert_eq!(ok(&with_top("store: { kind: memory }\n")).store.redis, None);
+}
+
+#[test]
+fn redis_store_takes_a_sentinel_or_a_cluster() {
+    use crate::config::RedisTarget;
+    let c = ok(&with_top(
+        "store: { kind: redis, sentinel: { master_name: mymaster, endpoints: [redis://127.0.0.1:26379, redis://127.0.0.1:26380] } }\n",
+    ));
+    let r = c.store.redis.expect("redis config");
+    assert_eq!(
+        r.target,
+        RedisTarget::Sentinel {
+            master_name: "mymaster".into(),
+            endpoints: vec![
+                "redis://127.0.0.1:26379".into(),
+                "redis://127.0.0.1:26380".into()
+            ],
+        }
+    );
+    assert_eq!(r.target.mode(), "sentinel");
+    let c = ok(&with_top(
+        "store: { kind: redis, cluster: { endpoints: [redis://127.0.0.1:7000] } }\n",
+    ));
+    let r = c.store.redis.expect("redis config");
+    assert_eq!(
+        r.target,
+        RedisTarget::Cluster {
+            endpoints: vec!["redis://127.0.0.1:7000".into()],
+        }
+    );
+}
+
+#[test]
+fn redis_sentinel_and_cluster_fields_are_checked_with_their_path() {
+    only(
+        &with_top("store: { kind: redis, sentinel: { endpoints: [redis://h:26379] } }\n"),
+        "store.sentinel.master_name",
+        "required",
+    );
+    only(
+        &with_top("store: { kind: redis, sentinel: { master_name: m, endpoints: [] } }\n"),
+        "store.sentinel.endpoints",
+        "at least one",
+    );
+    only(
+        &with_top("store: { kind: redis, cluster: { endpoints: [redis://h:7000, \"h:7001\"] } }\n"),
+        "store.cluster.endpoints[1]",
+        "must start with redis://",
+    );
+    only(
+        &with_top(
+            "store: { kind: redis, url: redis://h:1, cluster: { endpoints: [redis://h:7000] } }\n",
+        ),
+        "store",
+        "exactly one of url, sentinel and cluster",
+    );
+    only(
+        &with_top("store: { cluster: { endpoints: [redis://h:7000] } }\n"),
+        "store.cluster",
+        "only for kind: redis",
+    );
 }
 
 #[test]
