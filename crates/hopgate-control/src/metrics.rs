@@ -4,7 +4,7 @@
 //! Owns the metric names, help texts and labels of the gateway's families
 //! (requests, errors, sessions, hops, nodes, pools, maintenance, config,
 //! build, connections and bytes, per-route responses and duration
-//! histograms, fleet) as a [`Collector`] that reads, at scrape time, the data
+//! histograms, route mirrors, fleet) as a [`Collector`] that reads, at scrape time, the data
 //! plane's counters (through its door, [`hopgate_proxy::telemetry`], and
 //! the route stats the running snapshot carries), node live state, pool stats, the control
 //! plane's reload counters, the session store size and the fleet engines.
@@ -39,6 +39,7 @@ use crate::fleet::Fleet;
 use crate::maintenance::Maintenance;
 
 mod limits;
+mod mirror;
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
@@ -123,6 +124,7 @@ impl Collector for Gateway {
         )?;
         fleet(&mut enc, self.fleet.get().map(|f| &**f))?;
         limits::rate_limits(&mut enc, &snap)?;
+        mirror::mirrors(&mut enc, &snap)?;
         traffic(&mut enc, &snap)
     }
 }

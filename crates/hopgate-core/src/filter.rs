@@ -1,8 +1,10 @@
 //! Route filters, compiled: the per-route program that `routes[].filters`
 //! becomes at load ([`RouteFilters`]). Request-side steps (header edits
 //! and URL rewrites, [`RequestStep`]) in the order written, response-side
-//! header edits in the order written, and at most one local answer
-//! ([`Local`]: a redirect or a direct response) that ends the list.
+//! header edits in the order written, at most one local answer
+//! ([`Local`]: a redirect or a direct response) that ends the list, and at
+//! most one [`Mirror`] (a sampled copy to another service, sent by the
+//! data plane).
 //! Everything that can be decided at load is: header names parsed, fixed
 //! values built, regexes compiled, templates split into text and
 //! variables; a request only walks the steps.
@@ -33,6 +35,33 @@ pub struct RouteFilters {
     pub response: Vec<HeaderEdits>,
     /// A redirect or direct response: the route answers itself.
     pub local: Option<Local>,
+    /// A copy of a sampled share of the requests to another service.
+    pub mirror: Option<Mirror>,
+    /// The filters' kinds in the order written (`request_headers`,
+    /// `url_rewrite`, …), for spans.
+    pub kinds: Vec<&'static str>,
+}
+
+/// `mirror`: a copy of the request, as the upstream sees it, to service
+/// `service` (an index of the config's services) for `per_million` of a
+/// million requests, at most `max_in_flight` at once.
+#[derive(Clone, Debug)]
+pub struct Mirror {
+    pub service: usize,
+    pub per_million: u32,
+    pub max_in_flight: u32,
+}
+
+impl Mirror {
+    /// One million: `percent: 100`.
+    pub const ALL: u32 = 1_000_000;
+
+    /// Is the request whose roll is `roll` (uniform over `0..ALL`)
+    /// sampled?
+    #[inline]
+    pub fn samples(&self, roll: u32) -> bool {
+        roll < self.per_million
+    }
 }
 
 impl RouteFilters {

@@ -2,7 +2,8 @@
 //!
 //! Owns [`RouteStats`] (responses by status class, the request-duration and
 //! upstream-duration histograms of one route, whose labels are the route
-//! and its service) and their histogram, [`AtomicHistogram`]. The compiler
+//! and its service, and its mirror's counts, [`MirrorStats`]) and their
+//! histogram, [`AtomicHistogram`]. The compiler
 //! of a snapshot creates them, or carries them over from the previous
 //! snapshot for a route of the same id, so counters survive reloads; the
 //! request path reaches them through the route it already holds: a field
@@ -73,6 +74,75 @@ pub struct RouteStats {
     /// From sending the request to a node to its answer's head (or
     /// failure), per attempt.
     pub upstream: AtomicHistogram,
+    /// The route's `mirror` filter's counts (zero without one).
+    pub mirror: MirrorStats,
+}
+
+/// A route's mirrored copies (`hopgate_mirror_total{route,result}`) and
+/// the copies in flight now (bounded by the filter's `max_in_flight`).
+#[derive(Debug, Default)]
+pub struct MirrorStats {
+    /// Index: [`MirrorResult`] as `usize`.
+    pub results: [AtomicU64; 4],
+    pub in_flight: AtomicU64,
+}
+
+/// What became of a sampled copy: the `result` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MirrorResult {
+    /// The mirror service answered (any status; the answer is discarded).
+    Sent = 0,
+    /// No node, a refused or failed connection, or no answer in time.
+    Failed = 1,
+    /// Over the route's `max_in_flight`: not sent.
+    Dropped = 2,
+    /// The body was larger than `retries.buffer_body` (or of unknown
+    /// length and not complete when forwarded): not sent.
+    TooLarge = 3,
+}
+
+impl MirrorResult {
+    pub const ALL: [MirrorResult; 4] = [
+        MirrorResult::Sent,
+        MirrorResult::Failed,
+        MirrorResult::Dropped,
+        MirrorResult::TooLarge,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            MirrorResult::Sent => "sent",
+            MirrorResult::Failed => "failed",
+            MirrorResult::Dropped => "dropped",
+            MirrorResult::TooLarge => "too_large",
+        }
+    }
+}
+
+impl MirrorStats {
+    pub fn count(&self, r: MirrorResult) {
+        self.results[r as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn get(&self, r: MirrorResult) -> u64 {
+        self.results[r as usize].load(Ordering::Relaxed)
+    }
+
+    /// Takes a place among the copies in flight; false (and counted
+    /// `dropped`) when `max` are in flight already.
+    pub fn enter(&self, max: u64) -> bool {
+        if self.in_flight.fetch_add(1, Ordering::Relaxed) >= max {
+            self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            self.count(MirrorResult::Dropped);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back a place taken by [`MirrorStats::enter`].
+    pub fn leave(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl RouteStats {

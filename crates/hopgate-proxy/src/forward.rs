@@ -26,6 +26,8 @@
 //!   order of steps for every failure class (phase 13.6);
 //! - `answer`: a backend's answer on its way to the client (phase 13.7);
 //! - `grpc`: gRPC deadlines and UNAVAILABLE answers;
+//! - `mirror`: a route's sampled copies to another service (after phase
+//!   12, on a task of their own);
 //! - `done`: the end of every request: error answers, counters, access
 //!   log (phases 15–16).
 //!
@@ -59,6 +61,7 @@ mod failure;
 mod filters;
 mod grpc;
 mod logged;
+mod mirror;
 mod plan;
 mod replay;
 mod tries;
@@ -390,8 +393,8 @@ impl ClientConn {
                     plan.set.request_id = Some(id);
                 }
                 if let Some(f) = filters::of(&snap, plan.flight.route) {
-                    let access = done.access.as_deref_mut();
-                    filters::on_request(f, &snap, &mut plan, self, &done.request_id, access);
+                    let seen = (done.access.as_deref_mut(), done.out.span.as_deref_mut());
+                    filters::on_request(f, &snap, &mut plan, self, &done.request_id, seen);
                 }
                 let auth = plan.auth.take();
                 let (trip, fetch, request, body) = Trip::new(plan, facts.grpc, done);

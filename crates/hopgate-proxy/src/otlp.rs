@@ -69,6 +69,9 @@ pub struct Span {
     pub(crate) uri: Uri,
     pub(crate) host: Option<HeaderValue>,
     pub(crate) https: bool,
+    /// The path sent upstream, when a route filter rewrote it (`uri` keeps
+    /// the client's).
+    pub(crate) rewritten_path: Option<Box<str>>,
     pub(crate) attempts: Vec<Attempt>,
     /// Set when the request ends.
     pub(crate) end: Option<End>,
@@ -105,6 +108,7 @@ impl Span {
             uri,
             host,
             https,
+            rewritten_path: None,
             attempts: Vec::new(),
             end: None,
         }

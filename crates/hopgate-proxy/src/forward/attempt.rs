@@ -178,8 +178,9 @@ pub(super) fn for_node(
     }
 }
 
-/// Points the upstream request at `node`: URI form for the protocol.
-fn retarget(req: &mut Request<ProxyBody>, node: &CompiledNode, svc: &CompiledService) {
+/// Points the upstream request at `node`: URI form for the protocol
+/// (also a mirror's copy, `mirror`).
+pub(super) fn retarget(req: &mut Request<ProxyBody>, node: &CompiledNode, svc: &CompiledService) {
     // Copied only where the URI is rebuilt (an origin-form HTTP/1.1
     // request keeps its URI).
     let pq = |req: &Request<ProxyBody>| {

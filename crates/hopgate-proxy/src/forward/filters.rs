@@ -37,14 +37,15 @@ static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host"
 static X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-prefix");
 
 /// The request-side steps of `f` on the planned request, in order. The
-/// access line (`access`, while the log is on) learns the rewritten path.
+/// access line (`access`, while the log is on) and the span (`span`, for
+/// a sampled trace) learn the rewritten path.
 pub(super) fn on_request(
     f: &RouteFilters,
     snap: &Snapshot,
     plan: &mut Plan,
     conn: &ClientConn,
     request_id: &RequestId,
-    access: Option<&mut AccessFacts>,
+    (access, span): (Option<&mut AccessFacts>, Option<&mut crate::otlp::Span>),
 ) {
     let req = &mut plan.request;
     let route = &snap.routes[plan.flight.route];
@@ -64,8 +65,14 @@ pub(super) fn on_request(
             RequestStep::Rewrite(rw) => rewritten |= rewrite(req, rw, &host),
         }
     }
-    if let (true, Some(a)) = (rewritten, access) {
+    if !rewritten {
+        return;
+    }
+    if let Some(a) = access {
         a.upstream_path = Some(req.uri().path().into());
+    }
+    if let Some(s) = span {
+        s.rewritten_path = Some(req.uri().path().into());
     }
 }
 

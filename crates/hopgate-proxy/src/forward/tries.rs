@@ -32,6 +32,7 @@ use hopgate_store::{Binding, FetchFuture};
 use super::attempt::{self, Attempted, Choice, Tried};
 use super::done::Done;
 use super::failure::{self, AfterFailure, Failed};
+use super::mirror::{self, Mirroring};
 use super::plan::{self, begin_hop_if_bound, Flight, PendingHop, Plan, Upgrade};
 use super::replay::{self, Capture, Replay, Taken};
 use super::{answer, grpc, ClientConn, Req};
@@ -67,6 +68,8 @@ pub(super) struct Trip {
     waited: bool,
     /// A gRPC call (`content-type: application/grpc…`, phase 3).
     grpc: bool,
+    /// The route's mirror copies this request (decided in [`Trip::capture`]).
+    mirror: Mirroring,
     /// The request's place in its rate limit's `max_in_flight`: given to
     /// a tunnel, or to the answer's body when the request ends.
     pub(super) held: Option<hopgate_core::limit::Held>,
@@ -110,6 +113,7 @@ impl Trip {
             arrived_ms: now,
             waited: fetch.is_some(),
             grpc,
+            mirror: Mirroring::Off,
             held,
         };
         (trip, fetch, request, body)
@@ -155,7 +159,7 @@ impl Trip {
         svc.retry_budget.deposit(policy.budget);
         let replay_safe = hopgate_core::retry::replay_safe(request.method(), request.headers());
         let keep_unsafe = !policy.retry_on.any.is_empty();
-        let how = replay::capture(
+        let mut how = replay::capture(
             &body,
             request.headers(),
             replay_safe,
@@ -165,10 +169,40 @@ impl Trip {
             self.upgrade.is_some(),
             self.grpc,
         );
+        self.mirror = mirror::sample(snap, self.flight.route, self.upgrade.is_some());
+        if self.mirror != Mirroring::Off {
+            let buffer_body = snap.config.retries.buffer_body;
+            (how, self.mirror) = mirror::capture(how, request.headers(), buffer_body);
+        }
         if matches!(how, Capture::Buffer | Capture::Arrived { .. }) {
             self.waited = true;
         }
         (how, (replay_safe, keep_unsafe), request, body)
+    }
+
+    /// Once the body is taken (in [`Tries::new`], a plain function, so
+    /// nothing of it stays in the request's future): the copy of a request
+    /// the route's mirror sampled ([`mirror::launch`]); nothing otherwise.
+    #[inline]
+    pub(super) fn mirror(
+        &self,
+        snap: &Snapshot,
+        request: &Request<ProxyBody>,
+        taken: &mut Taken,
+        peer: SocketAddr,
+    ) {
+        if self.mirror != Mirroring::Off {
+            let how = self.mirror;
+            mirror::launch(
+                snap,
+                self.flight.route,
+                request,
+                &self.set,
+                taken,
+                peer,
+                how,
+            );
+        }
     }
 }
 
@@ -244,10 +278,12 @@ impl Tries {
         mut request: Box<Request<ProxyBody>>,
         taken: Result<Taken, ErrorKind>,
     ) -> Tries {
-        let taken = match taken {
+        let mut taken = match taken {
             Ok(taken) => taken,
             Err(kind) => return Tries::none(kind),
         };
+        // A sampled copy for the route's mirror, on a task of its own.
+        trip.mirror(snap, &request, &mut taken, conn.peer);
         let svc = &snap.services[trip.flight.selection.service];
         let policy = trip.policy(snap);
         let grpc = trip.grpc;

@@ -4,7 +4,9 @@
 //! (`http.request.method`, `url.path`, `url.scheme`, `server.address`,
 //! `server.port`, `client.address`, `http.response.status_code`,
 //! `http.route`, `error.type`, `http.request.resend_count`) plus the
-//! gateway's own `hopgate.*` (service, node, attempt, request id, hop).
+//! gateway's own `hopgate.*` (service, node, attempt, request id, hop, the
+//! route's filters and the path a filter rewrote; `url.path` stays the
+//! client's).
 //! Runs in the export task only: every string is made here.
 
 use std::time::Instant;
@@ -41,6 +43,22 @@ fn host_name(span: &Span) -> Option<(String, Option<u16>)> {
     Some((auth.host().to_owned(), auth.port_u16()))
 }
 
+/// `hopgate.filters` (the route's filter kinds in order, comma-separated)
+/// and `hopgate.rewritten_path` (the path sent upstream, when a filter
+/// rewrote it).
+fn filter_attrs(
+    span: &Span,
+    route: Option<&hopgate_core::snapshot::CompiledRoute>,
+    attrs: &mut Vec<KeyValue>,
+) {
+    if let Some(f) = route.and_then(|r| r.filters.as_deref()) {
+        attrs.push(KeyValue::str("hopgate.filters", f.kinds.join(",")));
+    }
+    if let Some(p) = &span.rewritten_path {
+        attrs.push(KeyValue::str("hopgate.rewritten_path", &**p));
+    }
+}
+
 fn error_status(kind: &str) -> Option<Status> {
     Some(Status {
         message: kind.to_owned(),
@@ -67,6 +85,7 @@ fn spans_of(span: &Span, out: &mut Vec<PSpan>) {
     if let Some(q) = span.uri.query() {
         attrs.push(KeyValue::str("url.query", q));
     }
+    filter_attrs(span, route, &mut attrs);
     if let Some((host, port)) = host_name(span) {
         attrs.push(KeyValue::str("server.address", host));
         if let Some(p) = port {

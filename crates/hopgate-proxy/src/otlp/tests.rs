@@ -227,3 +227,42 @@ fn a_full_queue_drops_and_counts_without_waiting() {
     assert!(text.contains("# TYPE hopgate_otlp_spans_dropped_total counter\n"));
     assert!(text.contains("hopgate_otlp_batches_total{result=\"failed\"} "));
 }
+
+/// A route with filters names them in order (`hopgate.filters`); a path a
+/// filter rewrote is `hopgate.rewritten_path` while `url.path` stays the
+/// client's; a route without filters has neither.
+#[test]
+fn filters_and_the_rewritten_path_are_span_attributes() {
+    let snap = Arc::new(Snapshot::compile(
+        Arc::new(
+            hopgate_core::config::load(
+                "listeners:\n  - { name: p, address: 127.0.0.1:8080 }\nservices:\n  - name: api\n    nodes:\n      - { id: n1, address: 127.0.0.1:8081 }\nroutes:\n  - id: r1\n    match: { path_prefix: /orders }\n    service: api\n    filters:\n      - request_headers: { set: { X-A: '1' } }\n      - url_rewrite: { path: { replace_prefix: /v2/orders } }\n      - response_headers: { remove: [Server] }\n  - { id: plain, service: api }\n",
+                hopgate_core::config::Format::Yaml,
+            )
+            .unwrap(),
+        ),
+        2,
+        &crate::NodeRegistry::default(),
+        None,
+    ));
+    let server_of = |rec: Box<Span>| {
+        let (bytes, _) = encode(&[rec], &Origin { service_name: "x" });
+        let req = ExportTraceServiceRequest::decode(bytes.as_slice()).unwrap();
+        req.resource_spans[0].scope_spans[0].spans[0].clone()
+    };
+    let mut rec = record(&snap);
+    rec.rewritten_path = Some("/v2/orders/7".into());
+    let server = server_of(rec);
+    assert_eq!(text(&server, "url.path"), "/orders/7");
+    assert_eq!(text(&server, "hopgate.rewritten_path"), "/v2/orders/7");
+    assert_eq!(
+        text(&server, "hopgate.filters"),
+        "request_headers,url_rewrite,response_headers"
+    );
+    let mut plain = record(&snap);
+    plain.end.as_mut().unwrap().route = Some(1);
+    let server = server_of(plain);
+    assert_eq!(text(&server, "http.route"), "plain");
+    assert!(attr(&server, "hopgate.filters").is_none());
+    assert!(attr(&server, "hopgate.rewritten_path").is_none());
+}

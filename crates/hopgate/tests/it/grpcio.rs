@@ -92,3 +92,54 @@ async fn grpcio_client_and_server_see_the_same_through_the_gateway() {
         "a grpcio client sees something else through the gateway"
     );
 }
+
+/// Header edits are legal on a gRPC route: a grpcio server sees the
+/// request metadata the route's filters set and not the one they remove;
+/// a grpcio client sees the response edits on the initial metadata, and
+/// the trailers (trailing metadata, the status and its message) of an ok
+/// and of a failing call arrive intact.
+#[tokio::test]
+async fn grpc_header_edits_keep_the_trailers() {
+    let server = py_server().await;
+    let yaml = format!(
+        "listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\n\
+         services:\n  - name: g\n    protocol: http2\n    nodes: [ {{ id: n1, address: \"127.0.0.1:{}\" }} ]\n\
+         routes:\n  - id: grpc\n    match: {{ path_prefix: /, headers: {{ content-type: application/grpc }} }}\n    service: g\n    filters:\n\
+         \x20     - request_headers: {{ set: {{ X-Probe: from-gateway, X-Route: '${{route_id}}' }}, remove: [X-Drop] }}\n\
+         \x20     - response_headers: {{ set: {{ X-Added: 'yes' }}, remove: [X-Server-Initial] }}\n",
+        server.port
+    );
+    let gw = Gateway::start(&yaml).await;
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        Command::new("python3")
+            .args([PEER, "headers", &gw.addr.to_string()])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("grpcio client hung")
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "grpcio client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ok = &v["ok"];
+    assert_eq!(ok["code"], "OK", "{v}");
+    assert_eq!(
+        ok["seen"],
+        serde_json::json!({"x-probe": "from-gateway", "x-route": "grpc", "x-drop": null, "x-keep": "2"}),
+        "{v}"
+    );
+    assert_eq!(ok["initial"]["x-added"], "yes", "{v}");
+    assert_eq!(ok["initial"]["x-keep-initial"], "b", "{v}");
+    assert!(ok["initial"].get("x-server-initial").is_none(), "{v}");
+    assert_eq!(ok["trailers"]["x-trailer"], "t", "{v}");
+    let fail = &v["fail"];
+    assert_eq!(fail["code"], "FAILED_PRECONDITION", "{v}");
+    assert_eq!(fail["details"], "asked to fail", "{v}");
+    assert_eq!(fail["trailers"]["x-trailer"], "t", "{v}");
+    assert_eq!(fail["initial"]["x-added"], "yes", "{v}");
+}

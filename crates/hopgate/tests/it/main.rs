@@ -36,6 +36,7 @@ mod interop_nginx;
 mod maintenance;
 mod maintenance_guard;
 mod metrics_format;
+mod mirror;
 mod observability;
 mod otlp;
 mod prometheus;

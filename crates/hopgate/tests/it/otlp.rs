@@ -467,3 +467,39 @@ async fn the_span_names_the_client_a_proxy_header_carries() {
         "{server}"
     );
 }
+
+/// A route with filters: the SERVER span names them in order
+/// (`hopgate.filters`), keeps the client's path in `url.path` and the path
+/// the backend got in `hopgate.rewritten_path`.
+#[tokio::test]
+async fn a_rewritten_request_names_its_filters_and_both_paths() {
+    let rx = Receiver::start().await;
+    let b = Backend::start("n1").await;
+    let mut c = config(
+        &service("svc", &[("n1", b.addr, "")]),
+        "  - id: rw\n    match: { path_prefix: /old }\n    service: svc\n    filters:\n      \
+         - request_headers: { set: { X-A: '1' } }\n      \
+         - url_rewrite: { path: { replace_prefix: /new } }\n",
+    );
+    c.push_str(&format!(
+        "tracing:\n  otlp: {{ enabled: true, endpoint: \"{}\", interval: 50ms }}\n",
+        rx.endpoint()
+    ));
+    let gw = Gateway::start(&c).await;
+    let trace = "7a".repeat(16);
+    let r = client()
+        .get(gw.url("/old/orders?x=1"))
+        .header("traceparent", format!("00-{trace}-{CLIENT_SPAN}-01"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let doc = json(r).await;
+    assert_eq!(doc["path"], "/new/orders", "{doc}");
+    let spans = rx.trace(&trace, 2).await;
+    let a = &kind(&spans, "SERVER")[0]["attributes"];
+    assert_eq!(a["url.path"], "/old/orders", "{a}");
+    assert_eq!(a["hopgate.rewritten_path"], "/new/orders", "{a}");
+    assert_eq!(a["hopgate.filters"], "request_headers,url_rewrite", "{a}");
+    assert_eq!(a["http.route"], "rw", "{a}");
+}

@@ -113,11 +113,21 @@ pub struct RawDirectResponse {
 }
 
 /// `mirror:` — a copy of a sampled share of requests to another service.
+/// The copy never delays or fails the client's request; its answer is
+/// discarded.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawMirror {
+    /// The service the copies go to (through its own balancing and pools;
+    /// it may be the route's own service).
     #[serde(default)]
     pub service: String,
+    /// The share of requests copied, 0 to 100; fractions allowed (down to
+    /// 0.0001). Default 100.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub percent: Option<Text>,
+    /// Copies of this route in flight at once, 1 to 65536; a copy over it
+    /// is dropped (and counted). Default 64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<Text>,
 }

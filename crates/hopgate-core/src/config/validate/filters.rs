@@ -4,11 +4,13 @@
 //! `Content-Length`, no `Host` or header the gateway sets on requests),
 //! templates and their variables, rewrites (a `replace_prefix` needs the
 //! route's `path_prefix`, a regex's captures must exist, no path rewrite on
-//! a gRPC route), redirects (scheme, port, status) and direct responses.
+//! a gRPC route), redirects (scheme, port, status), direct responses and
+//! the mirror (`filters/mirror.rs`).
 //! Same contract as the parent module: every error with its path, no I/O
 //! (a `body_file` is only checked for shape; the loader reads it), no
 //! panic.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -19,12 +21,17 @@ use super::values::{int_in, parse_header_name};
 use super::Validator;
 use crate::config::raw::{
     RawDirectResponse, RawFilter, RawHeaderEdits, RawPathRewrite, RawRedirect, RawRoute,
-    RawUrlRewrite,
+    RawService, RawUrlRewrite,
 };
 use crate::filter::{
     Direct, HeaderEdits, Local, PathRewrite, Redirect, RequestStep, RouteFilters, Template,
     UrlRewrite, Var,
 };
+
+mod mirror;
+
+/// The services a filter may name: as written, and their indices by name.
+pub(super) type Services<'a> = (&'a [RawService], &'a HashMap<&'a str, usize>);
 
 /// The statuses a redirect may answer.
 const REDIRECT_STATUSES: [i64; 5] = [301, 302, 303, 307, 308];
@@ -68,7 +75,12 @@ const RESPONSE_VARS: [Var; 2] = [Var::RouteId, Var::Scheme];
 impl Validator {
     /// `routes[i].filters` (`p` is `routes[i]`): the compiled program, or
     /// `None` for a route without filters (or with errors, reported).
-    pub(super) fn filters(&mut self, p: &str, r: &RawRoute) -> Option<Arc<RouteFilters>> {
+    pub(super) fn filters(
+        &mut self,
+        p: &str,
+        r: &RawRoute,
+        services: Services<'_>,
+    ) -> Option<Arc<RouteFilters>> {
         if r.filters.is_empty() {
             return None;
         }
@@ -88,6 +100,17 @@ impl Validator {
                         "never runs: filters[{at}] answers the request (a redirect or \
                          direct_response must be the last filter)"
                     ),
+                );
+                continue;
+            }
+            out.kinds.push(kind);
+            if kind == "mirror" {
+                self.mirror(
+                    &format!("{fp}.mirror"),
+                    f.mirror.as_ref(),
+                    r,
+                    services,
+                    &mut out,
                 );
                 continue;
             }
@@ -129,7 +152,7 @@ impl Validator {
                 self.err(
                     fp,
                     "empty filter: set one of request_headers, response_headers, url_rewrite, \
-                     redirect, direct_response",
+                     redirect, direct_response, mirror",
                 );
                 None
             }
@@ -187,11 +210,7 @@ impl Validator {
                     out.local = Some(Local::Direct(d));
                 }
             }
-            _ => self.err(
-                kp,
-                "mirror is not available in this build: remove the filter (requests are not \
-                 copied to another service)",
-            ),
+            _ => {}
         }
     }
 

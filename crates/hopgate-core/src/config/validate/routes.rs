@@ -66,7 +66,7 @@ impl Validator {
         }
         let matcher = self.matcher(&format!("{p}.match"), &r.matches);
 
-        let filters = self.filters(p, r);
+        let filters = self.filters(p, r, (services, by_name));
         // It answers itself (a redirect or direct response): no service.
         let local = r
             .filters

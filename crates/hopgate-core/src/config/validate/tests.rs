@@ -1773,6 +1773,7 @@ fn nasty_values_never_panic() {
                     mirror: Some(crate::config::raw::RawMirror {
                         service: s.into(),
                         percent: t(),
+                        max_in_flight: t(),
                     }),
                 }],
                 timeouts: Some(crate::config::raw::RawRouteTimeouts {

@@ -5,6 +5,8 @@ No generated code: methods are generic handlers over raw bytes.
   grpcio_peer.py server         -> prints "port N", serves until killed
   grpcio_peer.py client ADDR    -> runs the cases through ADDR, prints one
                                    JSON object with what it saw
+  grpcio_peer.py headers ADDR   -> calls Headers (ok and failing) with
+                                   metadata, prints what both ends saw
 """
 import json
 import sys
@@ -40,6 +42,18 @@ def slow(request, context):
     return b"late"
 
 
+def headers(request, context):
+    """Answers the request metadata it got (as JSON), with initial metadata
+    and trailing metadata of its own; fails when asked to."""
+    got = dict(context.invocation_metadata())
+    context.send_initial_metadata((("x-server-initial", "a"), ("x-keep-initial", "b")))
+    context.set_trailing_metadata((("x-trailer", "t"),))
+    if request == b"fail":
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, "asked to fail")
+    seen = {k: got.get(k) for k in ("x-probe", "x-route", "x-drop", "x-keep")}
+    return json.dumps(seen).encode()
+
+
 def serve():
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     handlers = {
@@ -48,6 +62,7 @@ def serve():
         "StreamThree": grpc.unary_stream_rpc_method_handler(stream_three),
         "StreamThenFail": grpc.unary_stream_rpc_method_handler(stream_then_fail),
         "Slow": grpc.unary_unary_rpc_method_handler(slow),
+        "Headers": grpc.unary_unary_rpc_method_handler(headers),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     port = server.add_insecure_port("127.0.0.1:0")
@@ -93,8 +108,31 @@ def client(addr):
     print(json.dumps(out), flush=True)
 
 
+def headers_client(addr):
+    out = {}
+    metadata = (("x-drop", "1"), ("x-keep", "2"))
+    with grpc.insecure_channel(addr) as ch:
+        call = ch.unary_unary("/%s/Headers" % SERVICE)
+        resp, c = call.with_call(b"ok", timeout=10, metadata=metadata)
+        out["ok"] = {
+            "code": c.code().name,
+            "seen": json.loads(resp.decode()),
+            "initial": dict(c.initial_metadata()),
+            "trailers": dict(c.trailing_metadata()),
+        }
+        try:
+            call.with_call(b"fail", timeout=10, metadata=metadata)
+            out["fail"] = "no error"
+        except grpc.RpcError as e:
+            out["fail"] = error_of(e)
+            out["fail"]["initial"] = dict(e.initial_metadata() or ())
+    print(json.dumps(out), flush=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "server":
         serve()
+    elif sys.argv[1] == "headers":
+        headers_client(sys.argv[2])
     else:
         client(sys.argv[2])

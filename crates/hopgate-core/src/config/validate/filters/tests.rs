@@ -115,3 +115,52 @@ routes:
         .as_ref()
         .is_some_and(|f| f.is_local()));
 }
+
+/// A mirror compiles to its service's index, its share in millionths and
+/// its in-flight bound (defaults: 100 %, 64); the route's own service may
+/// be its mirror; a copy of an HTTP/2 (gRPC) service's request cannot go
+/// to an HTTP/1.1 one.
+#[test]
+fn a_mirror_names_a_service_a_share_and_a_bound() {
+    let doc = "listeners:
+  - { name: public, address: 127.0.0.1:8080 }
+services:
+  - name: api
+    nodes: [ { id: a, address: 127.0.0.1:8081 } ]
+  - name: shadow
+    nodes: [ { id: s, address: 127.0.0.1:8082 } ]
+routes:
+  - id: some
+    match: { path_prefix: /some }
+    service: api
+    filters:
+      - request_headers: { set: { X-A: '1' } }
+      - mirror: { service: shadow, percent: 12.5, max_in_flight: 8 }
+  - id: own
+    match: { path_prefix: / }
+    service: api
+    filters:
+      - mirror: { service: api }
+";
+    let c = load(doc, Format::Yaml).unwrap_or_else(|e| panic!("{e:?}"));
+    let f = c.routes[0].filters.as_deref().expect("filters");
+    let m = f.mirror.as_ref().expect("a mirror");
+    assert_eq!((m.service, m.per_million, m.max_in_flight), (1, 125_000, 8));
+    assert_eq!(f.kinds, ["request_headers", "mirror"]);
+    let own = c.routes[1].filters.as_deref().expect("filters");
+    let m = own.mirror.as_ref().expect("a mirror");
+    assert_eq!(
+        (m.service, m.per_million, m.max_in_flight),
+        (0, 1_000_000, 64)
+    );
+
+    let grpc = doc.replace("  - name: api\n", "  - name: api\n    protocol: http2\n");
+    let errors = load(&grpc, Format::Yaml).expect_err("an HTTP/1.1 mirror of an HTTP/2 route");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.path == "routes[0].filters[1].mirror.service"
+                && e.message.contains("speaks HTTP/1.1")),
+        "{errors:?}"
+    );
+}
