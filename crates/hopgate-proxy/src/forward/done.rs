@@ -169,27 +169,45 @@ impl Done {
         conn: &Arc<ClientConn>,
         result: Result<Box<Response<ProxyBody>>, ErrorKind>,
     ) -> Box<Response<ProxyBody>> {
-        let out = &mut self.out;
         let resp = match result {
             Ok(r) => r,
-            Err(kind) => {
-                out.status = kind.status();
-                out.error = Some(kind);
-                METRICS.error(kind);
-                let mut resp = error_answer(kind, self.grpc, &self.request_id);
-                if let Some(refused) = out.limited {
-                    limited_answer(&mut resp, snap, out.route, refused);
-                }
-                resp
-            }
+            Err(kind) => self.error(snap, kind),
         };
         // A gRPC error travels as HTTP 200 with a `grpc-status`; it is
         // counted (like the access log shows it) by the gateway's status.
-        let status = if out.error.is_some() {
-            out.status
+        let status = if self.out.error.is_some() {
+            self.out.status
         } else {
             resp.status().as_u16()
         };
+        let took = self.count(snap, conn, status);
+        match self.access.take() {
+            Some(facts) => self.log(snap, conn, resp, took, facts),
+            None => resp,
+        }
+    }
+
+    /// The gateway's own answer for an error (with the rate limit's
+    /// headers when a limit refused the request).
+    #[cold]
+    fn error(&mut self, snap: &Snapshot, kind: ErrorKind) -> Box<Response<ProxyBody>> {
+        let out = &mut self.out;
+        out.status = kind.status();
+        out.error = Some(kind);
+        METRICS.error(kind);
+        let mut resp = error_answer(kind, self.grpc, &self.request_id);
+        if let Some(refused) = out.limited {
+            limited_answer(&mut resp, snap, out.route, refused);
+        }
+        resp
+    }
+
+    /// Counts the answer: the status, the span, the latency (the route's
+    /// and, while a config canary bakes, its side's). How long the request
+    /// took.
+    #[inline]
+    fn count(&mut self, snap: &Arc<Snapshot>, conn: &ClientConn, status: u16) -> Duration {
+        let out = &mut self.out;
         METRICS.response(status);
         if let Some(span) = out.span.take() {
             if let Some(ex) = &conn.forwarder.otlp {
@@ -206,15 +224,25 @@ impl Done {
         if let Some(r) = out.route {
             snap.routes[r].stats.record(status, took);
         }
-        // A baking config canary counts each side's answers.
         conn.forwarder.canary.with_arm(|arm| {
             if let Some(side) = arm.side_of(snap.version) {
                 side.record(status, took);
             }
         });
-        let Some(facts) = self.access.take() else {
-            return resp;
-        };
+        took
+    }
+
+    /// The access line: written now when no body is to come, else when the
+    /// body ends ([`LoggedBody`]).
+    #[inline]
+    fn log(
+        &mut self,
+        snap: &Arc<Snapshot>,
+        conn: &Arc<ClientConn>,
+        resp: Box<Response<ProxyBody>>,
+        took: Duration,
+        facts: Box<AccessFacts>,
+    ) -> Box<Response<ProxyBody>> {
         // Nothing to wait for: no body, or one the server never sends.
         if resp.body().is_end_stream()
             || self.method == Method::HEAD
@@ -223,7 +251,7 @@ impl Done {
             let line = Inputs {
                 method: &self.method,
                 request_id: &self.request_id,
-                out: &*out,
+                out: &self.out,
                 took,
                 peer: &conn.peer_text,
                 ctx: &conn.ctx,
@@ -241,7 +269,7 @@ impl Done {
                 &mut self.request_id,
                 RequestId::Client(HeaderValue::from_static("-")),
             ),
-            out: std::mem::take(out),
+            out: std::mem::take(&mut self.out),
             took,
             facts,
         };

@@ -17,6 +17,7 @@
 //! sends, anything `async`: a request turned away here never gets a
 //! future.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -177,15 +178,9 @@ impl Forwarder {
             known,
             body,
         } = arrival;
-        limits::check(&req, facts, &snap.config.limits)?;
-        // Phase 5: the client's address, and the access lists.
-        let client_ip = snap.access.client_ip(conn.peer.ip(), req.headers());
-        if !snap.access.permits(client_ip) {
-            return Err(Stop::Refused(ErrorKind::Forbidden));
-        }
         let now = ms_at(started);
-        let normalize = conn.ctx.normalize_path;
-        let Some(routed) = route::route(snap, &req, facts, normalize, client_ip, now, out)? else {
+        let (client_ip, routed) = front(snap, &req, conn, facts, now, out)?;
+        let Some(routed) = routed else {
             return Err(Stop::Local(out.route.unwrap_or_default(), req));
         };
         let auth = self.admit(snap, routed.route, &mut req, facts, (conn, client_ip))?;
@@ -200,17 +195,7 @@ impl Forwarder {
             (routed.route, svc),
             now,
         );
-        // Phase 9½: the route's rate limit, keyed by what it names.
-        let known = session.client.as_ref().filter(|c| c.known);
-        let who = (client_ip, known.map(|c| &c.id.as_bytes()[..]));
-        let held = limits::rate(
-            &snap.routes[routed.route],
-            routed.route,
-            &req,
-            who,
-            started,
-            out,
-        )?;
+        let held = rate_limit(snap, routed.route, &req, client_ip, &session, started, out)?;
         let (sticky, prior, hop) = stuck(session.stick);
         let upgrade = build::upgrade(&mut req, facts);
         let (mut set, https) = build::upstream_request(
@@ -251,6 +236,52 @@ impl Forwarder {
             held,
         })
     }
+}
+
+/// Phases 4–7: the head's limits, the client's address and the access
+/// lists, then the route (`None`: no route, or one that answers itself).
+#[inline]
+fn front(
+    snap: &Snapshot,
+    req: &Request<ProxyBody>,
+    conn: &ClientConn,
+    facts: &RequestFacts,
+    now: u64,
+    out: &mut Outcome,
+) -> Result<(IpAddr, Option<route::Routed>), Stop> {
+    limits::check(req, facts, &snap.config.limits)?;
+    // Phase 5: the client's address, and the access lists.
+    let client_ip = snap.access.client_ip(conn.peer.ip(), req.headers());
+    if !snap.access.permits(client_ip) {
+        return Err(Stop::Refused(ErrorKind::Forbidden));
+    }
+    let normalize = conn.ctx.normalize_path;
+    let routed = route::route(snap, req, facts, normalize, client_ip, now, out)?;
+    Ok((client_ip, routed))
+}
+
+/// Phase 9½: the route's rate limit, keyed by what it names (the session
+/// only when the client's token is known).
+#[inline]
+fn rate_limit(
+    snap: &Snapshot,
+    route: usize,
+    req: &Request<ProxyBody>,
+    client_ip: IpAddr,
+    session: &stickiness::Session,
+    started: Instant,
+    out: &mut Outcome,
+) -> Result<Option<hopgate_core::limit::Held>, Stop> {
+    let known = session.client.as_ref().filter(|c| c.known);
+    let who = (client_ip, known.map(|c| &c.id.as_bytes()[..]));
+    Ok(limits::rate(
+        &snap.routes[route],
+        route,
+        req,
+        who,
+        started,
+        out,
+    )?)
 }
 
 impl Forwarder {
