@@ -31,7 +31,7 @@ use ipnet::IpNet;
 pub use proxy_protocol::{
     ListenerProxyProtocol, ProxyProtocolVersion, DEFAULT_PROXY_PROTOCOL_TIMEOUT,
 };
-pub use rate_limits::{LimitKey, LimitMode, Rate, RateLimitConfig};
+pub use rate_limits::{LimitKey, LimitMode, LimitScope, Rate, RateLimitConfig};
 pub use raw::RawConfig;
 pub use tls::{CertificateConfig, ListenerTls, UpstreamTls};
 pub use tracing::{OtlpConfig, TracingConfig, DEFAULT_OTLP_ENDPOINT};

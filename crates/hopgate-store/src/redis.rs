@@ -6,8 +6,9 @@
 //! compare-and-set script), the task ([`sync`]: connections, write queue,
 //! change feed, reload, miss lookup) and the connection state
 //! ([`RedisStatus`]); also [`SharedCounters`] (`counters`), the counters a
-//! fleet sums in Redis for the control plane's canary judge, so that no
-//! other crate holds a Redis client. Must not touch: the request path's waiting. No trait
+//! fleet sums in Redis for the control plane's canary judge, and
+//! [`FleetShares`] (`lease`), the fleet's shares of `scope: fleet` rate
+//! limits, so that no other crate holds a Redis client. Must not touch: the request path's waiting. No trait
 //! method awaits or takes a lock; `put` and `remove` change the cache and
 //! push one entry onto a lock-free bounded queue.
 //!
@@ -111,12 +112,14 @@ use serde::Serialize;
 use crate::{Binding, FetchFuture, MemoryStore, SessionId, SessionStore};
 
 mod counters;
+mod lease;
 mod sync;
 mod wire;
 
 use sync::{Dirty, Shared};
 
 pub use counters::SharedCounters;
+pub use lease::FleetShares;
 
 /// What a [`RedisStore`] needs to start.
 #[derive(Clone, Debug)]

@@ -19,6 +19,7 @@ fn policy(key: Vec<LimitKey>, tokens: u32, per_secs: u64, burst: u32) -> RateLim
             burst,
         }),
         mode: LimitMode::Enforce,
+        scope: LimitScope::Local,
         max_in_flight: None,
     }
 }

@@ -69,8 +69,8 @@ impl Gateway {
         let admin_addr = admin_sock.local_addr()?;
         let admin_configured = cfg.admin.address;
         let (session_stop, session_rx) = watch::channel(false);
-        let (sessions, session_task, memory) =
-            start_sessions(&cfg, &replica_id(&cfg, admin_addr), session_rx).await?;
+        let replica = replica_id(&cfg, admin_addr);
+        let (sessions, session_task, memory) = start_sessions(&cfg, &replica, session_rx).await?;
         let maintenance = new_maintenance(&cfg, &control);
         let plane = DataPlane::build(&control, &sessions, inherited, fds);
         let live = plane.live;
@@ -93,6 +93,8 @@ impl Gateway {
             tokio::spawn(watch_auth_files(Arc::clone(&control), rx.clone())),
             // services[].discovery.dns: resolver tasks follow the applied configs.
             hopgate_control::start_dns(Arc::clone(&control), rx.clone()),
+            // rate_limits[].scope: fleet: shares synced with Redis.
+            hopgate_control::start_fleet_limits(Arc::clone(&control), replica, rx.clone()),
         ];
         if let Some(armed) = file_watch {
             tasks.push(tokio::spawn(watch_file(

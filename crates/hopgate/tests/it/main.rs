@@ -39,6 +39,7 @@ mod otlp;
 mod prometheus;
 mod proxy_protocol;
 mod rate_limits;
+mod rate_limits_fleet;
 mod reload;
 mod resilience;
 mod retry_on_status;

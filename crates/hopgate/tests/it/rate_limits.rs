@@ -307,10 +307,10 @@ async fn curl_sees_the_429_and_its_headers() {
     );
 }
 
-/// A policy with `scope: fleet` is refused with its field path, and the
-/// running config stays.
+/// A policy with `scope: fleet` on a gateway without the Redis store is
+/// refused with its field path, and the running config stays.
 #[tokio::test]
-async fn fleet_scope_is_refused_with_its_path() {
+async fn fleet_scope_without_redis_is_refused_with_its_path() {
     let (b, gw) = gateway_with("key: [client_ip], rate: 10/s").await;
     let r = client()
         .put(gw.admin_url("/admin/v1/config"))
@@ -327,6 +327,6 @@ async fn fleet_scope_is_refused_with_its_path() {
     assert_eq!(doc["errors"][0]["path"], "rate_limits[0].scope");
     assert_eq!(
         doc["errors"][0]["message"],
-        "scope: fleet is not available yet; use local"
+        "scope: fleet shares the rate through Redis: it needs store.kind: redis"
     );
 }

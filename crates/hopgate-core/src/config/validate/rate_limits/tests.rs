@@ -100,7 +100,7 @@ fn every_mistake_is_named_by_its_path() {
         has(
             &errs,
             "rate_limits[2].scope",
-            "scope: fleet is not available yet; use local"
+            "it needs store.kind: redis"
         ),
         "{errs:?}"
     );
