@@ -72,7 +72,11 @@ async fn run(control: Arc<Control>, mut shares: FleetShares) {
     }
 }
 
-async fn sync_one(shares: &mut FleetShares, limiter: &hopgate_core::limit::RateLimiter, elapsed_ms: u64) {
+async fn sync_one(
+    shares: &mut FleetShares,
+    limiter: &hopgate_core::limit::RateLimiter,
+    elapsed_ms: u64,
+) {
     let policy = limiter.config.name.as_str();
     let demand = limiter.fleet_demand(elapsed_ms, MAX_REPORTED);
     match shares.sync(policy, &demand, TTL).await {

@@ -29,8 +29,7 @@ mod sessions;
 
 pub use memory::{LoadReport, LoadWarning, MemoryStore, DEFAULT_MAX_SESSIONS};
 pub use redis::{
-    FleetShares, RedisOptions, RedisState, RedisStatus, RedisStore, RedisStoreError,
-    SharedCounters,
+    FleetShares, RedisOptions, RedisState, RedisStatus, RedisStore, RedisStoreError, SharedCounters,
 };
 pub use sessions::Sessions;
 

@@ -7,7 +7,9 @@
 //! shared through Redis, 0 not), `hopgate_rate_limit_fleet_live_replicas`,
 //! `hopgate_rate_limit_fleet_hot_keys`,
 //! `hopgate_rate_limit_fleet_fallbacks_total` and
-//! `hopgate_rate_limit_fleet_sync_errors_total`.
+//! `hopgate_rate_limit_fleet_sync_errors_total`; and
+//! `hopgate_client_connections_refused_total` (connections closed by
+//! `limits.max_connections_per_client`).
 //!
 //! Must not touch: the limiters (read only).
 
@@ -48,6 +50,17 @@ pub(super) fn rate_limits(
         snap.limiters
             .iter()
             .map(|l| ([("policy", l.config.name.as_str())], get(&l.counters.overflow))),
+    )?;
+    counters(
+        enc,
+        "hopgate_client_connections_refused",
+        "Client connections closed at once because their client address had limits.max_connections_per_client open (since the bound was last set).",
+        [(
+            [("limit", "max_connections_per_client")],
+            snap.connections
+                .as_ref()
+                .map_or(0, |l| get(&l.counters.in_flight_limited)),
+        )],
     )?;
     fleet_shares(enc, snap)
 }

@@ -249,7 +249,10 @@ fn a_fleet_key_runs_at_its_share() {
     let got = admitted_over(&l, 40 * SEC, 2);
     assert!((99..=101).contains(&got), "fallback: {got}");
     let f = l.fleet().unwrap();
-    assert_eq!((f.shared, f.fallback, f.fallbacks, f.live), (false, true, 1, 2));
+    assert_eq!(
+        (f.shared, f.fallback, f.fallbacks, f.live),
+        (false, true, 1, 2)
+    );
 }
 
 /// A hot key's share never drops below the floor (5 % of the rate over the

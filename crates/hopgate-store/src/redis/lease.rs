@@ -151,13 +151,11 @@ impl FleetShares {
                 .arg(if d.hot { "1" } else { "0" });
         }
         inv.arg(MAX_HOT - 1);
-        let (live, totals, hot): (u32, Vec<u64>, Vec<String>) = tokio::time::timeout(
-            self.timeout,
-            inv.invoke_async(conn),
-        )
-        .await
-        .map_err(|_| "timed out".to_owned())?
-        .map_err(|e| e.to_string())?;
+        let (live, totals, hot): (u32, Vec<u64>, Vec<String>) =
+            tokio::time::timeout(self.timeout, inv.invoke_async(conn))
+                .await
+                .map_err(|_| "timed out".to_owned())?
+                .map_err(|e| e.to_string())?;
         let hot = hot
             .iter()
             .filter_map(|k| u64::from_str_radix(k, 16).ok())
@@ -168,7 +166,10 @@ impl FleetShares {
 
 /// A connection to the store's Redis: the one function to change when the
 /// store reaches Redis another way (Sentinel, Cluster).
-async fn connect(client: &redis::Client, timeout: Duration) -> Result<MultiplexedConnection, String> {
+async fn connect(
+    client: &redis::Client,
+    timeout: Duration,
+) -> Result<MultiplexedConnection, String> {
     let cfg = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout));

@@ -220,7 +220,8 @@ async fn two_replicas_share_one_limit_and_split_it_while_redis_is_away() {
     for gw in &gws {
         assert!(fallbacks(gw).await >= 1, "the fallback is counted");
         assert!(
-            gw.logs().contains("rate limit fleet share: Redis unreachable"),
+            gw.logs()
+                .contains("rate limit fleet share: Redis unreachable"),
             "{}",
             gw.logs()
         );
