@@ -75,6 +75,9 @@ pub struct FleetShare {
     weights: Box<[AtomicU32]>,
     /// Per slot: requests since the last sync.
     seen: Box<[AtomicU32]>,
+    /// One bit per 64 slots: a slot in it had a first request since the
+    /// last sync, or has a weight (so the sync reads only those chunks).
+    active: Box<[AtomicU64]>,
     /// A cold key's weight: `PPM ÷ live`.
     cold: AtomicU32,
     live: AtomicU32,
@@ -124,6 +127,9 @@ impl FleetShare {
         FleetShare {
             weights: atomics(),
             seen: atomics(),
+            active: (0..(MAX_KEYS + 1).div_ceil(64 * 64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             cold: AtomicU32::new(PPM),
             live: AtomicU32::new(1),
             state: AtomicU8::new(STARTING),
@@ -139,7 +145,9 @@ impl FleetShare {
     #[inline]
     pub(super) fn scaled(&self, idx: u32, interval: u64, burst: u32) -> (u64, u64) {
         let i = idx as usize;
-        self.seen[i].fetch_add(1, Relaxed);
+        if self.seen[i].fetch_add(1, Relaxed) == 0 {
+            self.mark(i);
+        }
         let mut w = self.cold.load(Relaxed);
         if self.state.load(Relaxed) == SHARED {
             let own = self.weights[i].load(Relaxed);
@@ -152,6 +160,27 @@ impl FleetShare {
         let burst = (u128::from(burst) * w / u128::from(PPM)).max(1);
         let interval = interval as u64;
         (interval, interval.saturating_mul(burst as u64))
+    }
+
+    /// Marks slot `i`'s chunk for the next sync.
+    fn mark(&self, i: usize) {
+        let chunk = i / 64;
+        self.active[chunk / 64].fetch_or(1 << (chunk % 64), Relaxed);
+    }
+
+    /// The slots of the chunks marked since the last call (marks cleared
+    /// first: a request marking meanwhile is seen at the next call).
+    fn marked(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        for (w, word) in self.active.iter().enumerate() {
+            let mut bits = word.swap(0, Relaxed);
+            while bits != 0 {
+                let chunk = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                out.extend((chunk * 64..(chunk + 1) * 64).filter(|i| *i < self.seen.len()));
+            }
+        }
+        out
     }
 
     /// A slot was given to a new key: it starts cold.
@@ -175,7 +204,7 @@ impl FleetShare {
         let elapsed_ms = elapsed_ms.max(1);
         let cold_milli = rate_milli * u64::from(self.cold.load(Relaxed)) / u64::from(PPM);
         let mut out = Vec::new();
-        for i in 0..self.seen.len() {
+        for i in self.marked() {
             let seen = match self.seen[i].load(Relaxed) {
                 0 => 0,
                 _ => self.seen[i].swap(0, Relaxed),
@@ -218,6 +247,7 @@ impl FleetShare {
         let hot: HashSet<u64> = answer.hot.iter().copied().collect();
         let floor = floor(live);
         let mut done = HashSet::with_capacity(reported.len());
+        let mut weighted = 0u32;
         for (d, total) in reported.iter().zip(&answer.totals) {
             let w = match (hot.contains(&d.key), *total) {
                 (false, _) => 0,
@@ -227,18 +257,30 @@ impl FleetShare {
                     (w as u32).clamp(floor, PPM)
                 }
             };
+            let mut n = 0;
             if key_at(d.index) == d.key {
                 self.weights[d.index as usize].store(w, Relaxed);
+                if w != 0 {
+                    self.mark(d.index as usize);
+                    n += 1;
+                }
             }
+            weighted += n;
             done.insert(d.key);
         }
         for key in hot.iter().filter(|k| !done.contains(k)) {
             if let Some(idx) = find(*key) {
-                let _ = self.weights[idx as usize].compare_exchange(0, floor, Relaxed, Relaxed);
+                let i = idx as usize;
+                if self.weights[i]
+                    .compare_exchange(0, floor, Relaxed, Relaxed)
+                    .is_ok()
+                {
+                    self.mark(i);
+                    weighted += 1;
+                }
             }
         }
-        let n = self.weights.iter().filter(|w| w.load(Relaxed) != 0).count();
-        self.hot.store(n as u32, Relaxed);
+        self.hot.store(weighted, Relaxed);
         self.state.swap(SHARED, Relaxed) != SHARED
     }
 
