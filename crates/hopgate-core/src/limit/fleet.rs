@@ -14,6 +14,11 @@
 //! known number of live replicas: `rate ÷ live replicas` each, never
 //! "everyone blocked" and never "no limit".
 //!
+//! The sync reads only the slots of 64-slot chunks marked since the last
+//! one (a request marks its slot's chunk on its first request of a sync
+//! period; a slot with a weight is marked again at each sync), so its cost
+//! follows the keys in use, not the table's size.
+//!
 //! Owns the per-slot weights and demand counters, the live count, the
 //! shared/fallback state and its counters, the fleet-wide key hash
 //! ([`StableHasher`]: the same key is the same number on every replica).
