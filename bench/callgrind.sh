@@ -27,7 +27,10 @@
 #   CG_RATE_LIMIT=on puts the route under a local rate limit keyed by the
 #     client address (rate_limits[], a rate no request reaches: every
 #     request pays the check and passes); CG_RATE_LIMIT=in_flight adds
-#     max_in_flight (the per-key count and its guard); default off.
+#     max_in_flight (the per-key count and its guard); CG_RATE_LIMIT=fleet
+#     makes the same policy scope: fleet, with a redis-server started for
+#     it (store.kind: redis; one replica, so the key's share is the whole
+#     rate); default off.
 #   CG_FILTERS=on requests /f/0 on a route with route filters: three
 #     request header edits (set, add, remove) and a prefix rewrite back to
 #     /0 (routes[].filters), the cost of a route that uses them.
@@ -94,6 +97,11 @@ Y
 case ${CG_RATE_LIMIT:-off} in
   on) printf 'rate_limits:\n  - { name: bench, key: [client_ip], rate: 1000000/s, burst: 1000000 }\n' >> "$D/hopgate.yaml" ;;
   in_flight) printf 'rate_limits:\n  - { name: bench, key: [client_ip], rate: 1000000/s, burst: 1000000, max_in_flight: 1000 }\n' >> "$D/hopgate.yaml" ;;
+  fleet)
+    PR=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    redis-server --port "$PR" --bind 127.0.0.1 --save "" --appendonly no --dir "$D" >"$D/redis.log" 2>&1 &
+    PIDS+=($!)
+    printf 'rate_limits:\n  - { name: bench, key: [client_ip], rate: 1000000/s, burst: 1000000, scope: fleet }\nstore: { kind: redis, url: "redis://127.0.0.1:%s/0" }\n' "$PR" >> "$D/hopgate.yaml" ;;
 esac
 if [[ ${CG_FILTERS:-off} == on ]]; then
   cat >> "$D/hopgate.yaml" <<'Y'

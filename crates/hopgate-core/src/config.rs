@@ -31,7 +31,7 @@ use ipnet::IpNet;
 pub use proxy_protocol::{
     ListenerProxyProtocol, ProxyProtocolVersion, DEFAULT_PROXY_PROTOCOL_TIMEOUT,
 };
-pub use rate_limits::{LimitKey, LimitMode, Rate, RateLimitConfig};
+pub use rate_limits::{LimitKey, LimitMode, LimitScope, Rate, RateLimitConfig};
 pub use raw::RawConfig;
 pub use tls::{CertificateConfig, ListenerTls, UpstreamTls};
 pub use tracing::{OtlpConfig, TracingConfig, DEFAULT_OTLP_ENDPOINT};
@@ -866,6 +866,9 @@ pub struct Limits {
     /// start ([`derive_max_connections`]) instead of a fixed number that
     /// may not fit the machine.
     pub max_connections: Option<usize>,
+    /// Open connections of one client address at most, over every
+    /// listener (`limits.max_connections_per_client`; `None`: no bound).
+    pub max_connections_per_client: Option<u32>,
 }
 
 impl Default for Limits {
@@ -876,6 +879,7 @@ impl Default for Limits {
             max_uri_bytes: 8 << 10,
             max_body_bytes: 10 << 20,
             max_connections: None,
+            max_connections_per_client: None,
         }
     }
 }

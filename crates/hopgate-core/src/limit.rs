@@ -17,6 +17,11 @@
 //! flight is idle and may be taken by another key; when every slot a key
 //! may use is busy, the key shares one overflow bucket (counted).
 //!
+//! A `scope: fleet` policy also has a [`FleetShare`] (`fleet`): each key's
+//! bucket here runs at this replica's share of the rate, which the control
+//! plane sets from Redis in the background; its keys are hashed the same
+//! on every replica. A local policy does none of that.
+//!
 //! Must not touch: I/O, the snapshot, responses (the data plane writes the
 //! 429 and its headers).
 
@@ -28,12 +33,15 @@ use std::time::Instant;
 
 use http::HeaderMap;
 
-use crate::config::{LimitKey, LimitMode, RateLimitConfig};
+use crate::config::{LimitKey, LimitMode, LimitScope, RateLimitConfig};
 
+mod fleet;
 mod table;
 #[cfg(test)]
 mod tests;
 
+use fleet::StableHasher;
+pub use fleet::{floor as fleet_floor, Demand, FleetAnswer, FleetShare, FleetView, PPM};
 use table::Table;
 pub use table::{KeyFill, MAX_KEYS};
 
@@ -89,7 +97,10 @@ pub struct RateLimiter {
     /// (`burst` tokens); both 0 without a rate.
     interval: u64,
     capacity: u64,
+    burst: u32,
     table: Table,
+    /// `scope: fleet`: this replica's share of each key's rate.
+    fleet: Option<FleetShare>,
     seed: std::hash::RandomState,
     pub counters: LimitCounters,
     /// When a log-mode excess was last logged (milliseconds of
@@ -106,11 +117,14 @@ impl RateLimiter {
             }
             None => (0, 0),
         };
+        let fleet = (config.scope == LimitScope::Fleet).then(FleetShare::new);
         RateLimiter {
+            burst: config.rate.map_or(0, |r| r.burst),
             config,
             interval,
             capacity,
             table: Table::new(),
+            fleet,
             seed: std::hash::RandomState::new(),
             counters: LimitCounters::default(),
             logged_ms: AtomicU64::new(0),
@@ -141,6 +155,9 @@ impl RateLimiter {
             let route = self.config.key.contains(&LimitKey::Route);
             let route = route.then_some(who.route);
             self.table.describe(slot.index, self.shown_ip(who), route);
+            if let Some(f) = &self.fleet {
+                f.claimed(slot.index);
+            }
         }
         let held = match self.config.max_in_flight {
             Some(max) => match self.table.enter(slot.index, max) {
@@ -162,10 +179,11 @@ impl RateLimiter {
             None => None,
         };
         if self.interval != 0 {
-            if let Err(wait) = self
-                .table
-                .take(slot.index, now, self.interval, self.capacity)
-            {
+            let (interval, capacity) = match &self.fleet {
+                Some(f) => f.scaled(slot.index, self.interval, self.burst),
+                None => (self.interval, self.capacity),
+            };
+            if let Err(wait) = self.table.take(slot.index, now, interval, capacity) {
                 if !self.log_only(&self.counters.logged, now) {
                     self.counters.limited.fetch_add(1, Ordering::Relaxed);
                     return Decision::Limited {
@@ -213,9 +231,52 @@ impl RateLimiter {
         self.table.fullest(n, now, self.interval, self.capacity)
     }
 
-    /// The keyed hash of a request's key (never 0: 0 marks a free slot).
+    /// This replica's share state of a `scope: fleet` policy.
+    pub fn fleet(&self) -> Option<FleetView> {
+        self.fleet.as_ref().map(FleetShare::view)
+    }
+
+    /// A fleet policy's demand since the last call (`elapsed_ms` ago), at
+    /// most `max` keys, hottest first; empty for a local policy.
+    pub fn fleet_demand(&self, elapsed_ms: u64, max: usize) -> Vec<Demand> {
+        let (Some(f), Some(r)) = (&self.fleet, &self.config.rate) else {
+            return Vec::new();
+        };
+        let per = r.per.as_secs().max(1);
+        let rate_milli = u64::from(r.tokens) * 1000 / per;
+        f.demand(|i| self.table.key_at(i as u32), rate_milli, elapsed_ms, max)
+    }
+
+    /// Takes Redis's answer to the sync that reported `reported`. True
+    /// when the policy was in fallback until now.
+    pub fn fleet_apply(&self, reported: &[Demand], answer: &FleetAnswer) -> bool {
+        self.fleet.as_ref().is_some_and(|f| {
+            f.apply(
+                reported,
+                answer,
+                |k| self.table.find(k),
+                |i| self.table.key_at(i),
+            )
+        })
+    }
+
+    /// A sync failed: the policy falls back to `rate ÷ live replicas`.
+    /// True when this starts the fallback.
+    pub fn fleet_fall_back(&self) -> bool {
+        self.fleet.as_ref().is_some_and(FleetShare::fall_back)
+    }
+
+    /// The hash of a request's key (never 0: 0 marks a free slot): keyed
+    /// per process for a local policy, the same on every replica for a
+    /// fleet one.
     fn key_of(&self, who: &Who<'_>) -> u64 {
-        let mut h = self.seed.build_hasher();
+        match self.fleet {
+            Some(_) => self.key_with(StableHasher::new(&self.config.name), who),
+            None => self.key_with(self.seed.build_hasher(), who),
+        }
+    }
+
+    fn key_with(&self, mut h: impl Hasher, who: &Who<'_>) -> u64 {
         for part in &self.config.key {
             match part {
                 LimitKey::ClientIp => write_ip(&mut h, 1, who.client_ip),

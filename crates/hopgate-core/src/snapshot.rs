@@ -70,6 +70,11 @@ pub struct Snapshot<U = ()> {
     /// `config.rate_limits`; carried from the previous snapshot when the
     /// policy is unchanged ([`RateLimiter::carry`]).
     pub limiters: Vec<Arc<RateLimiter>>,
+    /// `limits.max_connections_per_client`: open connections per client
+    /// address (a limiter keyed by `client_ip` with only an in-flight
+    /// bound, held for a connection's life); carried while the bound is
+    /// unchanged.
+    pub connections: Option<Arc<RateLimiter>>,
     /// Policies whose previous limiter was replaced (parameters changed):
     /// their buckets start afresh. The writer logs them at the swap.
     pub limits_reset: Vec<String>,

@@ -6,10 +6,12 @@
 //! decision), [`refusal_headers`] (`Retry-After` and the IETF
 //! `RateLimit-Policy`/`RateLimit` fields, draft-ietf-httpapi-ratelimit-
 //! headers-09) and [`hold`] (the guard rides in the answer's body until
-//! it ends). Must not touch: the buckets (`hopgate_core::limit` owns
-//! them), the snapshot beyond the route's limiter, a lock.
+//! it ends); also [`admit_connection`], a client's place among its open
+//! connections (`limits.max_connections_per_client`). Must not touch:
+//! the buckets (`hopgate_core::limit` owns them), the snapshot beyond the
+//! route's and the connections' limiters, a lock.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
@@ -87,4 +89,32 @@ pub(crate) fn hold(resp: &mut Response<ProxyBody>, held: Held) {
         return;
     }
     ProxyBody::wrap_in(resp, |inner| ProxyBody::held(inner, held));
+}
+
+/// `limits.max_connections_per_client`: the client's place among its open
+/// connections, held until the connection ends (`Some(None)` without the
+/// bound); `None` when it has as many open as allowed: the connection is
+/// closed, counted (`hopgate_client_connections_refused_total`).
+pub(crate) fn admit_connection(
+    limiter: Option<&std::sync::Arc<RateLimiter>>,
+    client: SocketAddr,
+) -> Option<Option<Held>> {
+    let Some(limiter) = limiter else {
+        return Some(None);
+    };
+    let headers = HeaderMap::new();
+    let who = Who {
+        client_ip: client.ip(),
+        route_id: "",
+        route: 0,
+        headers: &headers,
+        session: None,
+    };
+    match limiter.admit(&who, ns_at(Instant::now())) {
+        Decision::Pass(held) => Some(held),
+        Decision::Limited { .. } | Decision::TooManyInFlight => {
+            tracing::debug!(%client, "limits.max_connections_per_client reached; connection closed");
+            None
+        }
+    }
 }

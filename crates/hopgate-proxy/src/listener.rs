@@ -338,6 +338,11 @@ async fn serve_accepted(a: Accepted) {
             None => return,
         },
     };
+    // `limits.max_connections_per_client`: held until the connection ends.
+    let limiter = forwarder.snapshot().load().connections.clone();
+    let Some(_place) = crate::limit::admit_connection(limiter.as_ref(), peer) else {
+        return;
+    };
     let svc = ConnService(Arc::new(ClientConn::new(forwarder, peer, req_ctx)));
     let close = Arc::clone(&svc.0.close);
     let Some(tls) = tls else {

@@ -29,8 +29,8 @@ mod sessions;
 
 pub use memory::{LoadReport, LoadWarning, MemoryStore, DEFAULT_MAX_SESSIONS};
 pub use redis::{
-    needs_redial, Connector, RedisConn, RedisOptions, RedisState, RedisStatus, RedisStore,
-    RedisStoreError, RedisTarget, SharedCounters,
+    needs_redial, Connector, FleetShares, RedisConn, RedisOptions, RedisState, RedisStatus,
+    RedisStore, RedisStoreError, RedisTarget, SharedCounters,
 };
 pub use sessions::Sessions;
 

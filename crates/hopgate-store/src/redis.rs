@@ -6,9 +6,11 @@
 //! compare-and-set script), the way into Redis ([`conn`]: one server, the
 //! master Redis Sentinel names, or a Redis Cluster, behind one
 //! [`Connector`]), the task ([`sync`]: connections, write queue, change
-//! feed, reload, miss lookup) and the connection state ([`RedisStatus`]); also [`SharedCounters`] (`counters`), the counters a
-//! fleet sums in Redis for the control plane's canary judge, so that no
-//! other crate holds a Redis client. Must not touch: the request path's waiting. No trait
+//! feed, reload, miss lookup) and the connection state ([`RedisStatus`]);
+//! also [`SharedCounters`] (`counters`), the counters a fleet sums in Redis
+//! for the control plane's canary judge, and [`FleetShares`] (`lease`), the
+//! fleet's shares of `scope: fleet` rate limits, so that no other crate
+//! holds a Redis client. Must not touch: the request path's waiting. No trait
 //! method awaits or takes a lock; `put` and `remove` change the cache and
 //! push one entry onto a lock-free bounded queue.
 //!
@@ -136,6 +138,7 @@ use crate::{Binding, FetchFuture, MemoryStore, SessionId, SessionStore};
 
 mod conn;
 mod counters;
+mod lease;
 mod sync;
 mod wire;
 
@@ -144,6 +147,7 @@ use sync::{Dirty, Shared};
 pub use conn::{needs_redial, Connector, RedisConn};
 pub use counters::SharedCounters;
 pub use hopgate_core::config::RedisTarget;
+pub use lease::FleetShares;
 
 /// What a [`RedisStore`] needs to start.
 #[derive(Clone, Debug)]

@@ -1,5 +1,6 @@
 //! `GET /admin/v1/fleet`: this replica's view of the fleet (replica id,
-//! Redis and etcd states, config version), all `off` outside fleet mode.
+//! Redis and etcd states, config version), all `off` outside fleet mode,
+//! and the share state of each `scope: fleet` rate limit (`rate_limits`).
 //!
 //! Must not touch: the fleet's state (read only).
 
@@ -10,8 +11,18 @@ use super::Admin;
 
 /// `GET /admin/v1/fleet`.
 pub(super) fn get(admin: &Admin) -> AdminResponse {
-    let version = admin.control().snapshot().load().version;
-    let body = match admin.fleet() {
+    let snap = admin.control().snapshot().load();
+    let version = snap.version;
+    let limits: Vec<_> = snap
+        .limiters
+        .iter()
+        .filter_map(|l| {
+            let mut v = super::limits::fleet_json(l.fleet()?);
+            v["policy"] = json!(l.config.name);
+            Some(v)
+        })
+        .collect();
+    let mut body = match admin.fleet() {
         Some(f) => f.json(version),
         None => json!({
             "replica_id": null,
@@ -20,5 +31,6 @@ pub(super) fn get(admin: &Admin) -> AdminResponse {
             "config_version": version,
         }),
     };
+    body["rate_limits"] = json!(limits);
     ok(&body)
 }

@@ -5,6 +5,8 @@
 //! flight. A key shows the client address and the route when it holds
 //! them; a key holding a header, a cookie or a session id shows only an
 //! 8-hex-digit prefix of its keyed hash (the values may be credentials).
+//! A `scope: fleet` policy also shows its share state (`fleet`, as in
+//! `GET /admin/v1/fleet`).
 //!
 //! Must not touch: the limiters (read only).
 
@@ -13,8 +15,8 @@ use std::time::Instant;
 use http::Uri;
 use serde_json::{json, Value};
 
-use hopgate_core::config::{LimitKey, LimitMode, RateLimitConfig};
-use hopgate_core::limit::{ns_at, KeyFill, RateLimiter, MAX_KEYS};
+use hopgate_core::config::{LimitKey, LimitMode, LimitScope, RateLimitConfig};
+use hopgate_core::limit::{ns_at, FleetView, KeyFill, RateLimiter, MAX_KEYS};
 
 use super::query::Query;
 use super::respond::{ok, AdminResponse};
@@ -53,6 +55,9 @@ pub(super) fn list(admin: &Admin, uri: &Uri) -> AdminResponse {
             p["counters"] = counters_json(l);
             p["max_keys"] = json!(MAX_KEYS);
             p["keys"] = json!(keys);
+            if let Some(f) = l.fleet() {
+                p["fleet"] = fleet_json(f);
+            }
             p
         })
         .collect();
@@ -85,9 +90,26 @@ fn policy_json(c: &RateLimitConfig) -> Value {
         "key": key,
         "rate": rate,
         "burst": c.rate.map(|r| r.burst),
-        "scope": "local",
+        "scope": match c.scope { LimitScope::Local => "local", LimitScope::Fleet => "fleet" },
         "mode": match c.mode { LimitMode::Enforce => "enforce", LimitMode::Log => "log" },
         "max_in_flight": c.max_in_flight,
+    })
+}
+
+/// A fleet policy's share state: `shared` (through Redis), `fallback`
+/// (Redis away: `rate ÷ live_replicas` here) or `starting` (no sync yet).
+pub(super) fn fleet_json(f: FleetView) -> Value {
+    let state = match (f.shared, f.fallback) {
+        (true, _) => "shared",
+        (_, true) => "fallback",
+        _ => "starting",
+    };
+    json!({
+        "state": state,
+        "live_replicas": f.live,
+        "hot_keys": f.hot_keys,
+        "fallbacks": f.fallbacks,
+        "sync_errors": f.sync_errors,
     })
 }
 

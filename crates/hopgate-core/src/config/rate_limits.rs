@@ -14,6 +14,8 @@ pub struct RateLimitConfig {
     /// Token bucket: `None` when the policy only bounds in-flight requests.
     pub rate: Option<Rate>,
     pub mode: LimitMode,
+    /// Whose sum the rate bounds: this replica's, or the fleet's.
+    pub scope: LimitScope,
     /// Concurrent requests per key at most.
     pub max_in_flight: Option<u32>,
 }
@@ -63,6 +65,16 @@ impl Rate {
     pub fn window_secs(&self) -> u64 {
         self.per.as_secs()
     }
+}
+
+/// `rate_limits[].scope`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitScope {
+    /// Each replica keeps its own buckets.
+    Local,
+    /// The replicas share each key's rate through Redis (see
+    /// [`crate::limit`]'s fleet share).
+    Fleet,
 }
 
 /// `rate_limits[].mode`.

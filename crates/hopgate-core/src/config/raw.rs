@@ -487,6 +487,10 @@ pub struct RawLimits {
     pub max_body_bytes: Option<Text>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<Text>,
+    /// Open connections of one client address at most, over every
+    /// listener (after PROXY protocol); one more is closed at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections_per_client: Option<Text>,
 }
 
 /// Active health checks of a service's nodes.

@@ -80,6 +80,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, Vec<ConfigError>> {
     let sources = v.sources(raw.sources.as_ref());
     let sessions = v.sessions(raw.sessions.as_ref());
     let store = v.store(raw.store.as_ref());
+    v.fleet_rate_limits(&rate_limits, store.redis.is_some());
     let maintenance = v.maintenance(raw.maintenance.as_ref());
     let access_log = v.access_log(raw.access_log.as_ref());
     let upgrade = v.upgrade(raw.upgrade.as_ref());

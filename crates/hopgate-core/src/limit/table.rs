@@ -133,6 +133,22 @@ impl Table {
         }
     }
 
+    /// The key in slot `idx` (0: free).
+    pub(super) fn key_at(&self, idx: u32) -> u64 {
+        self.slots
+            .get(idx as usize)
+            .map_or(0, |s| s.key.load(Ordering::Relaxed))
+    }
+
+    /// The slot holding `key`, without claiming one.
+    pub(super) fn find(&self, key: u64) -> Option<u32> {
+        let start = key as usize & (MAX_KEYS - 1);
+        (0..PROBE)
+            .map(|i| (start + i) & (MAX_KEYS - 1))
+            .find(|idx| self.slots[*idx].key.load(Ordering::Relaxed) == key)
+            .map(|idx| idx as u32)
+    }
+
     /// Records what the admin API shows for the key in slot `idx`.
     pub(super) fn describe(&self, idx: u32, ip: Option<IpAddr>, route: Option<usize>) {
         let s = &self.slots[idx as usize];

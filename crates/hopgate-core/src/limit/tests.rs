@@ -19,6 +19,7 @@ fn policy(key: Vec<LimitKey>, tokens: u32, per_secs: u64, burst: u32) -> RateLim
             burst,
         }),
         mode: LimitMode::Enforce,
+        scope: LimitScope::Local,
         max_in_flight: None,
     }
 }
@@ -182,4 +183,93 @@ fn the_table_is_bounded() {
     };
     assert!(passes(&l.admit(&w, later)));
     assert_eq!(l.counters.overflow.load(Ordering::Relaxed), overflow);
+}
+
+fn fleet_policy(tokens: u32, burst: u32) -> RateLimitConfig {
+    let mut p = policy(vec![LimitKey::ClientIp], tokens, 1, burst);
+    p.scope = LimitScope::Fleet;
+    p
+}
+
+/// Requests of client 1 admitted over `secs` seconds at 10,000 a second.
+fn admitted_over(l: &Arc<RateLimiter>, start: u64, secs: u64) -> u64 {
+    let h = HeaderMap::new();
+    (0..secs * 10_000)
+        .filter(|i| passes(&l.admit(&who(1, &h), start + i * SEC / 10_000)))
+        .count() as u64
+}
+
+/// Two replicas key the same client the same way (their keys meet in
+/// Redis); a local policy's keys are per process.
+#[test]
+fn fleet_keys_are_the_same_on_every_replica() {
+    let h = HeaderMap::new();
+    let (a, b) = (
+        RateLimiter::new(fleet_policy(100, 10)),
+        RateLimiter::new(fleet_policy(100, 10)),
+    );
+    assert_eq!(a.key_of(&who(1, &h)), b.key_of(&who(1, &h)));
+    assert_ne!(a.key_of(&who(1, &h)), a.key_of(&who(2, &h)));
+}
+
+/// Before any sync a replica counts itself alone: the whole rate. With two
+/// live replicas a cold key gets half; a hot key its demand's share (the
+/// weight), and after a fallback half again.
+#[test]
+fn a_fleet_key_runs_at_its_share() {
+    let l = Arc::new(RateLimiter::new(fleet_policy(100, 1)));
+    let got = admitted_over(&l, 10 * SEC, 2);
+    assert!((199..=201).contains(&got), "alone: {got}");
+    // A sync: two live replicas, the key not hot yet.
+    let demand = l.fleet_demand(2000, 100);
+    assert_eq!(demand.len(), 1);
+    assert!(demand[0].hot, "10,000/s is more than half of a 50/s share");
+    let cold = FleetAnswer {
+        live: 2,
+        totals: vec![demand[0].milli_rps],
+        hot: vec![],
+    };
+    assert!(l.fleet_apply(&demand, &cold), "first sync: shared now");
+    let got = admitted_over(&l, 20 * SEC, 2);
+    assert!((99..=101).contains(&got), "cold, two replicas: {got}");
+    // Hot: this replica sees 90 % of the fleet's demand for the key.
+    let demand = l.fleet_demand(2000, 100);
+    let hot = FleetAnswer {
+        live: 2,
+        totals: vec![demand[0].milli_rps * 10 / 9],
+        hot: vec![demand[0].key],
+    };
+    assert!(!l.fleet_apply(&demand, &hot));
+    assert_eq!(l.fleet().map(|f| f.hot_keys), Some(1));
+    let got = admitted_over(&l, 30 * SEC, 2);
+    assert!((176..=182).contains(&got), "90 % share: {got}");
+    // Redis away: half again, counted once.
+    assert!(l.fleet_fall_back());
+    assert!(!l.fleet_fall_back());
+    let got = admitted_over(&l, 40 * SEC, 2);
+    assert!((99..=101).contains(&got), "fallback: {got}");
+    let f = l.fleet().unwrap();
+    assert_eq!(
+        (f.shared, f.fallback, f.fallbacks, f.live),
+        (false, true, 1, 2)
+    );
+}
+
+/// A hot key's share never drops below the floor (5 % of the rate over the
+/// live replicas) nor goes above the whole rate.
+#[test]
+fn a_hot_share_is_bounded() {
+    let l = Arc::new(RateLimiter::new(fleet_policy(1000, 1)));
+    admitted_over(&l, SEC, 1);
+    let demand = l.fleet_demand(1000, 100);
+    let answer = FleetAnswer {
+        live: 2,
+        totals: vec![demand[0].milli_rps * 1000],
+        hot: vec![demand[0].key],
+    };
+    l.fleet_apply(&demand, &answer);
+    let got = admitted_over(&l, 10 * SEC, 2);
+    // floor(2) = 2.5 % of 1000/s = 25/s.
+    assert!((49..=51).contains(&got), "floor: {got}");
+    assert_eq!(fleet_floor(2), PPM / 40);
 }

@@ -24,7 +24,10 @@ use super::{CompiledNode, CompiledRoute, CompiledService, CompiledTarget, Group,
 use crate::access::AccessControl;
 use crate::balance::{Balancer, Member};
 use crate::config::route_policy::EffectivePolicy;
-use crate::config::{Config, NodeConfig, RouteConfig, ServiceConfig, Target};
+use crate::config::{
+    Config, LimitKey, LimitMode, LimitScope, NodeConfig, RateLimitConfig, RouteConfig,
+    ServiceConfig, Target,
+};
 use crate::limit::RateLimiter;
 use crate::node::NodeRegistry;
 use crate::route::{Router, RuleSpec};
@@ -52,6 +55,7 @@ impl<U: Default> Snapshot<U> {
             .collect();
 
         let (limiters, limits_reset) = compile_limiters(&config, previous);
+        let connections = compile_connections(&config, previous);
         let prev_route_stats: HashMap<&str, &Arc<RouteStats>> = previous
             .map(|p| p.routes.iter().map(|r| (r.id.as_str(), &r.stats)).collect())
             .unwrap_or_default();
@@ -81,9 +85,29 @@ impl<U: Default> Snapshot<U> {
             services,
             access,
             limiters,
+            connections,
             limits_reset,
         }
     }
+}
+
+/// The limiter of `limits.max_connections_per_client`: the previous
+/// snapshot's while the bound is unchanged (its counts carry on).
+fn compile_connections<U>(
+    config: &Config,
+    previous: Option<&Snapshot<U>>,
+) -> Option<Arc<RateLimiter>> {
+    let max = config.limits.max_connections_per_client?;
+    let policy = RateLimitConfig {
+        name: "limits.max_connections_per_client".to_owned(),
+        key: vec![LimitKey::ClientIp],
+        rate: None,
+        mode: LimitMode::Enforce,
+        scope: LimitScope::Local,
+        max_in_flight: Some(max),
+    };
+    let prev = previous.and_then(|s| s.connections.as_ref());
+    Some(RateLimiter::carry(&policy, prev).0)
 }
 
 /// One limiter per policy: the previous snapshot's when the policy is

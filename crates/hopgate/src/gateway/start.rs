@@ -71,8 +71,8 @@ impl Gateway {
         let admin_addr = admin_sock.local_addr()?;
         let admin_configured = cfg.admin.address;
         let (session_stop, session_rx) = watch::channel(false);
-        let (sessions, session_task, memory) =
-            start_sessions(&cfg, &replica_id(&cfg, admin_addr), session_rx).await?;
+        let replica = replica_id(&cfg, admin_addr);
+        let (sessions, session_task, memory) = start_sessions(&cfg, &replica, session_rx).await?;
         let maintenance = new_maintenance(&cfg, &control);
         let state = resume_state(&cfg, resume, &control, &maintenance, config_path.as_deref())?;
         let plane = DataPlane::build(&control, &sessions, inherited, fds);
@@ -92,6 +92,8 @@ impl Gateway {
         let tasks = vec![
             spawn_maintenance_intake(Arc::clone(&maintenance), plane.maint_rx, rx.clone()),
             spawn_reconcile(&control, &live, &maintenance, cfg, rx.clone()),
+            // rate_limits[].scope: fleet: shares synced with Redis.
+            hopgate_control::start_fleet_limits(Arc::clone(&control), replica, rx.clone()),
         ];
         let tasks = spawn_watchers(tasks, &control, file_watch, &rx);
         Ok(Gateway {

@@ -42,6 +42,7 @@ mod otlp;
 mod prometheus;
 mod proxy_protocol;
 mod rate_limits;
+mod rate_limits_fleet;
 mod redis_ha;
 mod reload;
 mod resilience;

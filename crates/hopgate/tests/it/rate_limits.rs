@@ -307,10 +307,10 @@ async fn curl_sees_the_429_and_its_headers() {
     );
 }
 
-/// A policy with `scope: fleet` is refused with its field path, and the
-/// running config stays.
+/// A policy with `scope: fleet` on a gateway without the Redis store is
+/// refused with its field path, and the running config stays.
 #[tokio::test]
-async fn fleet_scope_is_refused_with_its_path() {
+async fn fleet_scope_without_redis_is_refused_with_its_path() {
     let (b, gw) = gateway_with("key: [client_ip], rate: 10/s").await;
     let r = client()
         .put(gw.admin_url("/admin/v1/config"))
@@ -327,6 +327,62 @@ async fn fleet_scope_is_refused_with_its_path() {
     assert_eq!(doc["errors"][0]["path"], "rate_limits[0].scope");
     assert_eq!(
         doc["errors"][0]["message"],
-        "scope: fleet is not available yet; use local"
+        "scope: fleet shares the rate through Redis: it needs store.kind: redis"
+    );
+}
+
+/// Sends one keep-alive request on `s`; the answer's status line, or
+/// `None` when the gateway closed the connection without answering.
+async fn exchange(s: &mut tokio::net::TcpStream) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(b"GET /x HTTP/1.1\r\nhost: t\r\n\r\n")
+        .await
+        .ok()?;
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).await.ok()?;
+    (n > 0).then(|| {
+        String::from_utf8_lossy(&buf[..n])
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_owned()
+    })
+}
+
+/// `limits.max_connections_per_client: 2`: a client with two connections
+/// open has a third closed at once, unanswered and counted; once one of
+/// the two is closed it may open another.
+#[tokio::test]
+async fn a_client_over_its_connection_bound_is_closed_and_counted() {
+    use tokio::net::TcpStream;
+    let b = Backend::start("n0").await;
+    let yaml = yaml_for(&b, "key: [client_ip], rate: 1000/s", "")
+        + "limits: { max_connections_per_client: 2 }\n";
+    let gw = Gateway::start(&yaml).await;
+    let mut one = TcpStream::connect(gw.addr).await.unwrap();
+    let mut two = TcpStream::connect(gw.addr).await.unwrap();
+    for s in [&mut one, &mut two] {
+        let line = exchange(s).await.expect("served");
+        assert!(line.contains(" 200 "), "{line}");
+    }
+    let mut three = TcpStream::connect(gw.addr).await.unwrap();
+    assert_eq!(exchange(&mut three).await, None, "a third is closed");
+    let text = gw.metrics().await;
+    assert!(
+        text.contains(
+            "hopgate_client_connections_refused_total{limit=\"max_connections_per_client\"} 1"
+        ),
+        "{text}"
+    );
+    drop(one);
+    let served_again = within(Duration::from_secs(5), || async {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        exchange(&mut s).await.is_some_and(|l| l.contains(" 200 "))
+    })
+    .await;
+    assert!(served_again, "no new connection served after one closed");
+    assert!(
+        exchange(&mut two).await.is_some(),
+        "the second stays served"
     );
 }

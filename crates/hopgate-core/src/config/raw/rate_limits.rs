@@ -27,8 +27,9 @@ pub struct RawRateLimit {
     /// (default: the `N` of `rate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<Text>,
-    /// `local` (each replica counts alone; the default). `fleet` is not
-    /// available yet.
+    /// `local` (each replica counts alone; the default) or `fleet` (the
+    /// replicas share the rate through the Redis store; needs
+    /// `store.kind: redis` and a `rate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
     /// `enforce` (answer 429; the default) or `log` (count and log, let

@@ -237,6 +237,12 @@ impl Validator {
                 l.max_connections = Some(to_usize(n));
             }
         }
+        if let Some(t) = &raw.max_connections_per_client {
+            let r = int_in(t, 1, 1_000_000);
+            if let Some(n) = self.check("limits.max_connections_per_client", r) {
+                l.max_connections_per_client = Some(n as u32);
+            }
+        }
         l
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::values::{closest, int_in, parse_header_name};
 use super::Validator;
 use crate::config::raw::{RawLimitKey, RawRateLimit, RawRoute, Text};
-use crate::config::{LimitKey, LimitMode, Rate, RateLimitConfig, RouteConfig};
+use crate::config::{LimitKey, LimitMode, LimitScope, Rate, RateLimitConfig, RouteConfig};
 
 /// Tokens per window and burst at most: keeps the bucket arithmetic
 /// (nanoseconds in a `u64`) exact.
@@ -38,19 +38,40 @@ impl Validator {
         out
     }
 
+    /// `scope: fleet` shares the rate through the Redis store: refused
+    /// without one.
+    pub(super) fn fleet_rate_limits(&mut self, policies: &[RateLimitConfig], redis: bool) {
+        for (i, p) in policies.iter().enumerate() {
+            if p.scope == LimitScope::Fleet && !redis {
+                self.err(
+                    format!("rate_limits[{i}].scope"),
+                    "scope: fleet shares the rate through Redis: it needs store.kind: redis",
+                );
+            }
+        }
+    }
+
     fn rate_limit(&mut self, p: &str, r: &RawRateLimit) -> RateLimitConfig {
         let key = self.limit_key(&format!("{p}.key"), &r.key);
-        match r.scope.as_deref() {
-            None | Some("local") => {}
-            Some("fleet") => self.err(
-                format!("{p}.scope"),
-                "scope: fleet is not available yet; use local",
-            ),
-            Some(s) => self.err(
-                format!("{p}.scope"),
-                format!("unknown scope {s:?}: expected local (fleet is not available yet)"),
-            ),
-        }
+        let scope = match r.scope.as_deref() {
+            None | Some("local") => LimitScope::Local,
+            Some("fleet") => {
+                if r.rate.is_none() {
+                    self.err(
+                        format!("{p}.scope"),
+                        "scope: fleet shares a rate: set rate (max_in_flight alone is per replica)",
+                    );
+                }
+                LimitScope::Fleet
+            }
+            Some(s) => {
+                self.err(
+                    format!("{p}.scope"),
+                    format!("unknown scope {s:?}: expected local or fleet"),
+                );
+                LimitScope::Local
+            }
+        };
         let mode = match r.mode.as_deref() {
             None | Some("enforce") => LimitMode::Enforce,
             Some("log") => LimitMode::Log,
@@ -78,6 +99,7 @@ impl Validator {
             key,
             rate,
             mode,
+            scope,
             max_in_flight,
         }
     }

@@ -1523,10 +1523,11 @@ fn limits() {
             max_headers: 1,
             max_uri_bytes: 256,
             max_body_bytes: 1,
-            max_connections: Some(1)
+            max_connections: Some(1),
+            max_connections_per_client: None,
         }
     );
-    let c = ok(&with_top("limits: { max_header_bytes: 1MiB, max_headers: 10000, max_uri_bytes: 1MiB, max_body_bytes: 1GiB, max_connections: 10000000 }\n"));
+    let c = ok(&with_top("limits: { max_header_bytes: 1MiB, max_headers: 10000, max_uri_bytes: 1MiB, max_body_bytes: 1GiB, max_connections: 10000000, max_connections_per_client: 8 }\n"));
     assert_eq!(
         c.limits,
         Limits {
@@ -1535,6 +1536,7 @@ fn limits() {
             max_uri_bytes: 1 << 20,
             max_body_bytes: 1 << 30,
             max_connections: Some(10_000_000),
+            max_connections_per_client: Some(8),
         }
     );
     let c = ok(&with_top("limits: { max_body_bytes: 64KB }\n"));
@@ -1565,6 +1567,11 @@ fn limits() {
         ),
         ("max_connections", "10000001", "out of range"),
         ("max_connections", "lots", "not an integer"),
+        (
+            "max_connections_per_client",
+            "0",
+            "expected an integer from 1 to 1000000",
+        ),
     ];
     for (field, value, needle) in bad {
         only(
@@ -1860,6 +1867,7 @@ fn nasty_values_never_panic() {
                 max_uri_bytes: t(),
                 max_body_bytes: t(),
                 max_connections: t(),
+                max_connections_per_client: t(),
             }),
             retries: Some(RawRetries {
                 attempts: t(),

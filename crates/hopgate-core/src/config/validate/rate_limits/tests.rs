@@ -97,11 +97,7 @@ fn every_mistake_is_named_by_its_path() {
         "{errs:?}"
     );
     assert!(
-        has(
-            &errs,
-            "rate_limits[2].scope",
-            "scope: fleet is not available yet; use local"
-        ),
+        has(&errs, "rate_limits[2].scope", "it needs store.kind: redis"),
         "{errs:?}"
     );
     assert!(
