@@ -312,10 +312,13 @@ def run(a, binary, work):
     subprocess.run([*etcdctl, "put", "/hopgate/scale/config", shared], check=True,
                    capture_output=True)
     t = time.time()
+    empty = int(info_field(store_master, "memory", "used_memory"))
     seed(store_master, a.sessions, [n for n, _ in nodes])
+    used = int(info_field(store_master, "memory", "used_memory"))
+    per = (used - empty) / max(a.sessions, 1)
     print(f"seeded {a.sessions} bindings in {time.time() - t:.1f} s; "
-          f"Redis used_memory on the store's master: "
-          f"{info_field(store_master, 'memory', 'used_memory_human')}")
+          f"Redis used_memory on the store's master: {used / 2**20:.1f} MiB "
+          f"({per:.0f} bytes per binding)")
 
     env = dict(os.environ, HOPGATE_SESSION_SECRET="fleet-scale-secret-0123456789abcdef",
                RUST_LOG="info")
