@@ -93,14 +93,18 @@ fn a_full_store_evicts_the_least_recently_used() {
     // ones go.
     let hot: Vec<u64> = (0..4).filter(|i| s.get(&id(*i), NOW).is_some()).collect();
     assert!(hot.len() >= 3, "{hot:?}");
-    for new in 9..13 {
+    // At least three idle ones (of 4..8) are left: three new sessions
+    // evict only those. (A fourth could find every binding read since the
+    // clock hand last passed it, and CLOCK then takes any of them: it
+    // approximates LRU, it does not promise it.)
+    for new in 9..12 {
         for h in &hot {
             assert!(s.get(&id(*h), NOW).is_some(), "hot session {h} evicted");
         }
         s.put(id(new), Binding::new("api", "a", NOW, NOW + 60));
         assert!(s.get(&id(new), NOW).is_some());
     }
-    assert_eq!((s.len(), s.evictions()), (8, 5));
+    assert_eq!((s.len(), s.evictions()), (8, 4));
     for h in &hot {
         assert!(s.get(&id(*h), NOW).is_some(), "hot session {h} evicted");
     }
@@ -109,12 +113,12 @@ fn a_full_store_evicts_the_least_recently_used() {
     hopped.hops = 1;
     s.put(id(hot[0]), hopped.clone());
     assert_eq!(s.get(&id(hot[0]), NOW), Some(hopped));
-    assert_eq!(s.evictions(), 5);
+    assert_eq!(s.evictions(), 4);
     // Expired bindings make room without counting as evictions.
     let t = NOW + 100;
     assert!(s.get(&id(hot[0]), t).is_none(), "expired");
     s.put(id(100), Binding::new("api", "a", t, t + 60));
-    assert_eq!(s.evictions(), 5, "an expired binding is not an eviction");
+    assert_eq!(s.evictions(), 4, "an expired binding is not an eviction");
     assert!(s.get(&id(100), t).is_some());
     // Raising the bound takes effect at once; lowering it evicts down to
     // it on the next new session.
