@@ -61,6 +61,11 @@ const GATEWAY_SET: [&str; 8] = [
     "traceparent",
 ];
 
+/// Response lines that carry a gRPC call's outcome: never edited (a
+/// trailers-only answer, every gRPC error without a body, has them in its
+/// head).
+const GRPC_STATUS: [&str; 3] = ["grpc-status", "grpc-message", "grpc-status-details-bin"];
+
 /// Which side a header edit is on.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Side {
@@ -463,6 +468,12 @@ fn forbidden(n: &HeaderName, side: Side) -> Option<&'static str> {
     }
     if HOP_BY_HOP.contains(&s) || s.starts_with("proxy-") {
         return Some("it is hop-by-hop: it describes one connection, not the message");
+    }
+    if side == Side::Response && GRPC_STATUS.contains(&s) {
+        return Some(
+            "it carries a gRPC call's outcome (in the head of a trailers-only answer): \
+             without it, or changed, gRPC clients fail the call or report a wrong status",
+        );
     }
     if side == Side::Request {
         if s == "host" {
