@@ -181,6 +181,15 @@ impl EtcdHandle {
         self.members.quorum()
     }
 
+    /// Members that answered the last probe, and how many there are.
+    pub fn members_reachable(&self) -> (usize, usize) {
+        let members = self.members.seen();
+        (
+            members.iter().filter(|m| m.reachable).count(),
+            members.len(),
+        )
+    }
+
     /// Why a config write that goes through etcd is refused now (503), or
     /// `None` while this replica is connected to a member with a leader.
     pub fn write_refusal(&self) -> Option<String> {

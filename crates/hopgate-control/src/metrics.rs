@@ -574,6 +574,21 @@ fn fleet(enc: &mut DescriptorEncoder, fleet: Option<&Fleet>) -> fmt::Result {
         )?;
     }
     if let Some(e) = fleet.etcd() {
+        if let Some(quorum) = e.quorum() {
+            gauge(
+                enc,
+                "hopgate_fleet_etcd_quorum",
+                "Whether a reachable etcd member knows a leader (the cluster can take writes), as last probed.",
+                i64::from(quorum),
+            )?;
+            let (reachable, _) = e.members_reachable();
+            gauge(
+                enc,
+                "hopgate_fleet_etcd_members_reachable",
+                "etcd members that answered the last status probe.",
+                i64::try_from(reachable).unwrap_or(i64::MAX),
+            )?;
+        }
         counter(
             enc,
             "hopgate_fleet_discovery_removals_deferred",

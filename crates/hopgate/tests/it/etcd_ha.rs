@@ -164,6 +164,12 @@ async fn an_etcd_cluster_loses_its_leader_then_quorum_under_load_without_a_faile
             gw.logs()
         );
     }
+    let metrics = a.metrics().await;
+    assert!(
+        metrics.contains("hopgate_fleet_etcd_quorum 1")
+            && metrics.contains("hopgate_fleet_etcd_members_reachable 3"),
+        "{metrics}"
+    );
     let load = Load::start(vec![a.url("/"), b.url("/")]);
     assert!(load.flows().await, "the client loop does not get answers");
 
@@ -215,6 +221,12 @@ async fn an_etcd_cluster_loses_its_leader_then_quorum_under_load_without_a_faile
         );
     }
     assert!(load.flows().await, "requests stopped without quorum");
+    let metrics = a.metrics().await;
+    assert!(
+        metrics.contains("hopgate_fleet_etcd_quorum 0")
+            && metrics.contains("hopgate_fleet_etcd_members_reachable 1"),
+        "{metrics}"
+    );
 
     // A config write through etcd is refused with 503 and says why.
     let r = client()
