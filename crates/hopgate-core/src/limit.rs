@@ -226,9 +226,17 @@ impl RateLimiter {
         self.config.rate.map(|r| (r.burst, r.window_secs().max(1)))
     }
 
-    /// The `n` keys with the fewest tokens left at `now`, most used first.
+    /// The `n` keys with the fewest tokens left at `now`, most used first,
+    /// each measured against its bucket here (a fleet policy's share).
     pub fn fullest(&self, n: usize, now: u64) -> Vec<KeyFill> {
-        self.table.fullest(n, now, self.interval, self.capacity)
+        match &self.fleet {
+            Some(f) => self
+                .table
+                .fullest(n, now, |i| f.scale(i, self.interval, self.burst)),
+            None => self
+                .table
+                .fullest(n, now, |_| (self.interval, self.capacity)),
+        }
     }
 
     /// This replica's share state of a `scope: fleet` policy.

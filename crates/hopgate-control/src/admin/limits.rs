@@ -125,10 +125,11 @@ fn counters_json(l: &RateLimiter) -> Value {
     })
 }
 
-/// One key: what it may show, its tokens used and left, its fill (used
-/// ÷ burst, 0 to 1), its requests in flight.
+/// One key: what it may show, its bucket here (`burst`, or a fleet
+/// policy's share of it), its tokens used and left, its fill (used ÷
+/// bucket, 0 to 1), its requests in flight.
 fn key_json(l: &RateLimiter, k: &KeyFill, snap: &hopgate_proxy::Snapshot) -> Value {
-    let burst = l.config.rate.map_or(0, |r| r.burst);
+    let burst = k.burst;
     let secret = l.config.key.iter().any(LimitKey::is_secret);
     let route = k
         .route
@@ -139,6 +140,7 @@ fn key_json(l: &RateLimiter, k: &KeyFill, snap: &hopgate_proxy::Snapshot) -> Val
         "route": route,
         "hash": secret.then(|| format!("{:08x}", k.key >> 32)),
         "overflow": k.overflow,
+        "bucket": burst,
         "used": k.used,
         "remaining": burst.saturating_sub(k.used),
         "fill": if burst == 0 { 0.0 } else { f64::from(k.used) / f64::from(burst) },

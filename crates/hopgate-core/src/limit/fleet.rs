@@ -153,9 +153,16 @@ impl FleetShare {
         if self.seen[i].fetch_add(1, Relaxed) == 0 {
             self.mark(i);
         }
+        self.scale(idx, interval, burst)
+    }
+
+    /// [`FleetShare::scaled`] without counting demand: what the admin API
+    /// shows of a key's bucket.
+    #[inline]
+    pub(super) fn scale(&self, idx: u32, interval: u64, burst: u32) -> (u64, u64) {
         let mut w = self.cold.load(Relaxed);
         if self.state.load(Relaxed) == SHARED {
-            let own = self.weights[i].load(Relaxed);
+            let own = self.weights[idx as usize].load(Relaxed);
             if own != 0 {
                 w = own;
             }

@@ -78,6 +78,9 @@ pub struct KeyFill {
     pub route: Option<usize>,
     /// Tokens used (the bucket's size minus what is left).
     pub used: u32,
+    /// The key's bucket size here: the policy's `burst`, or for a `scope:
+    /// fleet` policy this replica's share of it.
+    pub burst: u32,
     pub in_flight: u32,
     /// The overflow bucket shared by keys without a slot of their own.
     pub overflow: bool,
@@ -213,8 +216,12 @@ impl Table {
 
     /// The `n` busiest keys at `now`: the fewest tokens left first, then
     /// the most in flight. Idle keys are left out.
-    pub(super) fn fullest(&self, n: usize, now: u64, interval: u64, capacity: u64) -> Vec<KeyFill> {
-        let burst = capacity.checked_div(interval).unwrap_or(0);
+    pub(super) fn fullest(
+        &self,
+        n: usize,
+        now: u64,
+        bucket: impl Fn(u32) -> (u64, u64),
+    ) -> Vec<KeyFill> {
         let mut out: Vec<KeyFill> = Vec::new();
         for (i, s) in self.slots.iter().enumerate() {
             let key = s.key.load(Ordering::Relaxed);
@@ -222,6 +229,8 @@ impl Table {
             if (key == 0 && !overflow) || s.idle(now) {
                 continue;
             }
+            let (interval, capacity) = bucket(i as u32);
+            let burst = capacity.checked_div(interval).unwrap_or(0);
             let ahead = s.tat.load(Ordering::Relaxed).saturating_sub(now);
             let used = ahead.div_ceil(interval.max(1)).min(burst) as u32;
             let bits = (u128::from(s.ip_hi.load(Ordering::Relaxed)) << 64)
@@ -232,6 +241,7 @@ impl Table {
                 ip: (bits != 0).then(|| ip_of(bits)),
                 route: (route != NO_ROUTE && !overflow).then_some(route as usize),
                 used,
+                burst: u32::try_from(burst).unwrap_or(u32::MAX),
                 in_flight: s.in_flight.load(Ordering::Relaxed),
                 overflow,
             });

@@ -273,3 +273,33 @@ fn a_hot_share_is_bounded() {
     assert!((49..=51).contains(&got), "floor: {got}");
     assert_eq!(fleet_floor(2), PPM / 40);
 }
+
+/// The admin API's fullest keys measure a fleet key against this
+/// replica's bucket (its share), not the policy's whole burst.
+#[test]
+fn a_fleet_key_is_shown_against_its_share() {
+    let l = Arc::new(RateLimiter::new(fleet_policy(100, 10)));
+    let h = HeaderMap::new();
+    l.admit(&who(1, &h), SEC);
+    assert_eq!(l.fullest(1, SEC)[0].burst, 10, "alone: the whole burst");
+    let demand = l.fleet_demand(1000, 100);
+    let cold = FleetAnswer {
+        live: 2,
+        totals: vec![demand[0].milli_rps],
+        hot: vec![],
+    };
+    l.fleet_apply(&demand, &cold);
+    for _ in 0..20 {
+        l.admit(&who(1, &h), 2 * SEC);
+    }
+    let top = l.fullest(1, 2 * SEC);
+    assert_eq!((top[0].burst, top[0].used), (5, 5), "two replicas: half");
+    let local = Arc::new(RateLimiter::new(policy(
+        vec![LimitKey::ClientIp],
+        100,
+        1,
+        10,
+    )));
+    local.admit(&who(1, &h), SEC);
+    assert_eq!(local.fullest(1, SEC)[0].burst, 10);
+}

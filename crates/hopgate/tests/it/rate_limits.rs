@@ -262,6 +262,7 @@ async fn admin_lists_policies_and_their_fullest_keys() {
     assert_eq!(p["routes"], serde_json::json!(["app"]));
     let keys = p["keys"].as_array().unwrap();
     assert_eq!(keys.len(), 2, "{doc}");
+    assert_eq!(keys[0]["bucket"], 4);
     assert_eq!(keys[0]["used"], 3);
     assert_eq!(keys[0]["remaining"], 1);
     assert_eq!(keys[0]["fill"], 0.75);
