@@ -11,9 +11,19 @@
 #   - handshakes per second, full and resumed (openssl s_time -new/-reuse,
 #     one request each), with proxy CPU per handshake.
 # CPU is the proxy's user+system time from /proc (all its processes).
+# The three proxies run side by side for the whole run and are measured
+# interleaved: each repeat measures every proxy once (the order rotates
+# between repeats), each measurement after an optional wait for a quiet
+# machine. The table shows each figure's median over the repeats with its
+# spread (min–max), and the ratios of hopgate's medians to the others'.
+# Every single measurement is kept in results.tsv (with --keep).
 # Talks to 127.0.0.1 only; kills only the processes it started.
 #
-# Usage: bash bench/https.sh [--duration S] [--no-build] [--keep]
+# Usage: bash bench/https.sh [--duration S] [--repeat N] [--wait-quiet S]
+#                            [--no-build] [--keep]
+#   --repeat N       measurements per proxy and figure (default 3)
+#   --wait-quiet S   before each measurement wait up to S s for the machine
+#                    to be < QUIET_PCT % busy (default 15) over 1 s (default 0)
 # Environment: HOPGATE_BIN (default target/release/hopgate),
 #   LOADGEN_CPU (default 0), PROXY_CPU (default 1), CONNS (default 16).
 set -euo pipefail
@@ -21,12 +31,19 @@ set -euo pipefail
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(cd "$BENCH_DIR/.." && pwd)"
 DURATION=5
+REPEAT=3
+WAIT_QUIET=0
+QUIET_PCT="${QUIET_PCT:-15}"
 NO_BUILD=0
 KEEP=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --duration) DURATION="$2"; shift ;;
     --duration=*) DURATION="${1#*=}" ;;
+    --repeat) REPEAT="$2"; shift ;;
+    --repeat=*) REPEAT="${1#*=}" ;;
+    --wait-quiet) WAIT_QUIET="$2"; shift ;;
+    --wait-quiet=*) WAIT_QUIET="${1#*=}" ;;
     --no-build) NO_BUILD=1 ;;
     --keep) KEEP=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -34,6 +51,8 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
+[[ $REPEAT =~ ^[1-9][0-9]*$ ]] || { echo "https.sh: --repeat must be a positive integer" >&2; exit 2; }
+[[ $WAIT_QUIET =~ ^[0-9]+$ ]] || { echo "https.sh: --wait-quiet must be whole seconds" >&2; exit 2; }
 HOPGATE_BIN="${HOPGATE_BIN:-$REPO_DIR/target/release/hopgate}"
 LOADGEN_CPU="${LOADGEN_CPU:-0}"
 PROXY_CPU="${PROXY_CPU:-1}"
@@ -58,8 +77,15 @@ PIDS=()
 cleanup() {
   local p
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  sleep 0.3
+  # Up to 3 s for a graceful stop (hopgate drains its connections), then KILL.
+  for _ in $(seq 30); do
+    local alive=0
+    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.1
+  done
   for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
   if [[ $KEEP == 1 ]]; then log "kept $TMP"; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
@@ -151,72 +177,137 @@ EOF
 PIDS+=($!)
 wait_port "$P_ORIGIN" || { echo "origin did not start" >&2; exit 1; }
 
-# start NAME: starts the proxy, sets PROXY_PIDS (the processes whose CPU counts).
+# start NAME: starts the proxy; PROXY_PIDS[NAME] holds the processes whose
+# CPU counts, PORTS[NAME] its port.
+declare -A PROXY_PIDS PORTS
 start() {
+  local pids=() port
   case "$1" in
     nginx)
       "${ON_PROXY[@]}" "$NGINX_BIN" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" &
-      PROXY_PIDS=($!); PIDS+=($!); PORT=$P_NGINX ;;
+      pids=($!); PIDS+=($!); port=$P_NGINX ;;
     haproxy)
       "${ON_PROXY[@]}" "$HAPROXY_BIN" -f "$TMP/haproxy/haproxy.cfg" -db >"$TMP/haproxy/log" 2>&1 &
-      PROXY_PIDS=($!); PIDS+=($!); PORT=$P_HAPROXY ;;
+      pids=($!); PIDS+=($!); port=$P_HAPROXY ;;
     hopgate)
       HOPGATE_WORKER_THREADS=1 RUST_LOG=warn "${ON_PROXY[@]}" "$HOPGATE_BIN" run --config "$TMP/hopgate.yaml" >"$TMP/hopgate.out" 2>"$TMP/hopgate.err" &
-      PROXY_PIDS=($!); PIDS+=($!); PORT=$P_HOPGATE ;;
+      pids=($!); PIDS+=($!); port=$P_HOPGATE ;;
   esac
-  wait_port "$PORT" || { echo "$1 did not start" >&2; exit 1; }
+  wait_port "$port" || { echo "$1 did not start" >&2; exit 1; }
   sleep 0.3
   local p c
-  for p in "${PROXY_PIDS[@]}"; do
-    for c in $(ps -o pid= --ppid "$p" 2>/dev/null); do PROXY_PIDS+=("$c"); PIDS+=("$c"); done
+  for p in "${pids[@]}"; do
+    for c in $(ps -o pid= --ppid "$p" 2>/dev/null); do pids+=("$c"); PIDS+=("$c"); done
   done
+  PROXY_PIDS[$1]="${pids[*]}"
+  PORTS[$1]=$port
 }
-stop() { local p; for p in "${PROXY_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; sleep 0.5; }
-ticks() { local p s=0 f; for p in "${PROXY_PIDS[@]}"; do f=$(cat "/proc/$p/stat" 2>/dev/null) || continue; f=${f##*) }; set -- $f; s=$((s + ${12} + ${13})); done; echo "$s"; }
+ticks() { local p s=0 f; for p in ${PROXY_PIDS[$1]}; do f=$(cat "/proc/$p/stat" 2>/dev/null) || continue; f=${f##*) }; set -- $f; s=$((s + ${12} + ${13})); done; echo "$s"; }
 HZ=$(getconf CLK_TCK)
 us_per() { python3 -c "import sys; t,n,hz=map(float,sys.argv[1:]); print('%.1f' % (t/hz*1e6/n) if n else '-')" "$1" "$2" "$HZ"; }
+sys_ticks() {                # "busy total" ticks of the whole machine (/proc/stat)
+  local _c u n sy id io irq sirq st _rest
+  read -r _c u n sy id io irq sirq st _rest </proc/stat
+  echo "$((u + n + sy + irq + sirq + st)) $((u + n + sy + id + io + irq + sirq + st))"
+}
+wait_quiet() {               # wait up to WAIT_QUIET s for machine busy% < QUIET_PCT
+  [[ $WAIT_QUIET -gt 0 ]] || return 0
+  local start=$SECONDS a b busy=100
+  while ((SECONDS - start < WAIT_QUIET)); do
+    read -r -a a <<<"$(sys_ticks)"; sleep 1; read -r -a b <<<"$(sys_ticks)"
+    busy=$(( (b[0] - a[0]) * 100 / (b[1] - a[1] > 0 ? b[1] - a[1] : 1) ))
+    ((busy < QUIET_PCT)) && break
+  done
+  ((busy < QUIET_PCT)) || log "machine still ${busy}% busy after ${WAIT_QUIET} s; measuring anyway"
+  return 0
+}
 
 URL_HOST=bench.test
-RESULTS="$TMP/results.md"
-printf '| proxy | h1 req/s | h1 CPU µs/req | h2 req/s | h2 CPU µs/req | full handshakes/s | CPU µs/handshake | resumed handshakes/s | CPU µs/resumed |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n' >"$RESULTS"
-for proxy in nginx haproxy hopgate; do
-  log "$proxy"
-  start "$proxy"
-  url="https://127.0.0.1:$PORT/"
-  # HTTP/1.1 over TLS, keep-alive.
+PROXIES=(nginx haproxy hopgate)
+for proxy in "${PROXIES[@]}"; do start "$proxy"; done
+# One line per measurement: repeat, proxy, figure, per second, CPU µs each.
+RAW="$TMP/results.tsv"
+: >"$RAW"
+record() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$RAW"; }
+rate() { python3 -c "print(round($1/$DURATION))"; }
+
+# HTTP/1.1 over TLS, keep-alive, after a 1 s warm-up.
+measure_h1() {
+  local url="https://127.0.0.1:${PORTS[$1]}/" t0 t1 out n
   "${LOAD[@]}" wrk -t1 -c"$CONNS" -d1 "$url" >/dev/null 2>&1 || true
-  t0=$(ticks)
+  t0=$(ticks "$1")
   out=$("${LOAD[@]}" wrk -t1 -c"$CONNS" -d"$DURATION" "$url")
-  t1=$(ticks)
+  t1=$(ticks "$1")
   n=$(awk '/requests in/ {print $1}' <<<"$out")
-  h1_rps=$(python3 -c "print(round($n/$DURATION))")
-  h1_cpu=$(us_per $((t1 - t0)) "$n")
-  # HTTP/2 over TLS.
-  h2_rps=-; h2_cpu=-
-  if command -v h2load >/dev/null; then
-    t0=$(ticks)
-    out=$("${LOAD[@]}" h2load -D "$DURATION" -c "$CONNS" -m 10 -t 1 "$url" 2>&1 || true)
-    t1=$(ticks)
-    n=$(awk '/^requests:/ {print $8}' <<<"$out")
-    if [[ -n $n && $n != 0 ]]; then
-      h2_rps=$(python3 -c "print(round($n/$DURATION))")
-      h2_cpu=$(us_per $((t1 - t0)) "$n")
-    fi
-  fi
-  # Handshakes: a new TLS 1.3 connection per request, full then resumed.
-  hs() {
-    local t0 t1 out n
-    t0=$(ticks)
-    out=$("${LOAD[@]}" openssl s_time -connect "127.0.0.1:$PORT" -www / -time "$DURATION" "$1" 2>&1 || true)
-    t1=$(ticks)
-    n=$(awk '/connections in [0-9.]+ real seconds/ {print $1; exit}' <<<"$out")
-    [[ -n $n ]] || n=0
-    echo "$(python3 -c "print(round($n/$DURATION))") $(us_per $((t1 - t0)) "$n")"
-  }
-  read -r full_hs full_cpu < <(hs -new)
-  read -r res_hs res_cpu < <(hs -reuse)
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$proxy" "$h1_rps" "$h1_cpu" "$h2_rps" "$h2_cpu" \
-    "$full_hs" "$full_cpu" "$res_hs" "$res_cpu" >>"$RESULTS"
-  stop
+  record "$2" "$1" h1 "$(rate "$n")" "$(us_per $((t1 - t0)) "$n")"
+}
+# HTTP/2 over TLS (h2load, 10 streams per connection).
+measure_h2() {
+  command -v h2load >/dev/null || return 0
+  local url="https://127.0.0.1:${PORTS[$1]}/" t0 t1 out n
+  t0=$(ticks "$1")
+  out=$("${LOAD[@]}" h2load -D "$DURATION" -c "$CONNS" -m 10 -t 1 "$url" 2>&1 || true)
+  t1=$(ticks "$1")
+  n=$(awk '/^requests:/ {print $8}' <<<"$out")
+  [[ -n $n && $n != 0 ]] && record "$2" "$1" h2 "$(rate "$n")" "$(us_per $((t1 - t0)) "$n")"
+  return 0
+}
+# Handshakes: a new TLS 1.3 connection per request, full (-new) or resumed
+# (-reuse).
+measure_hs() {
+  local t0 t1 out n figure=full
+  [[ $3 == -reuse ]] && figure=resumed
+  t0=$(ticks "$1")
+  out=$("${LOAD[@]}" openssl s_time -connect "127.0.0.1:${PORTS[$1]}" -www / -time "$DURATION" "$3" 2>&1 || true)
+  t1=$(ticks "$1")
+  n=$(awk '/connections in [0-9.]+ real seconds/ {print $1; exit}' <<<"$out")
+  [[ -n $n ]] || n=0
+  record "$2" "$1" "$figure" "$(rate "$n")" "$(us_per $((t1 - t0)) "$n")"
+}
+
+for ((r = 1; r <= REPEAT; r++)); do
+  # The order rotates, so no proxy always runs first or last.
+  order=("${PROXIES[@]:$(( (r - 1) % 3 ))}" "${PROXIES[@]:0:$(( (r - 1) % 3 ))}")
+  for proxy in "${order[@]}"; do
+    log "repeat $r/$REPEAT: $proxy"
+    wait_quiet; measure_h1 "$proxy" "$r"
+    wait_quiet; measure_h2 "$proxy" "$r"
+    wait_quiet; measure_hs "$proxy" "$r" -new
+    wait_quiet; measure_hs "$proxy" "$r" -reuse
+  done
 done
-cat "$RESULTS"
+
+python3 - "$RAW" "$REPEAT" <<'PY'
+import collections, statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+cells = collections.defaultdict(lambda: ([], []))
+for _, proxy, figure, rate, cpu in rows:
+    cells[(proxy, figure)][0].append(float(rate))
+    if cpu != "-":
+        cells[(proxy, figure)][1].append(float(cpu))
+def med(xs):
+    return statistics.median(xs) if xs else None
+def cell(xs, fmt):
+    if not xs:
+        return "-"
+    m = fmt % med(xs)
+    return m if len(xs) == 1 else "%s (%s–%s)" % (m, fmt % min(xs), fmt % max(xs))
+figures = [("h1", "HTTP/1.1 req/s", "µs/req"), ("h2", "HTTP/2 req/s", "µs/req"),
+           ("full", "full handshakes/s", "µs/handshake"), ("resumed", "resumed handshakes/s", "µs/resumed")]
+proxies = ["nginx", "haproxy", "hopgate"]
+print(f"Medians of {sys.argv[2]} interleaved repeats (min–max); CPU is the proxy's user+system time.\n")
+print("| proxy | " + " | ".join(f"{t} | CPU {u}" for _, t, u in figures) + " |")
+print("| --- |" + " ---: | ---: |" * len(figures))
+for p in proxies:
+    print(f"| {p} | " + " | ".join(cell(cells[(p, f)][0], "%.0f") + " | " + cell(cells[(p, f)][1], "%.1f") for f, _, _ in figures) + " |")
+print()
+print("| hopgate ÷ | " + " | ".join(f"{t} | CPU {u}" for _, t, u in figures) + " |")
+print("| --- |" + " ---: | ---: |" * len(figures))
+for other in ["nginx", "haproxy"]:
+    out = []
+    for f, _, _ in figures:
+        for i in (0, 1):
+            a, b = med(cells[("hopgate", f)][i]), med(cells[(other, f)][i])
+            out.append("%.2f" % (a / b) if a and b else "-")
+    print(f"| {other} | " + " | ".join(out) + " |")
+PY

@@ -32,7 +32,8 @@
 #                       older commit's, for a before/after in the same run)
 #   --scenario S        matrix | restart | all | https (default all; --quick:
 #                       matrix). https: TLS termination beside nginx and
-#                       haproxy (bench/https.sh; takes --duration, --no-build,
+#                       haproxy (bench/https.sh; takes --duration, --repeat,
+#                       --wait-quiet, --no-build,
 #                       --keep)
 #   --no-build          do not run `cargo build --release -p hopgate`
 #   --strict            exit 1 when a requested target cannot run
@@ -119,7 +120,7 @@ if [[ $QUICK == 1 ]]; then
 fi
 [[ -n $SCENARIO ]] || SCENARIO=all
 if [[ $SCENARIO == https ]]; then
-  https_args=(--duration "$DURATION")
+  https_args=(--duration "$DURATION" --repeat "$REPEAT" --wait-quiet "$WAIT_QUIET")
   [[ $NO_BUILD == 1 ]] && https_args+=(--no-build)
   [[ $KEEP == 1 ]] && https_args+=(--keep)
   exec bash "$BENCH_DIR/https.sh" "${https_args[@]}"
