@@ -43,8 +43,12 @@ pub fn start(
         let Some(redis) = control.snapshot().load().config.store.redis.clone() else {
             return;
         };
-        let shares = match FleetShares::new(&redis.target, &redis.prefix, &replica_id, CALL_TIMEOUT)
-        {
+        // One member per process, not per replica id: during a binary
+        // upgrade the old and the new process share the replica id and
+        // both admit requests, so each reports its own demand (and both
+        // count as live) instead of overwriting the other's.
+        let member = format!("{replica_id}/{}", std::process::id());
+        let shares = match FleetShares::new(&redis.target, &redis.prefix, &member, CALL_TIMEOUT) {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "rate limit fleet share: not started");
