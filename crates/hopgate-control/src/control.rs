@@ -519,7 +519,10 @@ impl Control {
         let current = self.snapshot.load_full();
         // Compared with the running version (the newest record may be a
         // canary that was rolled back).
-        if self.running_hash(current.version).as_deref() == Some(hash.as_str()) {
+        // A page file edited since (`body_file`) makes it a new version.
+        if self.running_hash(current.version).as_deref() == Some(hash.as_str())
+            && !hopgate_proxy::filter_bodies_differ(&current.config, &config)
+        {
             self.install_tls(&tls, &current);
             self.auth.install(auth);
             // The running document offered again: nothing to swap, but the

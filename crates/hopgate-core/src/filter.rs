@@ -279,6 +279,14 @@ impl RouteFilters {
         }
     }
 
+    /// The body the direct response answers, if the route has one.
+    pub fn direct_body(&self) -> Option<&Bytes> {
+        match &self.local {
+            Some(Local::Direct(d)) => Some(&d.body),
+            _ => None,
+        }
+    }
+
     /// A copy whose direct response answers `body`.
     pub fn with_body(&self, body: Bytes) -> RouteFilters {
         let mut out = self.clone();

@@ -43,6 +43,25 @@ pub fn read_filter_bodies(mut config: Config, base: &Path) -> Result<Config, Vec
     }
 }
 
+/// Whether a `body_file` read into `new` answers other bytes than the
+/// same route of `running`: an unchanged document offered again (a SIGHUP
+/// after the page was edited) is then applied anew, as its certificates
+/// are re-read.
+pub fn filter_bodies_differ(running: &Config, new: &Config) -> bool {
+    let body = |r: &hopgate_core::config::RouteConfig| {
+        r.filters
+            .as_ref()
+            .filter(|f| f.body_file().is_some())
+            .and_then(|f| f.direct_body().cloned())
+    };
+    running.routes.len() != new.routes.len()
+        || running
+            .routes
+            .iter()
+            .zip(&new.routes)
+            .any(|(a, b)| body(a) != body(b))
+}
+
 /// The index of the route's direct response among its filters.
 fn local_at(r: &hopgate_core::config::raw::RawRoute) -> usize {
     r.filters

@@ -74,7 +74,7 @@ pub use access_log::{set_json as set_access_log_json, set_sink as set_access_log
 pub use auth::{fetch_jwks, AuthCollector, AuthKeys, AuthMaterial};
 pub use canary::{CanaryArm, CanaryCell, CanarySlot, SideCounts, SideStats};
 pub use client_io::ClientIo;
-pub use filter_files::read_filter_bodies;
+pub use filter_files::{filter_bodies_differ, read_filter_bodies};
 pub use forward::{Forwarder, RequestCtx};
 pub use handover::begin_handover;
 pub use listener::{serve_listener, ListenerCtx, ListenerSettings};

@@ -275,6 +275,27 @@ async fn direct_responses_need_no_service_and_bad_reloads_keep_the_running_confi
     assert!(r.status().is_success(), "{:?}", r.text().await);
     let (_, body) = fetch(false, &[], &gw.url("/page")).await;
     assert_eq!(body, "<h1>new page</h1>\n");
+    // The same document again: nothing changes while the page is the
+    // same; once the page file is edited, the same document is a new
+    // version answering the new page.
+    let same = doc(&page2.display().to_string(), "");
+    let put = |text: String| {
+        let c = c.clone();
+        let url = gw.admin_url("/admin/v1/config");
+        async move {
+            let r = c.put(url).body(text).send().await.unwrap();
+            assert!(r.status().is_success());
+            r.json::<serde_json::Value>().await.unwrap()
+        }
+    };
+    let v1 = put(same.clone()).await;
+    let v2 = put(same.clone()).await;
+    assert_eq!(v1["version"], v2["version"], "{v1} {v2}");
+    std::fs::write(&page2, "<h1>edited page</h1>\n").unwrap();
+    let v3 = put(same).await;
+    assert_ne!(v3["version"], v2["version"], "{v3}");
+    let (_, body) = fetch(false, &[], &gw.url("/page")).await;
+    assert_eq!(body, "<h1>edited page</h1>\n");
     let _ = std::fs::remove_file(&page);
     let _ = std::fs::remove_file(&page2);
 }
