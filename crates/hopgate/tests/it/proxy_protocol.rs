@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::harness::{client, temp_path, Backend, Gateway};
+use crate::harness::{client, temp_path, Backend, Gateway, Nginx};
 use crate::tls_pki::Pki;
 
 /// A v1 header naming `client` (to a made-up destination).
@@ -355,37 +355,16 @@ async fn haproxy_send_proxy_and_send_proxy_v2_to_plain_and_tls_listeners() {
 
 /// nginx `listen … proxy_protocol` answering `<$proxy_protocol_addr>
 /// <$connection>` (the address its header named, and which connection).
-async fn nginx_proxy_protocol() -> (Child, SocketAddr) {
-    let dir = temp_path("nginx-pp");
-    std::fs::create_dir_all(&dir).unwrap();
-    let port = free_port();
-    let conf = format!(
-        "master_process off; daemon off; pid {dir}/nginx.pid; error_log {dir}/error.log;\n\
-         events {{ worker_connections 256; }}\n\
-         http {{ access_log off; default_type text/plain;\n\
-           client_body_temp_path {dir}/body; proxy_temp_path {dir}/proxy;\n\
-           fastcgi_temp_path {dir}/fcgi; uwsgi_temp_path {dir}/uwsgi; scgi_temp_path {dir}/scgi;\n\
-           server {{ listen 127.0.0.1:{port} proxy_protocol; keepalive_requests 1000;\n\
-             location / {{ return 200 \"$proxy_protocol_addr $connection\\n\"; }} }} }}\n",
-        dir = dir.display(),
-    );
-    let path = dir.join("nginx.conf");
-    std::fs::write(&path, conf).unwrap();
-    let child = tokio::process::Command::new("nginx")
-        .arg("-c")
-        .arg(&path)
-        .arg("-p")
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("nginx (Debian nginx-light) is installed by scripts/deps.sh");
-    wait_listening(port).await;
-    (
-        Child { dir, _child: child },
-        format!("127.0.0.1:{port}").parse().unwrap(),
+async fn nginx_proxy_protocol() -> (Nginx, SocketAddr) {
+    let nginx = Nginx::start_listening(
+        &[],
+        "",
+        " proxy_protocol",
+        "keepalive_requests 1000; location / { return 200 \"$proxy_protocol_addr $connection\\n\"; }",
     )
+    .await;
+    let addr = nginx.addr;
+    (nginx, addr)
 }
 
 /// Sends `prefix` and `n` keep-alive GETs on one connection; the bodies.

@@ -27,6 +27,17 @@ impl Nginx {
     /// name `{root}`, replaced by the document root, filled by `files`
     /// first). `http` is added to the `http { }` block.
     pub async fn start(files: &[(&str, &str)], http: &str, server: &str) -> Nginx {
+        Nginx::start_listening(files, http, "", server).await
+    }
+
+    /// [`Nginx::start`] with `listen_options` after the `listen` address
+    /// (e.g. ` proxy_protocol`).
+    pub async fn start_listening(
+        files: &[(&str, &str)],
+        http: &str,
+        listen_options: &str,
+        server: &str,
+    ) -> Nginx {
         let dir = temp_path("nginx");
         let root = dir.join("root");
         std::fs::create_dir_all(&root).unwrap();
@@ -45,7 +56,7 @@ impl Nginx {
                client_body_temp_path {dir}/body; proxy_temp_path {dir}/proxy;\n\
                fastcgi_temp_path {dir}/fcgi; uwsgi_temp_path {dir}/uwsgi; scgi_temp_path {dir}/scgi;\n\
                {http}\n\
-               server {{ listen 127.0.0.1:{port}; {server} }} }}\n",
+               server {{ listen 127.0.0.1:{port}{listen_options}; {server} }} }}\n",
             dir = dir.display(),
         );
         let conf_path = dir.join("nginx.conf");
