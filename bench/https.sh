@@ -205,22 +205,7 @@ start() {
 ticks() { local p s=0 f; for p in ${PROXY_PIDS[$1]}; do f=$(cat "/proc/$p/stat" 2>/dev/null) || continue; f=${f##*) }; set -- $f; s=$((s + ${12} + ${13})); done; echo "$s"; }
 HZ=$(getconf CLK_TCK)
 us_per() { python3 -c "import sys; t,n,hz=map(float,sys.argv[1:]); print('%.1f' % (t/hz*1e6/n) if n else '-')" "$1" "$2" "$HZ"; }
-sys_ticks() {                # "busy total" ticks of the whole machine (/proc/stat)
-  local _c u n sy id io irq sirq st _rest
-  read -r _c u n sy id io irq sirq st _rest </proc/stat
-  echo "$((u + n + sy + irq + sirq + st)) $((u + n + sy + id + io + irq + sirq + st))"
-}
-wait_quiet() {               # wait up to WAIT_QUIET s for machine busy% < QUIET_PCT
-  [[ $WAIT_QUIET -gt 0 ]] || return 0
-  local start=$SECONDS a b busy=100
-  while ((SECONDS - start < WAIT_QUIET)); do
-    read -r -a a <<<"$(sys_ticks)"; sleep 1; read -r -a b <<<"$(sys_ticks)"
-    busy=$(( (b[0] - a[0]) * 100 / (b[1] - a[1] > 0 ? b[1] - a[1] : 1) ))
-    ((busy < QUIET_PCT)) && break
-  done
-  ((busy < QUIET_PCT)) || log "machine still ${busy}% busy after ${WAIT_QUIET} s; measuring anyway"
-  return 0
-}
+source "$BENCH_DIR/lib/quiet.sh"
 
 URL_HOST=bench.test
 PROXIES=(nginx haproxy hopgate)

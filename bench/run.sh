@@ -408,28 +408,9 @@ ticks() {                    # ticks PID... -> "utime stime" summed over those p
   echo "$u $k"
 }
 sum2() { echo $(( $1 + $2 )); }
-sys_ticks() {                # "busy total" ticks of the whole machine (/proc/stat)
-  local _c u n sy id io irq sirq st _rest
-  read -r _c u n sy id io irq sirq st _rest </proc/stat
-  echo "$((u + n + sy + irq + sirq + st)) $((u + n + sy + id + io + irq + sirq + st))"
-}
+source "$BENCH_DIR/lib/quiet.sh"
 self_child_ticks() {         # cutime+cstime of this shell: CPU of waited-for children (wrk/h2load)
   local s; s="$(cat /proc/$$/stat)"; s="${s##*) }"; set -- $s; echo $(( ${14} + ${15} ))
-}
-wait_quiet() {               # wait up to WAIT_QUIET s for machine busy% < QUIET_PCT
-  [[ $WAIT_QUIET -gt 0 ]] || return 0
-  local start=$SECONDS a b busy=100
-  while ((SECONDS - start < WAIT_QUIET)); do
-    read -r -a a <<<"$(sys_ticks)"; sleep 1; read -r -a b <<<"$(sys_ticks)"
-    busy=$(( (b[0] - a[0]) * 100 / (b[1] - a[1] > 0 ? b[1] - a[1] : 1) ))
-    ((busy < QUIET_PCT)) && break
-  done
-  if ((busy < QUIET_PCT)); then
-    ((SECONDS - start > 1)) && log "machine quiet (${busy}% busy) after $((SECONDS - start)) s"
-  else
-    log "machine still ${busy}% busy after ${WAIT_QUIET} s; measuring anyway"
-  fi
-  return 0
 }
 pids_of() {                  # pids_of MAINPID -> main pid + direct children
   echo "$1"; children_of "$1"
