@@ -166,7 +166,12 @@ async fn copies_reach_a_second_nginx_as_the_upstream_sees_them() {
             "GET /v2/get host=127.0.0.1 xa=edited len=- route=copy"
         );
     }
-    assert_eq!(mirrored(&gw, "copy", "sent").await, 12.0);
+    // Counted once the copy's answer is read (after the log line).
+    let counted = within(Duration::from_secs(20), || async {
+        mirrored(&gw, "copy", "sent").await == 12.0
+    })
+    .await;
+    assert!(counted, "{}", gw.metrics().await);
     for r in ["failed", "dropped", "aborted"] {
         assert_eq!(mirrored(&gw, "copy", r).await, 0.0, "{r}");
     }
