@@ -96,9 +96,10 @@ pub enum MirrorResult {
     Failed = 1,
     /// Over the route's `max_in_flight`: not sent.
     Dropped = 2,
-    /// The body was larger than `retries.buffer_body` (or of unknown
-    /// length and not complete when forwarded): not sent.
-    TooLarge = 3,
+    /// The copy's body was cut off: the mirror fell more than its buffer
+    /// behind the client's body, or the client's body failed or was not
+    /// read to its end. The mirror target saw a truncated request.
+    Aborted = 3,
 }
 
 impl MirrorResult {
@@ -106,7 +107,7 @@ impl MirrorResult {
         MirrorResult::Sent,
         MirrorResult::Failed,
         MirrorResult::Dropped,
-        MirrorResult::TooLarge,
+        MirrorResult::Aborted,
     ];
 
     pub fn label(self) -> &'static str {
@@ -114,7 +115,7 @@ impl MirrorResult {
             MirrorResult::Sent => "sent",
             MirrorResult::Failed => "failed",
             MirrorResult::Dropped => "dropped",
-            MirrorResult::TooLarge => "too_large",
+            MirrorResult::Aborted => "aborted",
         }
     }
 }

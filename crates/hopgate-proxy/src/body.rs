@@ -8,7 +8,8 @@
 //! Also [`RequestBody`], a client's request body as either server hands it
 //! over, and what `ProxyBody` is to the HTTP/1.1 codec
 //! ([`crate::h1::Payload`], with the per-thread spares of the boxes a
-//! request and its answer ride in: [`spare`]).
+//! request and its answer ride in: [`spare`]), and a request body
+//! copied for a route's mirror as it passes ([`tee`]).
 //!
 //! Must not touch: routing, node state.
 
@@ -35,6 +36,7 @@ use crate::pool::conn::H1Conn;
 use crate::send_watch::SendWatch;
 
 mod spare;
+pub(crate) mod tee;
 
 pub(crate) use crate::h1::BoxError;
 
@@ -244,6 +246,11 @@ pub enum ProxyBody {
     /// An answer whose request counts against a rate limit's
     /// `max_in_flight` until its body ends ([`crate::limit::hold`]).
     Held(Box<HeldBody>),
+    /// A client's request body copied for a route's mirror as it is read
+    /// ([`tee`]).
+    Teed(Box<tee::Teed>),
+    /// The mirror's copy of a client's request body ([`tee`]).
+    Copied(Box<tee::Copied>),
 }
 
 /// See [`ProxyBody::Held`].
@@ -555,6 +562,8 @@ impl Body for ProxyBody {
             ProxyBody::Headed(h) => Pin::new(&mut h.body).poll_frame(cx),
             ProxyBody::Guarded(g) => g.poll_frame(cx),
             ProxyBody::Held(h) => Pin::new(&mut h.inner).poll_frame(cx),
+            ProxyBody::Teed(t) => t.poll_frame(cx),
+            ProxyBody::Copied(c) => c.poll_frame(cx),
         }
     }
 
@@ -576,6 +585,8 @@ impl Body for ProxyBody {
             ProxyBody::Logged(l) => l.is_end_stream(),
             ProxyBody::Headed(h) => h.body.is_end_stream(),
             ProxyBody::Held(h) => h.inner.is_end_stream(),
+            ProxyBody::Teed(t) => t.is_end_stream(),
+            ProxyBody::Copied(_) => false,
             ProxyBody::Prefixed(p) => {
                 p.head.is_none() && p.trailers.is_none() && p.rest.is_end_stream()
             }
@@ -593,7 +604,10 @@ impl Body for ProxyBody {
             ProxyBody::Headed(h) => h.body.size_hint(),
             ProxyBody::H1(b) => b.0.size_hint(),
             ProxyBody::Held(h) => h.inner.size_hint(),
-            ProxyBody::Guarded(_) | ProxyBody::Prefixed(_) => SizeHint::default(),
+            ProxyBody::Teed(t) => t.size_hint(),
+            ProxyBody::Guarded(_) | ProxyBody::Prefixed(_) | ProxyBody::Copied(_) => {
+                SizeHint::default()
+            }
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The mirror families: `hopgate_mirror_total{route,result}` (the copies
 //! a route's `mirror` filter sampled: sent, failed, dropped over its
-//! `max_in_flight`, too_large for `retries.buffer_body`) and
+//! `max_in_flight`, aborted when its body was cut off) and
 //! `hopgate_mirror_in_flight{route}`, read from the running snapshot's
 //! route stats. Only routes with a mirror have series; without any, the
 //! families are left out.
@@ -35,7 +35,7 @@ pub(super) fn mirrors(enc: &mut DescriptorEncoder, snap: &hopgate_proxy::Snapsho
     counters(
         enc,
         "hopgate_mirror",
-        "Copies sampled by a route's mirror filter, by route and result: sent (the mirror service answered; the answer is discarded), failed (no node, or no answer), dropped (over max_in_flight), too_large (body over retries.buffer_body, or streamed).",
+        "Copies sampled by a route's mirror filter, by route and result: sent (the mirror service answered; the answer is discarded), failed (no node, or no answer), dropped (over max_in_flight), aborted (the copy's body was cut off: the mirror fell behind, or the client's body failed or was not read to its end).",
         rows,
     )?;
     gauges(

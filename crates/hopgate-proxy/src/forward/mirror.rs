@@ -5,25 +5,31 @@
 //! own. The client's request never waits for the copy and never fails
 //! because of it; the copy's answer is read and discarded.
 //!
-//! Owns the sampling roll ([`sample`], made before the body is taken: a
-//! sampled request with a body of declared length up to
-//! `retries.buffer_body` has it read whole, [`capture`]), the copy and its
-//! task ([`launch`]), and the bound of copies in flight per route (over
-//! it a copy is dropped). Counts every sampled copy in the route's
-//! [`MirrorStats`] (`hopgate_mirror_total{route,result}`).
+//! Owns the sampling roll ([`sample`], made before the body is taken, which
+//! it does not change), the copy and its task ([`launch`]), and the bound
+//! of copies in flight per route (over it a copy is dropped). The copy's
+//! body is the kept copy when phase 12 kept one (a buffered or wholly
+//! arrived body), else the client's body as it passes to the primary
+//! ([`crate::body::tee`]: bounded, never holding the primary up; a copy
+//! that falls behind, or whose client body fails or is abandoned, is
+//! aborted). Counts every sampled copy in the route's [`MirrorStats`]
+//! (`hopgate_mirror_total{route,result}`).
 //!
 //! A route without a mirror pays the test of its filters' pointer once,
 //! in [`sample`], and one byte test after the body is taken. Must not
-//! touch: the client's request, body or answer; the mirror service's
-//! node verdicts (a copy's failure does not eject a node or open its
-//! breaker); retries of the copy (one send, no replay).
+//! touch: the client's request, body or answer (the tee hands the
+//! primary exactly what the client sent); the mirror service's node
+//! verdicts (a copy's failure does not eject a node or open its breaker);
+//! retries of the copy (one send, no replay: a retry or replay of the
+//! primary sends no copy again).
+//!
+//! [`MirrorStats`]: hopgate_core::stats::MirrorStats
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::Request;
+use http::{Request, Response};
 use http_body_util::BodyExt;
 
 use crate::upstream::{CompiledNode, CompiledService, Snapshot};
@@ -34,11 +40,11 @@ use hopgate_core::stats::{MirrorResult, RouteStats};
 
 use super::attempt;
 use super::filters;
-use super::plan::content_length;
-use super::replay::{Capture, Taken};
+use super::replay::Taken;
+use crate::body::tee::{self, Tee};
 use crate::body::ProxyBody;
 use crate::headers::SetLines;
-use crate::pool::PoolSettings;
+use crate::pool::{PoolSettings, SendFailure};
 
 /// A request's mirror decision, made before its body is taken.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -48,10 +54,6 @@ pub(super) enum Mirroring {
     Off,
     /// A copy goes out once the body is taken.
     Sampled,
-    /// A copy goes out, and the body is read whole only for it (it would
-    /// have been streamed): no replay copy is kept of it, so retries
-    /// behave as they would without the mirror.
-    ForCopy,
 }
 
 /// The mirror of route `route`, if it has one.
@@ -78,33 +80,13 @@ fn roll(snap: &Snapshot, route: usize, upgrade: bool) -> Mirroring {
     }
 }
 
-/// How a sampled request's body is taken: read whole (as a retryable
-/// one's is) when its declared length is at most `buffer_body`, so the
-/// copy has it; otherwise as it would have been (a streamed body is not
-/// copied: `too_large`). [`Mirroring::ForCopy`] when a body that would
-/// have been streamed is read whole only for the copy.
-#[cold]
-pub(super) fn capture(
-    how: Capture,
-    headers: &http::HeaderMap,
-    buffer_body: u64,
-) -> (Capture, Mirroring) {
-    let fits = || content_length(headers).is_some_and(|n| n <= buffer_body);
-    match how {
-        Capture::Stream if fits() => (Capture::Buffer, Mirroring::ForCopy),
-        Capture::Arrived { .. } if fits() => (Capture::Buffer, Mirroring::Sampled),
-        how => (how, Mirroring::Sampled),
-    }
-}
-
 /// Sends the copy of a sampled request of route `route`: `request` is its
 /// head as planned (filters applied), `set` the lines the gateway sets,
-/// `taken` its body as phase 12 took it (its replay copy dropped when it
-/// was kept only for the copy, `how`), `peer` the client (for a service
-/// that sends the PROXY protocol). Counts `too_large` when the body was
-/// not kept whole, `dropped` over the route's `max_in_flight`, `failed`
-/// when the service has no node to take it; the task counts `sent` or
-/// `failed`.
+/// `taken` its body as phase 12 took it (a streamed body is split there:
+/// the primary sends it on, copied as it is read), `peer` the client (for
+/// a service that sends the PROXY protocol). Counts `dropped` over the
+/// route's `max_in_flight` and `failed` when the service has no node to
+/// take it; the task counts `sent`, `failed` or `aborted`.
 #[cold]
 pub(super) fn launch(
     snap: &Snapshot,
@@ -113,21 +95,11 @@ pub(super) fn launch(
     set: &SetLines,
     taken: &mut Taken,
     peer: SocketAddr,
-    how: Mirroring,
 ) {
     let Some(m) = of(snap, route) else {
         return;
     };
     let stats = Arc::clone(&snap.routes[route].stats);
-    let body = body_of(taken);
-    if how == Mirroring::ForCopy {
-        // Kept only for the copy: the request is not retried differently.
-        taken.kept = None;
-    }
-    let Some(body) = body else {
-        stats.mirror.count(MirrorResult::TooLarge);
-        return;
-    };
     if !stats.mirror.enter(u64::from(m.max_in_flight)) {
         return;
     }
@@ -137,6 +109,7 @@ pub(super) fn launch(
         return;
     };
     let node = &svc.nodes[idx];
+    let (body, tee) = body_of(taken);
     let copy = copy_of(request, body, node, svc);
     let mut set = set.clone();
     set.upstream_addr = Some(node.address_header.clone());
@@ -148,17 +121,40 @@ pub(super) fn launch(
     let pool = Arc::clone(attempt::pool_of(node, settings.max_idle));
     let inflight = node.state.begin_request();
     tokio::spawn(async move {
+        let within = settings.request_timeout;
         let sent = pool.send(addr, copy, &set, &settings, Instant::now(), false);
-        let result = match sent.await {
-            Ok(resp) => {
-                discard(resp.into_body(), settings.request_timeout).await;
-                MirrorResult::Sent
+        let result = match tee {
+            None => answered(sent.await, within).await,
+            Some(tee) => {
+                let result = tokio::select! {
+                    r = async { answered(sent.await, within).await } => r,
+                    () = tee.aborted() => MirrorResult::Aborted,
+                };
+                if tee.was_aborted() {
+                    MirrorResult::Aborted
+                } else {
+                    result
+                }
             }
-            Err(_) => MirrorResult::Failed,
         };
         drop(inflight);
         finish(&stats, result);
     });
+}
+
+/// What became of a copy's send: `sent` once its answer was read (at most
+/// for `within`), `failed` without one.
+async fn answered(
+    sent: Result<Box<Response<ProxyBody>>, SendFailure>,
+    within: Duration,
+) -> MirrorResult {
+    match sent {
+        Ok(resp) => {
+            discard(resp.into_body(), within).await;
+            MirrorResult::Sent
+        }
+        Err(_) => MirrorResult::Failed,
+    }
 }
 
 /// Counts a copy that took a place in flight, and gives the place back.
@@ -167,28 +163,29 @@ fn finish(stats: &RouteStats, result: MirrorResult) {
     stats.mirror.leave();
 }
 
-/// The body the copy sends: the kept copy, or nothing for an empty body;
-/// `None` when the body is streamed (no copy of it exists).
-fn body_of(taken: &Taken) -> Option<Bytes> {
+/// The body the copy sends: the kept copy, nothing for an empty body, or
+/// the copy's side of the streamed body, which is split in `taken` (with
+/// the tee both sides share).
+fn body_of(taken: &mut Taken) -> (ProxyBody, Option<Arc<Tee>>) {
     match (&taken.kept, &taken.body) {
-        (Some((b, _)), _) => Some(b.clone()),
-        (None, ProxyBody::Empty) => Some(Bytes::new()),
-        _ => None,
+        (Some((b, _)), _) if b.is_empty() => (ProxyBody::Empty, None),
+        (Some((b, _)), _) => (ProxyBody::full(b.clone()), None),
+        (None, ProxyBody::Empty) => (ProxyBody::Empty, None),
+        (None, _) => {
+            let (primary, copy, tee) = tee::split(std::mem::take(&mut taken.body));
+            taken.body = primary;
+            (copy, Some(tee))
+        }
     }
 }
 
 /// The copy of `request` with `body`, pointed at `node`.
 fn copy_of(
     request: &Request<ProxyBody>,
-    body: Bytes,
+    body: ProxyBody,
     node: &CompiledNode,
     svc: &CompiledService,
 ) -> Box<Request<ProxyBody>> {
-    let body = if body.is_empty() {
-        ProxyBody::Empty
-    } else {
-        ProxyBody::full(body)
-    };
     let mut copy = Request::new(body);
     *copy.method_mut() = request.method().clone();
     *copy.uri_mut() = request.uri().clone();
@@ -214,58 +211,34 @@ async fn discard(mut body: ProxyBody, within: std::time::Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
-    /// A sampled request whose declared body fits `retries.buffer_body`
-    /// is read whole; a larger or undeclared one is taken as it would
-    /// have been.
+    /// The copy's body: the kept bytes, nothing for an empty body, the
+    /// copy's side of a streamed one (the primary's turned into the
+    /// copied side).
     #[test]
-    fn a_sampled_small_body_is_read_whole() {
-        let mut small = http::HeaderMap::new();
-        small.insert(http::header::CONTENT_LENGTH, "10".parse().unwrap());
-        let mut large = http::HeaderMap::new();
-        large.insert(http::header::CONTENT_LENGTH, "100".parse().unwrap());
-        let none = http::HeaderMap::new();
-        let arrived = Capture::Arrived {
-            wait: std::time::Duration::ZERO,
-        };
-        let (sampled, for_copy) = (Mirroring::Sampled, Mirroring::ForCopy);
-        assert_eq!(
-            capture(Capture::Stream, &small, 10),
-            (Capture::Buffer, for_copy)
-        );
-        assert_eq!(capture(arrived, &small, 10), (Capture::Buffer, sampled));
-        assert_eq!(
-            capture(Capture::Stream, &large, 10),
-            (Capture::Stream, sampled)
-        );
-        assert_eq!(capture(arrived, &none, 10), (arrived, sampled));
-        assert_eq!(
-            capture(Capture::Empty, &small, 10),
-            (Capture::Empty, sampled)
-        );
-    }
-
-    /// The copy's body: the kept bytes, nothing for an empty body, none
-    /// for a streamed one.
-    #[test]
-    fn the_copy_has_the_kept_body_or_none() {
-        let kept = Taken {
+    fn the_copy_has_the_kept_body_or_the_streamed_ones_copy() {
+        let mut kept = Taken {
             body: ProxyBody::full(Bytes::from_static(b"abc")),
             kept: Some((Bytes::from_static(b"abc"), false)),
             watch: None,
         };
-        assert_eq!(body_of(&kept).as_deref(), Some(&b"abc"[..]));
-        let empty = Taken {
+        let (body, tee) = body_of(&mut kept);
+        assert!(matches!(body, ProxyBody::Full(Some(b)) if &b[..] == b"abc"));
+        assert!(tee.is_none() && matches!(kept.body, ProxyBody::Full(_)));
+        let mut empty = Taken {
             body: ProxyBody::Empty,
             kept: None,
             watch: None,
         };
-        assert_eq!(body_of(&empty).as_deref(), Some(&b""[..]));
-        let streamed = Taken {
-            body: ProxyBody::full(Bytes::from_static(b"abc")),
+        assert!(matches!(body_of(&mut empty), (ProxyBody::Empty, None)));
+        let mut streamed = Taken {
+            body: ProxyBody::prefixed(Some(Bytes::from_static(b"abc")), None, ProxyBody::Empty),
             kept: None,
             watch: None,
         };
-        assert!(body_of(&streamed).is_none());
+        let (body, tee) = body_of(&mut streamed);
+        assert!(matches!(body, ProxyBody::Copied(_)));
+        assert!(tee.is_some() && matches!(streamed.body, ProxyBody::Teed(_)));
     }
 }

@@ -159,7 +159,7 @@ impl Trip {
         svc.retry_budget.deposit(policy.budget);
         let replay_safe = hopgate_core::retry::replay_safe(request.method(), request.headers());
         let keep_unsafe = !policy.retry_on.any.is_empty();
-        let mut how = replay::capture(
+        let how = replay::capture(
             &body,
             request.headers(),
             replay_safe,
@@ -170,10 +170,6 @@ impl Trip {
             self.grpc,
         );
         self.mirror = mirror::sample(snap, self.flight.route, self.upgrade.is_some());
-        if self.mirror != Mirroring::Off {
-            let buffer_body = snap.config.retries.buffer_body;
-            (how, self.mirror) = mirror::capture(how, request.headers(), buffer_body);
-        }
         if matches!(how, Capture::Buffer | Capture::Arrived { .. }) {
             self.waited = true;
         }
@@ -192,16 +188,7 @@ impl Trip {
         peer: SocketAddr,
     ) {
         if self.mirror != Mirroring::Off {
-            let how = self.mirror;
-            mirror::launch(
-                snap,
-                self.flight.route,
-                request,
-                &self.set,
-                taken,
-                peer,
-                how,
-            );
+            mirror::launch(snap, self.flight.route, request, &self.set, taken, peer);
         }
     }
 }
