@@ -42,6 +42,14 @@
 #   CG_PATH=4k (or 64k) requests a 4 KiB (64 KiB) static file from the
 #     origins (sendfile, as bench/run.sh's origins serve it) instead of
 #     the empty answer at /0.
+#   CG_H2=on drives the listener over h2c with h2load (-t1, CG_CONNS
+#     connections, default 4, CG_STREAMS streams each, default 10) instead
+#     of wrk: the client-facing HTTP/2 server, HTTP/1.1 upstream (the
+#     h2c point of bench/run.sh). CG_H2=grpc makes unary gRPC calls as
+#     bench/run.sh's grpc point does (a 16-byte message, content-type
+#     application/grpc, TE: trailers) to two nghttpd origins over h2c
+#     (protocol: http2 upstream), which answer /bench.Echo/CG_PATH with a
+#     message of that size (0, 4k or 64k) and grpc-status: 0. hopgate only.
 set -uo pipefail
 BIN=$1; LABEL=$2
 VG_OPTS=(--tool=callgrind)
@@ -60,8 +68,29 @@ print(*[s.getsockname()[1] for s in ss])')
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; sleep 0.5; for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; }
 trap cleanup EXIT
+H2=${CG_H2:-off}
+case $H2 in off|on|grpc) ;; *) echo "callgrind.sh: CG_H2 must be off, on or grpc" >&2; exit 2 ;; esac
+if [[ $H2 == grpc ]]; then
+  # Length-prefixed gRPC messages: 1 byte "not compressed", 4 bytes length.
+  grpc_message() {
+    printf '\x00'; printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' \
+      $(( $1 >> 24 & 255 )) $(( $1 >> 16 & 255 )) $(( $1 >> 8 & 255 )) $(( $1 & 255 )))"
+    head -c "$1" /dev/zero | tr '\0' 'a'
+  }
+  mkdir -p "$D/grpc/bench.Echo"
+  grpc_message 0 >"$D/grpc/bench.Echo/0"
+  grpc_message 4096 >"$D/grpc/bench.Echo/4k"
+  grpc_message 65536 >"$D/grpc/bench.Echo/64k"
+  grpc_message 16 >"$D/grpc-request"
+  URL_PATH=bench.Echo/$URL_PATH
+fi
 for o in 1 2; do
   port=$([[ $o == 1 ]] && echo $P1 || echo $P2)
+  if [[ $H2 == grpc ]]; then
+    nghttpd --no-tls -a 127.0.0.1 -d "$D/grpc" --trailer 'grpc-status: 0' "$port" >"$D/nghttpd$o.log" 2>&1 &
+    PIDS+=($!)
+    continue
+  fi
   mkdir -p "$D/o$o"; chmod 755 "$D/o$o"
   cat > "$D/o$o/nginx.conf" <<NG
 worker_processes 1;
@@ -87,7 +116,7 @@ listeners:
 admin: { address: 127.0.0.1:$PA }
 services:
   - name: origin
-    lb: wrr_ring
+    lb: wrr_ring$([[ $H2 == grpc ]] && printf '\n    protocol: http2')
     nodes:
       - { id: o1, address: 127.0.0.1:$P1 }
       - { id: o2, address: 127.0.0.1:$P2 }
@@ -236,15 +265,30 @@ HA
 esac
 VG=$!; PIDS+=($VG)
 for i in $(seq 1 120); do curl -s -o /dev/null "http://127.0.0.1:$PG/0" && break; sleep 0.5; done
-wrk -t1 -c"${CG_CONNS:-4}" -d2s "${WRK_H[@]}" "http://127.0.0.1:$PG/$URL_PATH" > "$D/warm.txt" 2>&1
+load() {   # load SECONDS OUT: wrk, or h2load under CG_H2
+  if [[ $H2 == off ]]; then
+    wrk -t1 -c"${CG_CONNS:-4}" -d"$1"s "${WRK_H[@]}" "http://127.0.0.1:$PG/$URL_PATH" > "$2" 2>&1
+  else
+    local args=()
+    [[ $H2 == grpc ]] && args=(-d "$D/grpc-request" -H 'content-type: application/grpc' -H 'te: trailers')
+    [[ -n ${CG_HEADER:-} ]] && args+=(-H "$CG_HEADER")
+    h2load -t1 -c"${CG_CONNS:-4}" -m"${CG_STREAMS:-10}" -D "$1" "${args[@]}" "http://127.0.0.1:$PG/$URL_PATH" > "$2" 2>&1
+  fi
+}
+load 2 "$D/warm.txt"
 callgrind_control -z $VG >/dev/null
-wrk -t1 -c"${CG_CONNS:-4}" -d6s "${WRK_H[@]}" "http://127.0.0.1:$PG/$URL_PATH" > "$D/wrk.txt" 2>&1
+load 6 "$D/wrk.txt"
 callgrind_control -d $VG >/dev/null
 sleep 1
-REQS=$(grep -oE '^ *[0-9]+ requests' "$D/wrk.txt" | awk '{print $1}')
+if [[ $H2 == off ]]; then
+  REQS=$(grep -oE '^ *[0-9]+ requests' "$D/wrk.txt" | awk '{print $1}')
+else
+  # h2load: "requests: N total, N started, N done, N succeeded, ..."
+  REQS=$(grep -m1 -oE '[0-9]+ succeeded' "$D/wrk.txt" | awk '{print $1}')
+fi
 F=$(ls -t "$D"/cg.out* | grep -v '^$' | head -1)
 IR=$(grep -E '^(summary|totals):' "$F" | head -1 | awk '{print $2}')
-echo "$LABEL proxy=${CG_PROXY:-hopgate} path=/$URL_PATH conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} rate_limit=${CG_RATE_LIMIT:-off} filters=${CG_FILTERS:-off} jwt=${CG_JWT:-off} file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
+echo "$LABEL proxy=${CG_PROXY:-hopgate} path=/$URL_PATH conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} rate_limit=${CG_RATE_LIMIT:-off} filters=${CG_FILTERS:-off} jwt=${CG_JWT:-off} h2=$H2 file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
 if [[ ${CG_CACHE:-off} == on ]]; then
   python3 - "$F" "$REQS" <<'PY'
 import sys
@@ -260,4 +304,4 @@ print("per request: " + " ".join(f"{k}={per[k]:.0f}" for k in ("Ir", "I1mr", "D1
 PY
 fi
 grep -m1 -o 'runtime: .*' "$D/hopgate.log" || true
-grep -E 'Non-2xx|Socket errors' "$D/wrk.txt"
+grep -E 'Non-2xx|Socket errors|^status codes|^requests:' "$D/wrk.txt"

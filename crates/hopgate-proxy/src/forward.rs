@@ -295,9 +295,10 @@ pub(crate) struct ClientConn {
     /// is served by hopgate's own HTTP/1.1 server, which writes a
     /// backend's raw head ([`crate::h1::RawHead`]) as it is.
     pub(crate) http2: std::sync::atomic::AtomicBool,
-    /// Closes the connection: an HTTP/2 stream stalled past the send limit
-    /// ([`crate::send_watch`]). The listener's connection task waits on it.
-    pub(crate) close: Arc<tokio::sync::Notify>,
+    /// The HTTP/2 response bodies under the send stall limit
+    /// ([`crate::send_watch`]); the listener's connection task runs their
+    /// sweep and closes the connection when one stalls.
+    pub(crate) send_watches: Arc<crate::send_watch::SendWatches<ProxyBody>>,
 }
 
 /// The future of one request (what hyper's HTTP/2 service call returns).
@@ -313,7 +314,7 @@ impl ClientConn {
             forwarded_for: crate::headers::peer_header(peer.ip()),
             ctx,
             http2: std::sync::atomic::AtomicBool::new(false),
-            close: Arc::new(tokio::sync::Notify::new()),
+            send_watches: Arc::default(),
         }
     }
 

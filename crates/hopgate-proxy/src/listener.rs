@@ -344,14 +344,13 @@ async fn serve_accepted(a: Accepted) {
         return;
     };
     let svc = ConnService(Arc::new(ClientConn::new(forwarder, peer, req_ctx)));
-    let close = Arc::clone(&svc.0.close);
     let Some(tls) = tls else {
         let io = ClientIo::new(stream, first_bytes, stall);
         // h2c (the preface) goes to hyper; everything else is HTTP/1.x
         // for hopgate's own server.
         return match sniff(io).await {
             Some(Sniffed::H2c(io)) => {
-                serve_conn(&builder, io, svc, watcher, close, peer).await;
+                serve_conn(&builder, io, svc, watcher, peer).await;
             }
             Some(Sniffed::Http1(io, read)) => {
                 serve_native(Box::new(io), read, svc, native).await;
@@ -365,7 +364,7 @@ async fn serve_accepted(a: Accepted) {
         let io = ClientIo::new(stream, first_bytes, stall);
         // ALPN `h2` goes to hyper.
         if h2 {
-            serve_conn(&builder, io, svc, watcher, close, peer).await;
+            serve_conn(&builder, io, svc, watcher, peer).await;
         } else {
             serve_native(Box::new(io), bytes::BytesMut::new(), svc, native).await;
         }
@@ -379,11 +378,11 @@ async fn serve_conn<I>(
     io: I,
     svc: ConnService,
     watcher: hyper_util::server::graceful::Watcher,
-    close: Arc<tokio::sync::Notify>,
     peer: SocketAddr,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let watches = Arc::clone(&svc.0.send_watches);
     let conn = builder.serve_connection(TokioIo::new(io), svc).into_owned();
     let conn = watcher.watch(conn);
     tokio::select! {
@@ -392,9 +391,9 @@ async fn serve_conn<I>(
                 tracing::debug!(%peer, error = %e, "client connection ended with an error");
             }
         }
-        // An HTTP/2 stream stalled past the send limit: the connection is
-        // dropped, which closes it.
-        () = close.notified() => {
+        // An HTTP/2 stream stalled past the send limit (the sweep cut it):
+        // the connection is dropped, which closes it.
+        () = watches.stalled() => {
             tracing::info!(%peer, "client connection closed: an HTTP/2 stream accepted no response data for the stall limit");
         }
     }
@@ -443,9 +442,9 @@ where
 }
 
 /// Serves one client connection with hopgate's own HTTP/1.1 server until
-/// it ends. The connection's `close` signal is not watched: only an HTTP/2
-/// stream's send stall ([`crate::send_watch`]) asks for it, and this server
-/// speaks HTTP/1.x only (watching it cost a lock on every wake-up).
+/// it ends. The connection's send-stall sweep is not run: only HTTP/2
+/// streams are watched ([`crate::send_watch`]), and this server speaks
+/// HTTP/1.x only.
 async fn serve_native(
     io: Box<dyn crate::h1::ClientStream>,
     read: bytes::BytesMut,

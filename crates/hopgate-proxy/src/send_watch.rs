@@ -5,24 +5,31 @@
 //! one chunk, waits for window that never comes, and never polls the body
 //! again. The socket is read all along, so the connection-level write stall
 //! ([`crate::client_io::ClientIo`]) never fires, and the upstream connection
-//! the body came on stays pinned. [`SendWatch`] wraps such a response body;
-//! a small watchdog task notices when a chunk handed to hyper has not been
-//! followed by another poll for the stall limit (`timeouts.idle`, the same
-//! limit as the connection-level write stall), and then:
+//! the body came on stays pinned. [`SendWatch`] wraps such a response body
+//! and notes when a chunk handed to hyper has not been followed by another
+//! poll; the connection's [`SendWatches`] registry keeps every watched body
+//! of one client connection, and one sweep per connection
+//! ([`SendWatches::stalled`], awaited by the listener's connection task:
+//! no task, timer or channel per response) finds a body that has owed its
+//! chunk for the stall limit (the route's `timeouts.idle`, the same limit
+//! as the connection-level write stall), and then:
 //!
 //! - drops the upstream body, which releases the upstream connection (an
 //!   HTTP/1.1 connection is closed, its pool slot freed; an HTTP/2 upstream
 //!   stream is reset with CANCEL);
 //! - counts `client_stalled` (a client error, never the node's);
-//! - closes the client connection through its `close` signal: hyper gives
-//!   no handle to reset a single stream that waits for window, and a client
+//! - ends, and the listener closes the client connection: hyper gives no
+//!   handle to reset a single stream that waits for window, and a client
 //!   that advertises window it never grants is broken or hostile. If hyper
 //!   polls the body before that (window arrived just then), the stream is
 //!   reset with CANCEL.
 //!
 //! A body waiting on its upstream (a slow backend, a long poll) is not a
-//! stall: only a chunk the client has not taken counts. The watchdog ends
-//! with the body.
+//! stall: only a chunk the client has not taken counts. The sweep sleeps
+//! until the earliest moment a body could have stalled: the earliest owed
+//! chunk's deadline, or one stall limit from now (a body not owing at a
+//! sweep cannot stall sooner). A connection that never streamed a watched
+//! body never wakes for it.
 //!
 //! Must not touch: what the body carries (frames pass through unchanged).
 
@@ -35,7 +42,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use parking_lot::Mutex;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::Notify;
 
 use hopgate_core::error::ErrorKind;
 use hopgate_core::node::now_ms;
@@ -48,36 +55,166 @@ use crate::metrics::METRICS;
 #[derive(Debug)]
 pub struct SendWatch<B> {
     shared: Arc<Shared<B>>,
-    /// Dropping it ends the watchdog.
-    _done: oneshot::Sender<()>,
+    /// The connection's registry, left on drop.
+    watches: Arc<SendWatches<B>>,
+    slot: usize,
 }
 
 #[derive(Debug)]
 struct Shared<B> {
-    /// The upstream body; taken (and dropped) by the watchdog on a stall.
+    /// The upstream body; taken (and dropped) by the sweep on a stall.
     body: Mutex<B>,
     /// 1 + [`now_ms`] when a data chunk was handed to hyper and hyper has
     /// not polled since; 0 when nothing is owed.
     owed_since: AtomicU64,
     stalled: AtomicBool,
+    /// The stall limit, milliseconds.
+    stall_ms: u64,
+}
+
+/// One client connection's watched bodies and their sweep. See the module
+/// doc.
+#[derive(Debug)]
+pub(crate) struct SendWatches<B> {
+    slots: Mutex<Slots<B>>,
+    /// Wakes the sweep for a body whose limit is shorter than any it saw.
+    wake: Notify,
+}
+
+#[derive(Debug)]
+struct Slots<B> {
+    entries: Vec<Option<Arc<Shared<B>>>>,
+    /// Indexes of the empty entries.
+    free: Vec<usize>,
+    /// The shortest stall limit of the bodies at the last sweep (kept when
+    /// none was registered), or of a body registered since: the sweep
+    /// wakes at least that often. `u64::MAX`: no body yet, the sweep waits
+    /// for one.
+    horizon_ms: u64,
+}
+
+impl<B> Default for SendWatches<B> {
+    fn default() -> SendWatches<B> {
+        SendWatches {
+            slots: Mutex::new(Slots {
+                entries: Vec::new(),
+                free: Vec::new(),
+                horizon_ms: u64::MAX,
+            }),
+            wake: Notify::new(),
+        }
+    }
+}
+
+/// What one sweep found.
+enum Sweep<B> {
+    /// This body owed its chunk past its limit.
+    Stalled(Arc<Shared<B>>, u64),
+    /// Nothing stalled; the next sweep is due in this many milliseconds
+    /// (`None`: when a body is registered).
+    Wait(Option<u64>),
+}
+
+impl<B: Default> SendWatches<B> {
+    /// Resolves when one of the connection's watched bodies stalled past
+    /// its limit, after cutting it (the body dropped, `client_stalled`
+    /// counted); the caller then closes the connection. Pending forever on
+    /// a connection whose bodies all keep moving.
+    pub(crate) async fn stalled(&self) {
+        loop {
+            match self.sweep(now_ms()) {
+                Sweep::Stalled(shared, owed_for) => return cut(&shared, owed_for),
+                Sweep::Wait(None) => self.wake.notified().await,
+                Sweep::Wait(Some(ms)) => {
+                    tokio::select! {
+                        () = self.wake.notified() => {}
+                        () = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Looks at every watched body once, at `now` ([`now_ms`]).
+    fn sweep(&self, now: u64) -> Sweep<B> {
+        let mut slots = self.slots.lock();
+        let mut next = u64::MAX;
+        let mut horizon = u64::MAX;
+        for shared in slots.entries.iter().flatten() {
+            horizon = horizon.min(shared.stall_ms);
+            let since = shared.owed_since.load(Ordering::Relaxed);
+            if since == 0 {
+                continue;
+            }
+            let deadline = (since - 1).saturating_add(shared.stall_ms);
+            if deadline <= now {
+                return Sweep::Stalled(Arc::clone(shared), now + 1 - since);
+            }
+            next = next.min(deadline);
+        }
+        if horizon == u64::MAX {
+            horizon = slots.horizon_ms;
+        }
+        slots.horizon_ms = horizon;
+        let next = next.min(now.saturating_add(horizon));
+        Sweep::Wait((next != u64::MAX).then(|| next - now))
+    }
+}
+
+/// Cuts a stalled body: see the module doc.
+fn cut<B: Default>(shared: &Shared<B>, owed_for: u64) {
+    shared.stalled.store(true, Ordering::Relaxed);
+    // Dropped outside the lock: releases the upstream connection.
+    let body = std::mem::take(&mut *shared.body.lock());
+    drop(body);
+    METRICS.error(ErrorKind::ClientStalled);
+    tracing::info!(
+        stalled_ms = owed_for,
+        "HTTP/2 client accepted no response data for the stall limit (timeouts.idle); upstream released, client connection closed"
+    );
 }
 
 impl<B> SendWatch<B>
 where
-    B: Body<Data = Bytes, Error = BoxError> + Default + Send + Unpin + 'static,
+    B: Body<Data = Bytes, Error = BoxError> + Unpin,
 {
-    /// Wraps `body`; `close` is the client connection's close signal.
-    pub(crate) fn new(body: B, stall: Duration, close: Arc<Notify>) -> SendWatch<B> {
+    /// Wraps `body` and registers it with its connection's `watches`.
+    pub(crate) fn new(body: B, stall: Duration, watches: &Arc<SendWatches<B>>) -> SendWatch<B> {
+        let stall_ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
         let shared = Arc::new(Shared {
             body: Mutex::new(body),
             owed_since: AtomicU64::new(0),
             stalled: AtomicBool::new(false),
+            stall_ms,
         });
-        let (done, ended) = oneshot::channel();
-        tokio::spawn(watchdog(Arc::clone(&shared), stall, ended, close));
+        let (slot, wake) = {
+            let mut slots = watches.slots.lock();
+            let entry = Some(Arc::clone(&shared));
+            let slot = match slots.free.pop() {
+                Some(i) => {
+                    slots.entries[i] = entry;
+                    i
+                }
+                None => {
+                    slots.entries.push(entry);
+                    slots.entries.len() - 1
+                }
+            };
+            // The sweep sleeps at most its horizon: only a shorter limit
+            // must wake it.
+            let wake = stall_ms < slots.horizon_ms;
+            if wake {
+                slots.horizon_ms = stall_ms;
+            }
+            (slot, wake)
+        };
+        if wake {
+            watches.wake.notify_one();
+        }
         SendWatch {
             shared,
-            _done: done,
+            watches: Arc::clone(watches),
+            slot,
         }
     }
 
@@ -88,40 +225,14 @@ where
     }
 }
 
-async fn watchdog<B: Default>(
-    shared: Arc<Shared<B>>,
-    stall: Duration,
-    mut ended: oneshot::Receiver<()>,
-    close: Arc<Notify>,
-) {
-    let stall_ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX);
-    let mut wait = stall;
-    loop {
-        tokio::select! {
-            _ = &mut ended => return,
-            () = tokio::time::sleep(wait) => {}
-        }
-        let since = shared.owed_since.load(Ordering::Relaxed);
-        if since == 0 {
-            wait = stall;
-            continue;
-        }
-        let owed_for = (now_ms() + 1).saturating_sub(since);
-        if owed_for < stall_ms {
-            wait = Duration::from_millis(stall_ms - owed_for);
-            continue;
-        }
-        shared.stalled.store(true, Ordering::Relaxed);
-        // Dropped outside the lock: releases the upstream connection.
-        let body = std::mem::take(&mut *shared.body.lock());
-        drop(body);
-        METRICS.error(ErrorKind::ClientStalled);
-        tracing::info!(
-            stalled_ms = owed_for,
-            "HTTP/2 client accepted no response data for the stall limit (timeouts.idle); upstream released, client connection closed"
-        );
-        close.notify_one();
-        return;
+impl<B> Drop for SendWatch<B> {
+    fn drop(&mut self) {
+        let entry = {
+            let mut slots = self.watches.slots.lock();
+            slots.free.push(self.slot);
+            slots.entries[self.slot].take()
+        };
+        drop(entry);
     }
 }
 
@@ -172,27 +283,38 @@ mod tests {
     use crate::h1::testing::TestBody;
     use http_body_util::BodyExt;
 
-    /// A body whose chunk is taken and never followed by another poll is
-    /// cut at the limit: the inner body is dropped, the connection's close
-    /// signal fires, and a later poll gets the CANCEL error.
-    #[tokio::test]
-    async fn a_chunk_never_followed_up_is_cut_at_the_limit() {
-        let close = Arc::new(Notify::new());
+    /// A body with a chunk and more to come (trailers).
+    fn chunk_then_trailers() -> TestBody {
         let mut trailers = http::HeaderMap::new();
         trailers.insert("x-end", http::HeaderValue::from_static("1"));
-        // A chunk, and more to come (the trailers).
-        let inner = TestBody::prefixed(
+        TestBody::prefixed(
             Some(Bytes::from_static(b"first")),
             Some(trailers),
             TestBody::Empty,
-        );
-        let mut body = SendWatch::new(inner, Duration::from_millis(100), Arc::clone(&close));
+        )
+    }
+
+    /// A body whose chunk is taken and never followed by another poll is
+    /// cut at the limit by the connection's sweep, which was already
+    /// waiting when the body came: the inner body is dropped, the sweep
+    /// ends (the listener then closes the connection), and a later poll
+    /// gets the CANCEL error.
+    #[tokio::test]
+    async fn a_chunk_never_followed_up_is_cut_at_the_limit() {
+        let watches = Arc::new(SendWatches::default());
+        let sweep = tokio::spawn({
+            let watches = Arc::clone(&watches);
+            async move { watches.stalled().await }
+        });
+        tokio::task::yield_now().await;
+        let mut body = SendWatch::new(chunk_then_trailers(), Duration::from_millis(100), &watches);
         let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
         assert_eq!(&first[..], b"first");
         // Like hyper waiting for window: no further poll.
-        tokio::time::timeout(Duration::from_secs(10), close.notified())
+        tokio::time::timeout(Duration::from_secs(10), sweep)
             .await
-            .expect("the close signal fires after the stall limit");
+            .expect("the sweep ends after the stall limit")
+            .unwrap();
         assert!(body.stalled());
         assert!(
             matches!(*body.shared.body.lock(), TestBody::Empty),
@@ -203,14 +325,66 @@ mod tests {
         assert_eq!(h2.reason(), Some(h2::Reason::CANCEL));
     }
 
-    /// A body that waits on its upstream is never cut, however long.
+    /// A body that waits on its upstream is never cut, however long, and
+    /// neither is one whose client keeps taking its chunks, while another
+    /// body of the same connection that owes its chunk is.
     #[tokio::test]
-    async fn waiting_on_the_upstream_is_not_a_stall() {
-        let close = Arc::new(Notify::new());
-        let mut body = SendWatch::new(TestBody::Empty, Duration::from_millis(50), close);
-        // Nothing owed: the watchdog wakes and goes back to sleep.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(!body.stalled());
-        assert!(body.frame().await.is_none());
+    async fn only_the_body_owing_a_chunk_is_cut() {
+        let watches = Arc::new(SendWatches::default());
+        let limit = Duration::from_millis(50);
+        let mut waiting = SendWatch::new(TestBody::Empty, limit, &watches);
+        let mut moving = SendWatch::new(chunk_then_trailers(), limit, &watches);
+        // Nothing owed: the sweep wakes and goes back to sleep.
+        let quiet = tokio::time::timeout(Duration::from_millis(300), watches.stalled()).await;
+        assert!(quiet.is_err(), "a body owing nothing was cut");
+        assert!(!waiting.stalled());
+        // Taken chunk, then polled again at once: nothing owed.
+        moving.frame().await.unwrap().unwrap();
+        moving.frame().await.unwrap().unwrap();
+        let mut owing = SendWatch::new(chunk_then_trailers(), limit, &watches);
+        owing.frame().await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(10), watches.stalled())
+            .await
+            .expect("the owing body is cut");
+        assert!(owing.stalled());
+        assert!(!waiting.stalled() && !moving.stalled());
+        assert!(waiting.frame().await.is_none());
+    }
+
+    /// A body registered with a shorter limit than the sweep sleeps for
+    /// wakes it: the cut comes at that body's limit, not the longer one.
+    #[tokio::test]
+    async fn a_shorter_limit_wakes_the_sleeping_sweep() {
+        let watches = Arc::new(SendWatches::default());
+        let _long = SendWatch::new(TestBody::Empty, Duration::from_secs(3600), &watches);
+        let sweep = tokio::spawn({
+            let watches = Arc::clone(&watches);
+            async move { watches.stalled().await }
+        });
+        tokio::task::yield_now().await;
+        let mut short = SendWatch::new(chunk_then_trailers(), Duration::from_millis(50), &watches);
+        short.frame().await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(10), sweep)
+            .await
+            .expect("cut long before the hour-long limit")
+            .unwrap();
+        assert!(short.stalled());
+    }
+
+    /// A body that ends leaves the registry: its slot is reused, so a
+    /// connection serving many streams in turn keeps one entry.
+    #[test]
+    fn ended_bodies_leave_the_registry() {
+        let watches = Arc::new(SendWatches::<TestBody>::default());
+        for _ in 0..1000 {
+            drop(SendWatch::new(
+                TestBody::Empty,
+                Duration::from_secs(1),
+                &watches,
+            ));
+        }
+        let slots = watches.slots.lock();
+        assert_eq!(slots.entries.len(), 1);
+        assert!(slots.entries[0].is_none());
     }
 }

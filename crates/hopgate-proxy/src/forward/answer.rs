@@ -202,9 +202,8 @@ fn streamed(
         // A stream the client never grants window must not pin its
         // upstream: cut it at the send stall limit.
         let stall = snap.routes[flight.route].policy.idle;
-        let close = Arc::clone(&conn.close);
         ProxyBody::wrap_in(&mut resp, |b| {
-            ProxyBody::SendWatched(Box::new(SendWatch::new(b, stall, close)))
+            ProxyBody::SendWatched(Box::new(SendWatch::new(b, stall, &conn.send_watches)))
         });
     }
     if conn.ctx.debug_headers {

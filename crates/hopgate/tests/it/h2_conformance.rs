@@ -181,3 +181,36 @@ async fn a_zero_window_stream_releases_its_upstream_within_the_stall_limit() {
         "{m}"
     );
 }
+
+/// The stall limit is kept by one sweep per client connection: a
+/// connection that was served a few responses first (the sweep already
+/// sleeping on its schedule) and then stops granting window on a large one
+/// is still closed within the limit, its upstream released and the stall
+/// counted once.
+#[tokio::test]
+async fn a_stream_stalling_after_others_were_served_is_still_cut() {
+    let b = Backend::start("n1").await;
+    let yaml = format!(
+        "listeners:\n  - {{ name: public, address: 127.0.0.1:0 }}\nadmin: {{ address: 127.0.0.1:0 }}\ntimeouts: {{ idle: 1s }}\nservices:\n{}\nroutes:\n  - {{ id: all, match: {{ path_prefix: / }}, service: app }}\n",
+        service("app", &[("n1", b.addr, "")])
+    );
+    let gw = Gateway::start(&yaml).await;
+    let seen = run(
+        "stall_after_served",
+        &gw.addr.to_string(),
+        &["/big?bytes=52428800"],
+    )
+    .await;
+    assert_eq!(seen["served"], 3, "the small responses: {seen}");
+    assert_eq!(seen["closed"], true, "the stalled stream was kept: {seen}");
+    let elapsed = seen["elapsed"].as_f64().unwrap();
+    assert!(
+        elapsed < 15.0,
+        "the stalled stream was kept {elapsed} s (limit 1 s): {seen}"
+    );
+    let m = gw.metrics().await;
+    assert!(
+        m.contains("hopgate_client_errors_total{kind=\"client_stalled\"} 1"),
+        "{m}"
+    );
+}

@@ -263,6 +263,30 @@ def case_zero_window(addr, path):
     return out
 
 
+def case_stall_after_served(addr, path):
+    """A client that is served a few small responses first (with window to
+    spare), then asks for a large one on the same connection and never
+    grants window again: the stall limit must close the connection all the
+    same. Returns how many small responses ended, and the stall's outcome."""
+    s = raw_start(addr)
+    enc = Encoder()
+    state = {"closed": False, "bytes": 0}
+    served = 0
+    for i in range(3):
+        sid = 1 + 2 * i
+        s.sendall(HeadersFrame(sid, enc.encode(request_headers(addr, "/small")), flags=["END_HEADERS", "END_STREAM"]).serialize())
+        for f in frames(s, 10, state):
+            if f is not None and f[2] == sid and f[0] in (0x0, 0x1) and f[1] & 0x1:
+                served += 1
+                break
+    started = time.time()
+    s.sendall(HeadersFrame(7, enc.encode(request_headers(addr, path)), flags=["END_HEADERS", "END_STREAM"]).serialize())
+    out = drain(s, 20)
+    out["elapsed"] = round(time.time() - started, 3)
+    out["served"] = served
+    return out
+
+
 def case_stream_limit(addr, path):
     """More concurrent streams than the server allows: the excess is refused
     (REFUSED_STREAM) or the connection ends; never unbounded."""
@@ -292,6 +316,8 @@ if __name__ == "__main__":
     case, addr = sys.argv[1], sys.argv[2]
     if case == "zero_window":
         seen = case_zero_window(addr, sys.argv[3])
+    elif case == "stall_after_served":
+        seen = case_stall_after_served(addr, sys.argv[3])
     elif case == "stream_limit":
         seen = case_stream_limit(addr, sys.argv[3])
     else:
