@@ -386,7 +386,7 @@ impl ClientConn {
             known,
             body,
         };
-        match fwd.plan(&snap, req, self, &facts, arrival, trip) {
+        match fwd.plan(&snap, req, self, &facts, arrival, trip.planned()) {
             Ok(mut plan) => {
                 if let Some(f) = filters::of(&snap, trip.flight.route) {
                     let (done, flight) = (&mut trip.done, &trip.flight);

@@ -33,11 +33,10 @@ use hopgate_core::snapshot::Selection;
 use hopgate_store::{Binding, FetchFuture};
 
 use super::done::Outcome;
-use super::tries::Trip;
 use super::{grpc, ClientConn, Forwarder};
 use crate::body::ProxyBody;
 use crate::body::RequestBody;
-use crate::headers::RequestFacts;
+use crate::headers::{RequestFacts, SetLines};
 use crate::session::{self, ClientSession, Stickiness};
 use crate::tunnel;
 
@@ -158,9 +157,27 @@ impl From<ErrorKind> for Stop {
     }
 }
 
-/// What [`Forwarder::plan`] hands back beside the request's state (which
-/// it writes in place, [`Trip`]): what the driver awaits or takes apart
-/// before the first attempt.
+/// Where [`Forwarder::plan`] writes what the attempts keep: the fields of
+/// the request's state (`Trip::planned`), in their place in the request's
+/// future (returned in a plan and moved there, they were copied three or
+/// four times).
+pub(super) struct Planned<'t> {
+    pub(super) flight: &'t mut Flight,
+    pub(super) sticky: &'t mut Option<usize>,
+    pub(super) hop: &'t mut Option<PendingHop>,
+    pub(super) upgrade: &'t mut Option<Upgrade>,
+    pub(super) set: &'t mut SetLines,
+    pub(super) held: &'t mut Option<hopgate_core::limit::Held>,
+    pub(super) out: &'t mut Outcome,
+    /// [`hopgate_core::node::now_ms`] on arrival.
+    pub(super) arrived_ms: &'t mut u64,
+    /// The request waits for the shared store before its first send.
+    pub(super) waited: &'t mut bool,
+}
+
+/// What [`Forwarder::plan`] hands back beside what it wrote in place
+/// ([`Planned`]): what the driver awaits or takes apart before the first
+/// attempt.
 pub(super) struct Plan {
     /// A basic-auth password being checked; awaited before anything else.
     pub(super) auth: Option<crate::auth::AuthWait>,
@@ -180,9 +197,8 @@ impl Forwarder {
     /// session binding, upgrade, and the upstream head. Synchronous, so
     /// none of its temporaries end up in the request's future (which is
     /// moved, whole, on every poll path). What the attempts keep is
-    /// written into `trip`, in its place in the request's future, field by
-    /// field (returned in a plan and moved there, it was copied three or
-    /// four times). Inlined into its one caller, [`ClientConn::begin`],
+    /// written through `to`, in its place in the request's future, field
+    /// by field. Inlined into its one caller, [`ClientConn::begin`],
     /// whatever unit the build puts it in.
     #[inline]
     pub(super) fn plan(
@@ -192,7 +208,7 @@ impl Forwarder {
         conn: &ClientConn,
         facts: &RequestFacts,
         arrival: Arrival,
-        trip: &mut Trip,
+        to: Planned<'_>,
     ) -> Result<Plan, Stop> {
         let Arrival {
             started,
@@ -200,7 +216,7 @@ impl Forwarder {
             body,
         } = arrival;
         let now = ms_at(started);
-        let out = &mut trip.done.out;
+        let out = to.out;
         let (client_ip, routed) = front(snap, &req, conn, facts, now, out)?;
         let Some(routed) = routed else {
             return Err(Stop::Local(out.route.unwrap_or_default(), req));
@@ -217,21 +233,21 @@ impl Forwarder {
             (routed.route, svc),
             now,
         );
-        trip.held = rate_limit(snap, routed.route, &req, client_ip, &session, started, out)?;
-        (trip.sticky, trip.flight.prior, trip.hop) = stuck(session.stick);
-        trip.upgrade = build::upgrade(&mut req, facts);
+        *to.held = rate_limit(snap, routed.route, &req, client_ip, &session, started, out)?;
+        (*to.sticky, to.flight.prior, *to.hop) = stuck(session.stick);
+        *to.upgrade = build::upgrade(&mut req, facts);
         let https = build::upstream_request(
             snap,
             &mut req,
             conn,
             facts,
             (routed.route, routed.normal.as_deref()),
-            (trip.upgrade.as_ref(), session.client.as_ref()),
-            &mut trip.set,
+            (to.upgrade.as_ref(), session.client.as_ref()),
+            to.set,
         )?;
-        build::trace(snap, conn, &mut req, facts, https, &mut trip.set, &mut trip.done.out);
+        build::trace(snap, conn, &mut req, facts, https, to.set, out);
         build::fill_host(&mut req, facts);
-        let flight = &mut trip.flight;
+        let flight = to.flight;
         flight.route = routed.route;
         flight.selection = routed.selection;
         flight.hash = hash;
@@ -243,8 +259,8 @@ impl Forwarder {
         flight.hinted = session.hinted;
         flight.https = https;
         flight.carried_maintenance = facts.carries_maintenance();
-        trip.arrived_ms = now;
-        trip.waited = session.fetch.is_some();
+        *to.arrived_ms = now;
+        *to.waited = session.fetch.is_some();
         Ok(Plan {
             auth,
             fetch: session.fetch,

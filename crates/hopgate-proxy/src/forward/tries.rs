@@ -108,6 +108,22 @@ impl Trip {
         }
     }
 
+    /// Where the plan writes what the attempts keep ([`plan::Planned`]).
+    #[inline(always)]
+    pub(super) fn planned(&mut self) -> plan::Planned<'_> {
+        plan::Planned {
+            flight: &mut self.flight,
+            sticky: &mut self.sticky,
+            hop: &mut self.hop,
+            upgrade: &mut self.upgrade,
+            set: &mut self.set,
+            held: &mut self.held,
+            out: &mut self.done.out,
+            arrived_ms: &mut self.arrived_ms,
+            waited: &mut self.waited,
+        }
+    }
+
     /// The request's route's timeouts, retries and limits, every inherited
     /// value resolved when the snapshot was compiled.
     #[inline]
