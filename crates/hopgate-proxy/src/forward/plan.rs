@@ -11,7 +11,9 @@
 //! - `build`: the upgrade hand-off and the upstream request head, built
 //!   once (10–11).
 //!
-//! Owns [`Plan`] and [`Flight`] (what the attempts keep from the plan) and
+//! Owns [`Plan`] (what the driver awaits or takes apart), [`Planned`] and
+//! [`Flight`] (what the attempts keep, written in place into the
+//! request's state, which waits blank in the request's future) and
 //! the hop a session may start ([`PendingHop`], [`begin_hop_if_bound`],
 //! [`adopt_fetched`]). Must not touch: the body (phase 12), node choice and
 //! sends, anything `async`: a request turned away here never gets a
