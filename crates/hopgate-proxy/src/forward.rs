@@ -66,7 +66,6 @@ mod plan;
 mod replay;
 mod tries;
 
-use done::{Done, Outcome};
 pub(crate) use logged::{AccessLine, LoggedBody};
 use replay::Capture;
 use tries::{Tries, Trip};
@@ -174,10 +173,11 @@ impl Forwarder {
         req: Box<Request<ProxyBody>>,
         body: RequestBody,
     ) -> Box<Response<ProxyBody>> {
-        // Taken apart in the pattern: each part is written into its place
-        // in the future once (a whole plan bound first and taken apart
-        // after would be copied twice, ~900 bytes each).
-        let Begun(snap, mut trip, fetch, mut request, body, auth) = match conn.begin(req, body) {
+        // The request's state, blank, in its place in the future: `begin`
+        // and the plan fill it in there (made apart and moved in, its
+        // parts were copied three or four times on the way).
+        let mut trip = Trip::arriving(Instant::now());
+        let Begun(snap, fetch, mut request, body, auth) = match conn.begin(&mut trip, req, body) {
             Ok(begun) => begun,
             Err(resp) => return resp,
         };
@@ -331,17 +331,20 @@ impl ClientConn {
 
     /// Everything up to the first attempt: the plan to forward, or the
     /// answer to a request turned away. Called in the request future's
-    /// first poll ([`Forwarder::forward`]). `req` is the request's head (its
-    /// body an empty placeholder), `body` its body.
+    /// first poll ([`Forwarder::forward`]) with the request's state
+    /// (`trip`, blank but for its arrival time), which it fills in where
+    /// the future keeps it. `req` is the request's head (its body an
+    /// empty placeholder), `body` its body.
     fn begin(
         self: &Arc<Self>,
+        trip: &mut Trip,
         mut req: Box<Request<ProxyBody>>,
         body: RequestBody,
     ) -> Result<Begun, Box<Response<ProxyBody>>> {
-        let started = Instant::now();
+        let started = trip.done.started;
         let fwd = &self.forwarder;
         let mut snap = fwd.snapshot.load_full();
-        let method = req.method().clone();
+        trip.done.method = req.method().clone();
         if req.version() == http::Version::HTTP_2 {
             self.http2.store(true, Ordering::Relaxed);
         }
@@ -353,7 +356,7 @@ impl ClientConn {
         // A client's id is kept only when it is safe to echo into logs and
         // error bodies; any other is replaced. A new id goes upstream as a
         // set line (`SetLines::request_id`), not into the map.
-        let request_id = match facts
+        trip.done.request_id = match facts
             .request_id
             .then(|| req.headers().get(&X_REQUEST_ID))
             .flatten()
@@ -364,19 +367,15 @@ impl ClientConn {
                 if facts.request_id {
                     req.headers_mut().remove(&X_REQUEST_ID);
                 }
-                RequestId::Made(new_request_id())
+                let id = new_request_id();
+                trip.set.request_id = Some(id);
+                RequestId::Made(id)
             }
         };
         METRICS.requests.fetch_add(1, Ordering::Relaxed);
-        let access = done::AccessFacts::of(&snap, &req, &facts);
-        let mut done = Done {
-            method,
-            request_id,
-            started,
-            grpc: facts.grpc,
-            out: Outcome::default(),
-            access,
-        };
+        trip.done.access = done::AccessFacts::of(&snap, &req, &facts);
+        trip.done.grpc = facts.grpc;
+        trip.grpc = facts.grpc;
         // A baking config canary: this client's side (its session, checked
         // here once and handed to the plan, or its address).
         let known = fwd
@@ -388,25 +387,23 @@ impl ClientConn {
             known,
             body,
         };
-        match fwd.plan(&snap, req, self, &facts, arrival, &mut done.out) {
+        match fwd.plan(&snap, req, self, &facts, arrival, trip.planned()) {
             Ok(mut plan) => {
-                if let RequestId::Made(id) = done.request_id {
-                    plan.set.request_id = Some(id);
-                }
-                if let Some(f) = filters::of(&snap, plan.flight.route) {
+                if let Some(f) = filters::of(&snap, trip.flight.route) {
+                    let (done, flight) = (&mut trip.done, &trip.flight);
                     let seen = (done.access.as_deref_mut(), done.out.span.as_deref_mut());
-                    filters::on_request(f, &snap, &mut plan, self, &done.request_id, seen);
+                    let req = (&mut *plan.request, flight.route, flight.https);
+                    filters::on_request((f, &snap), req, self, &done.request_id, seen);
                 }
-                let auth = plan.auth.take();
-                let (trip, fetch, request, body) = Trip::new(plan, facts.grpc, done);
-                Ok(Begun(snap, trip, fetch, request, body, auth))
+                Ok(Begun(snap, plan.fetch, plan.request, plan.body, plan.auth))
             }
-            Err(plan::Stop::Refused(kind)) => Err(done.finish(&snap, self, Err(kind))),
+            Err(plan::Stop::Refused(kind)) => Err(trip.done.finish(&snap, self, Err(kind))),
             Err(plan::Stop::Answer(resp)) => {
-                done.out.status = resp.status().as_u16();
-                Err(done.finish(&snap, self, Ok(resp)))
+                trip.done.out.status = resp.status().as_u16();
+                Err(trip.done.finish(&snap, self, Ok(resp)))
             }
             Err(plan::Stop::Local(route, req)) => {
+                let done = &mut trip.done;
                 let resp = filters::local_answer(&snap, route, &req, self, &done.request_id);
                 Err(done.finish(&snap, self, Ok(resp)))
             }
@@ -442,13 +439,12 @@ impl crate::h1::Handler for Arc<ClientConn> {
     }
 }
 
-/// A request planned and ready to forward ([`ClientConn::begin`]).
-/// What [`ClientConn::begin`] hands the request's future: the snapshot,
-/// the request's state ([`Trip`]), the shared store's lookup, the request,
-/// its body, and a password being checked.
+/// A request planned and ready to forward ([`ClientConn::begin`]): what
+/// it hands the request's future beside the request's state (written in
+/// place, [`Trip`]): the snapshot, the shared store's lookup, the
+/// request, its body, and a password being checked.
 struct Begun(
     Arc<Snapshot>,
-    Trip,
     Option<hopgate_store::FetchFuture>,
     Box<Request<ProxyBody>>,
     RequestBody,

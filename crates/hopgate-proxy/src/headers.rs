@@ -550,6 +550,10 @@ pub(crate) fn valid_request_id(v: &HeaderValue) -> bool {
 pub struct MadeId([u8; 32]);
 
 impl MadeId {
+    /// All zeros: the place of an id not made yet (a request's state
+    /// before `ClientConn::begin` gives it its id).
+    pub(crate) const BLANK: MadeId = MadeId([b'0'; 32]);
+
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }

@@ -301,6 +301,26 @@ mod tests {
         }
     }
 
+    /// Ids of 1, 8, 9, 16 and 25 bytes: the same digits as each byte
+    /// written alone, every byte value in every position.
+    #[test]
+    fn ids_in_lower_case_hex() {
+        let mut ids: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b; 25]).collect();
+        ids.push((0..25).collect());
+        ids.push((0..25).map(|i| 255 - i * 10).collect());
+        for _ in 0..1000 {
+            ids.push((0..25).map(|_| fastrand::u8(..)).collect());
+        }
+        for id in &ids {
+            for len in [1, 8, 9, 16, 25] {
+                let mut out = vec![0u8; 2 * len];
+                hex_into(&id[..len], &mut out);
+                let want: String = id[..len].iter().map(|b| format!("{b:02x}")).collect();
+                assert_eq!(std::str::from_utf8(&out).unwrap(), want);
+            }
+        }
+    }
+
     #[test]
     fn valid_values_parse() {
         let p = parse(VALID.as_bytes()).unwrap();

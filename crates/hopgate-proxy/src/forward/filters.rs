@@ -25,7 +25,7 @@ use crate::upstream::Snapshot;
 use hopgate_core::filter::{Local, PathRewrite, RequestStep, RouteFilters, UrlRewrite, Vars};
 
 use super::done::AccessFacts;
-use super::plan::{with_path, Plan};
+use super::plan::with_path;
 use super::ClientConn;
 use crate::body::ProxyBody;
 use crate::headers::{RequestId, X_FORWARDED_PROTO, X_REQUEST_ID};
@@ -36,19 +36,18 @@ static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host"
 /// `X-Forwarded-Prefix`: the path prefix a filter replaced.
 static X_FORWARDED_PREFIX: HeaderName = HeaderName::from_static("x-forwarded-prefix");
 
-/// The request-side steps of `f` on the planned request, in order. The
-/// access line (`access`, while the log is on) and the span (`span`, for
-/// a sampled trace) learn the rewritten path.
+/// The request-side steps of `f` on the planned request `req` of route
+/// `route` (`https`: the client's request came over HTTPS), in order.
+/// The access line (`access`, while the log is on) and the span (`span`,
+/// for a sampled trace) learn the rewritten path.
 pub(super) fn on_request(
-    f: &RouteFilters,
-    snap: &Snapshot,
-    plan: &mut Plan,
+    (f, snap): (&RouteFilters, &Snapshot),
+    (req, route, https): (&mut Request<ProxyBody>, usize, bool),
     conn: &ClientConn,
     request_id: &RequestId,
     (access, span): (Option<&mut AccessFacts>, Option<&mut crate::otlp::Span>),
 ) {
-    let req = &mut plan.request;
-    let route = &snap.routes[plan.flight.route];
+    let route = &snap.routes[route];
     let host = host_of(req).to_owned();
     let client_ip = snap.access.client_ip(conn.peer.ip(), req.headers());
     let vars = Vars {
@@ -56,7 +55,7 @@ pub(super) fn on_request(
         request_id: request_id.as_str(),
         route_id: &route.id,
         host: &host,
-        https: plan.flight.https,
+        https,
     };
     let mut rewritten = false;
     for step in &f.request {

@@ -11,7 +11,9 @@
 //! - `build`: the upgrade hand-off and the upstream request head, built
 //!   once (10–11).
 //!
-//! Owns [`Plan`] and [`Flight`] (what the attempts keep from the plan) and
+//! Owns [`Plan`] (what the driver awaits or takes apart), [`Planned`] and
+//! [`Flight`] (what the attempts keep, written in place into the
+//! request's state, which waits blank in the request's future) and
 //! the hop a session may start ([`PendingHop`], [`begin_hop_if_bound`],
 //! [`adopt_fetched`]). Must not touch: the body (phase 12), node choice and
 //! sends, anything `async`: a request turned away here never gets a
@@ -104,6 +106,32 @@ pub(super) struct Flight {
     pub(super) carried_maintenance: bool,
 }
 
+impl Flight {
+    /// Before the plan: no route chosen yet (the request's state is made
+    /// blank in its future, then planned in place).
+    #[inline(always)]
+    pub(super) fn unplanned() -> Flight {
+        Flight {
+            route: 0,
+            selection: Selection {
+                service: 0,
+                group: hopgate_core::snapshot::GroupRef::All,
+                fell_back: false,
+            },
+            hash: None,
+            grpc_deadline: None,
+            sessions_on: false,
+            client_session: None,
+            key: None,
+            now_unix: 0,
+            prior: None,
+            hinted: false,
+            https: false,
+            carried_maintenance: false,
+        }
+    }
+}
+
 /// When a request arrived, its session if the canary's side choice
 /// identified it already (a token is verified once per request), and its
 /// body (beside its boxed head until the first attempt).
@@ -131,31 +159,38 @@ impl From<ErrorKind> for Stop {
     }
 }
 
-/// What [`Forwarder::plan`] decided.
+/// Where [`Forwarder::plan`] writes what the attempts keep: the fields of
+/// the request's state (`Trip::planned`), in their place in the request's
+/// future (returned in a plan and moved there, they were copied three or
+/// four times).
+pub(super) struct Planned<'t> {
+    pub(super) flight: &'t mut Flight,
+    pub(super) sticky: &'t mut Option<usize>,
+    pub(super) hop: &'t mut Option<PendingHop>,
+    pub(super) upgrade: &'t mut Option<Upgrade>,
+    pub(super) set: &'t mut SetLines,
+    pub(super) held: &'t mut Option<hopgate_core::limit::Held>,
+    pub(super) out: &'t mut Outcome,
+    /// [`hopgate_core::node::now_ms`] on arrival.
+    pub(super) arrived_ms: &'t mut u64,
+    /// The request waits for the shared store before its first send.
+    pub(super) waited: &'t mut bool,
+}
+
+/// What [`Forwarder::plan`] hands back beside what it wrote in place
+/// ([`Planned`]): what the driver awaits or takes apart before the first
+/// attempt.
 pub(super) struct Plan {
     /// A basic-auth password being checked; awaited before anything else.
     pub(super) auth: Option<crate::auth::AuthWait>,
     /// The shared store's answer for a known session this replica holds no
     /// binding for; awaited before the first attempt ([`adopt_fetched`]).
     pub(super) fetch: Option<FetchFuture>,
-    pub(super) flight: Flight,
-    /// [`hopgate_core::node::now_ms`] when the request arrived (the first
-    /// attempt's clock).
-    pub(super) now: u64,
-    /// The bound node, when the session stays on it.
-    pub(super) sticky: Option<usize>,
-    pub(super) hop: Option<PendingHop>,
-    pub(super) upgrade: Option<Upgrade>,
     /// The request as it goes upstream, its body apart (`body`) until
     /// the first attempt decides how to send it. Boxed from its parse on:
     /// it moves as a pointer.
     pub(super) request: Box<Request<ProxyBody>>,
-    /// The lines the gateway sets, beside `request`'s header map.
-    pub(super) set: SetLines,
     pub(super) body: RequestBody,
-    /// The request's place in its rate limit's `max_in_flight`, kept
-    /// until its answer (or tunnel) ends.
-    pub(super) held: Option<hopgate_core::limit::Held>,
 }
 
 impl Forwarder {
@@ -163,7 +198,11 @@ impl Forwarder {
     /// by phase: limits, access, route, service and group, hash key,
     /// session binding, upgrade, and the upstream head. Synchronous, so
     /// none of its temporaries end up in the request's future (which is
-    /// moved, whole, on every poll path).
+    /// moved, whole, on every poll path). What the attempts keep is
+    /// written through `to`, in its place in the request's future, field
+    /// by field. Inlined into its one caller, [`ClientConn::begin`],
+    /// whatever unit the build puts it in.
+    #[inline]
     pub(super) fn plan(
         &self,
         snap: &Snapshot,
@@ -171,7 +210,7 @@ impl Forwarder {
         conn: &ClientConn,
         facts: &RequestFacts,
         arrival: Arrival,
-        out: &mut Outcome,
+        to: Planned<'_>,
     ) -> Result<Plan, Stop> {
         let Arrival {
             started,
@@ -179,6 +218,7 @@ impl Forwarder {
             body,
         } = arrival;
         let now = ms_at(started);
+        let out = to.out;
         let (client_ip, routed) = front(snap, &req, conn, facts, now, out)?;
         let Some(routed) = routed else {
             return Err(Stop::Local(out.route.unwrap_or_default(), req));
@@ -195,45 +235,39 @@ impl Forwarder {
             (routed.route, svc),
             now,
         );
-        let held = rate_limit(snap, routed.route, &req, client_ip, &session, started, out)?;
-        let (sticky, prior, hop) = stuck(session.stick);
-        let upgrade = build::upgrade(&mut req, facts);
-        let (mut set, https) = build::upstream_request(
+        *to.held = rate_limit(snap, routed.route, &req, client_ip, &session, started, out)?;
+        (*to.sticky, to.flight.prior, *to.hop) = stuck(session.stick);
+        *to.upgrade = build::upgrade(&mut req, facts);
+        let https = build::upstream_request(
             snap,
             &mut req,
             conn,
             facts,
             (routed.route, routed.normal.as_deref()),
-            upgrade.as_ref(),
-            session.client.as_ref(),
+            (to.upgrade.as_ref(), session.client.as_ref()),
+            to.set,
         )?;
-        build::trace(snap, conn, &mut req, facts, https, &mut set, out);
+        build::trace(snap, conn, &mut req, facts, https, to.set, out);
         build::fill_host(&mut req, facts);
+        let flight = to.flight;
+        flight.route = routed.route;
+        flight.selection = routed.selection;
+        flight.hash = hash;
+        flight.grpc_deadline = grpc_deadline;
+        flight.sessions_on = session.on;
+        flight.client_session = session.client;
+        flight.key = session.key;
+        flight.now_unix = session.now_unix;
+        flight.hinted = session.hinted;
+        flight.https = https;
+        flight.carried_maintenance = facts.carries_maintenance();
+        *to.arrived_ms = now;
+        *to.waited = session.fetch.is_some();
         Ok(Plan {
             auth,
             fetch: session.fetch,
-            flight: Flight {
-                route: routed.route,
-                selection: routed.selection,
-                hash,
-                grpc_deadline,
-                sessions_on: session.on,
-                client_session: session.client,
-                key: session.key,
-                now_unix: session.now_unix,
-                prior,
-                hinted: session.hinted,
-                https,
-                carried_maintenance: facts.carries_maintenance(),
-            },
-            now,
-            sticky,
-            hop,
-            upgrade,
             request: req,
-            set,
             body,
-            held,
         })
     }
 }
@@ -338,7 +372,9 @@ impl Forwarder {
 }
 
 /// A binding decision as the attempts use it: the node to stay on, the
-/// binding it came from, and the hop it starts.
+/// binding it came from, and the hop it starts (inlined: its result,
+/// ~100 bytes, is written where the plan keeps it, not copied there).
+#[inline]
 fn stuck(stick: Stickiness) -> (Option<usize>, Option<Binding>, Option<PendingHop>) {
     match stick {
         Stickiness::Unbound => (None, None, None),

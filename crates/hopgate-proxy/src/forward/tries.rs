@@ -27,18 +27,18 @@ use hopgate_core::config::UpstreamProtocol;
 use hopgate_core::error::ErrorKind;
 use hopgate_core::node::{ms_at, now_ms, InFlight};
 use hopgate_core::session::HopReason;
-use hopgate_store::{Binding, FetchFuture};
+use hopgate_store::Binding;
 
 use super::attempt::{self, Attempted, Choice, Tried};
 use super::done::Done;
 use super::failure::{self, AfterFailure, Failed};
 use super::mirror::{self, Mirroring};
-use super::plan::{self, begin_hop_if_bound, Flight, PendingHop, Plan, Upgrade};
+use super::plan::{self, begin_hop_if_bound, Flight, PendingHop, Upgrade};
 use super::replay::{self, Capture, Replay, Taken};
 use super::{answer, grpc, ClientConn, Req};
 use crate::body::RequestBody;
 use crate::body::{ClientBody, ProxyBody};
-use crate::headers::SetLines;
+use crate::headers::{MadeId, RequestId, SetLines};
 use crate::pool::{PoolSettings, SendFailure};
 
 /// Where one send goes and what it sends: the node's address (or its
@@ -48,26 +48,30 @@ pub(super) type Upstream = (SocketAddr, Box<Request<ProxyBody>>);
 /// What a request ends with: an answer, or the gateway's error answer.
 pub(super) type Ending = Result<Box<Response<ProxyBody>>, ErrorKind>;
 
-/// A request's state from its plan to its answer: what the attempts keep
-/// from the plan, and what they change (the stickiness, a hop, the lines
-/// the gateway sets, the outcome).
+/// A request's state from its arrival to its answer: what the attempts
+/// keep from the plan, and what they change (the stickiness, a hop, the
+/// lines the gateway sets, the outcome). Made blank in its place in the
+/// request's future ([`Trip::arriving`]) and filled in there by
+/// `ClientConn::begin` and the plan: built apart and moved in, its parts
+/// were copied three or four times on the way (~300 instructions per
+/// request).
 pub(super) struct Trip {
     /// The end of the request ([`Done::finish`]), with its outcome.
     pub(super) done: Done,
-    flight: Flight,
+    pub(super) flight: Flight,
     /// The bound node, for the first attempt.
-    sticky: Option<usize>,
-    hop: Option<PendingHop>,
-    upgrade: Option<Upgrade>,
+    pub(super) sticky: Option<usize>,
+    pub(super) hop: Option<PendingHop>,
+    pub(super) upgrade: Option<Upgrade>,
     /// The lines the gateway sets beside the request's header map.
     pub(super) set: SetLines,
     /// [`hopgate_core::node::now_ms`] on arrival (the first attempt's clock).
-    arrived_ms: u64,
+    pub(super) arrived_ms: u64,
     /// The request waited for something (the shared store, its body)
     /// before its first send.
-    waited: bool,
+    pub(super) waited: bool,
     /// A gRPC call (`content-type: application/grpc…`, phase 3).
-    grpc: bool,
+    pub(super) grpc: bool,
     /// The route's mirror copies this request (decided in [`Trip::capture`]).
     mirror: Mirroring,
     /// The request's place in its rate limit's `max_in_flight`: given to
@@ -76,47 +80,48 @@ pub(super) struct Trip {
 }
 
 impl Trip {
-    /// The plan taken apart: the request's state, and what the driver
-    /// holds apart from it until the attempts (the shared store's lookup,
-    /// the request, its body).
+    /// A request that arrived at `started`, nothing decided yet: written
+    /// where the request's future keeps it, then filled in there
+    /// (`ClientConn::begin`, `Forwarder::plan`). A request turned away
+    /// before its plan ends with what `begin` set.
     #[inline(always)]
-    pub(super) fn new(
-        plan: Plan,
-        grpc: bool,
-        done: Done,
-    ) -> (
-        Trip,
-        Option<FetchFuture>,
-        Box<Request<ProxyBody>>,
-        RequestBody,
-    ) {
-        let Plan {
-            auth: _,
-            fetch,
-            flight,
-            now,
-            sticky,
-            hop,
-            upgrade,
-            request,
-            set,
-            body,
-            held,
-        } = plan;
-        let trip = Trip {
-            done,
-            flight,
-            sticky,
-            hop,
-            upgrade,
-            set,
-            arrived_ms: now,
-            waited: fetch.is_some(),
-            grpc,
+    pub(super) fn arriving(started: Instant) -> Trip {
+        Trip {
+            done: Done {
+                method: http::Method::GET,
+                request_id: RequestId::Made(MadeId::BLANK),
+                started,
+                grpc: false,
+                out: super::done::Outcome::default(),
+                access: None,
+            },
+            flight: Flight::unplanned(),
+            sticky: None,
+            hop: None,
+            upgrade: None,
+            set: SetLines::default(),
+            arrived_ms: 0,
+            waited: false,
+            grpc: false,
             mirror: Mirroring::Off,
-            held,
-        };
-        (trip, fetch, request, body)
+            held: None,
+        }
+    }
+
+    /// Where the plan writes what the attempts keep ([`plan::Planned`]).
+    #[inline(always)]
+    pub(super) fn planned(&mut self) -> plan::Planned<'_> {
+        plan::Planned {
+            flight: &mut self.flight,
+            sticky: &mut self.sticky,
+            hop: &mut self.hop,
+            upgrade: &mut self.upgrade,
+            set: &mut self.set,
+            held: &mut self.held,
+            out: &mut self.done.out,
+            arrived_ms: &mut self.arrived_ms,
+            waited: &mut self.waited,
+        }
     }
 
     /// The request's route's timeouts, retries and limits, every inherited
