@@ -29,7 +29,7 @@
 #
 # Usage: bash bench/syscalls.sh [options]
 #   --duration S      seconds per CPU run (default 4)
-#   --window S        seconds of the strace window (default 3)
+#   --window S        seconds of each strace window and perf sample (default 3)
 #   --repeat N        CPU runs per point and target (default 3)
 #   --conns LIST      connection counts (default 1,16)
 #   --only LIST       targets: floor,nginx,haproxy,hopgate,hopgate-base
