@@ -1,6 +1,7 @@
 //! The response side of hopgate's own HTTP/1.1 server ([`super::server`]):
 //! one response written to the client's socket, head, framing and body in
-//! as few vectored writes as it can.
+//! as few writes as it can (a small head and body as one buffer:
+//! [`super::write`]).
 //!
 //! Owns: the framing of a response (the rules of hyper's server, so that
 //! clients see what they saw before): Content-Length, kept or added;
@@ -61,7 +62,7 @@ pub(super) async fn write_response<W: AsyncWrite + Unpin, B: Payload>(
     let mut body = std::mem::take(resp.body_mut());
     let raw = body.take_raw_head();
     // The first body bytes, when they are there already: written with the
-    // head in one vectored write.
+    // head in one write.
     let first = match &framing {
         Framing::Length { left, .. } if *left > 0 => first_data(&mut body),
         Framing::Chunked { .. } | Framing::Close => first_data(&mut body),
@@ -122,7 +123,7 @@ struct HeadBufs {
 }
 
 /// The status line, the header lines and the first body bytes, into `w`
-/// (written in one vectored write); says whether those bytes ran past the
+/// (written in one write); says whether those bytes ran past the
 /// declared length (the rest of them is left out). Called once per
 /// answer: inlined into it (a call and the moves of its arguments cost
 /// ~20 instructions per request).
