@@ -488,7 +488,6 @@ async fn read_head(
                 if draining(drain) {
                     return Err(NoHead::Quiet);
                 }
-                c.release_buffer();
                 let until = Instant::now() + s.idle_timeout;
                 let waited = std::future::poll_fn(|cx| {
                     if let Poll::Ready(r) = c.poll_fill_idle(cx) {

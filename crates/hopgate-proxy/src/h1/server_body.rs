@@ -78,24 +78,16 @@ impl Conn {
         fill(&mut self.io, &mut self.buf, want, cx)
     }
 
-    /// [`Conn::poll_fill`] for a connection between requests, whose
-    /// buffer went back to the thread's spares
-    /// ([`Conn::release_buffer`]): the read borrows a spare, which becomes
-    /// the connection's buffer when bytes come and goes back while none
-    /// do, so a waiting connection holds no buffer.
+    /// [`Conn::poll_fill`] for a connection between requests: when no
+    /// bytes come (or the stream ends), the buffer goes back to the
+    /// thread's spares, and the next read borrows one ([`fill`]), so a
+    /// waiting connection holds no buffer.
     pub(crate) fn poll_fill_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        let mut buf = spare::buffer();
-        let r = fill(&mut self.io, &mut buf, spare::READ_BUFFER, cx);
-        match r {
-            Poll::Ready(Ok(n)) if n > 0 => self.buf = buf,
-            _ => spare::give_buffer(buf),
+        let r = fill(&mut self.io, &mut self.buf, spare::READ_BUFFER, cx);
+        if !matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            spare::give_buffer(std::mem::take(&mut self.buf));
         }
         r
-    }
-
-    /// Gives the (empty) read buffer back to the thread's spares.
-    pub(crate) fn release_buffer(&mut self) {
-        spare::give_buffer(std::mem::take(&mut self.buf));
     }
 }
 

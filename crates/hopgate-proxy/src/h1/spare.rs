@@ -101,13 +101,15 @@ pub(crate) fn buffer() -> BytesMut {
         .unwrap_or_else(|| BytesMut::with_capacity(READ_BUFFER))
 }
 
-/// Takes back an empty read buffer. Its whole block is reclaimed when no
-/// request shares it any more; a buffer left with little room, or one
-/// that grew for a large head, is let go.
+/// Takes back an empty read buffer. One with little room left has its
+/// whole block reclaimed when no request shares it any more (or is let
+/// go); one that grew for a large head is let go.
 pub(crate) fn give_buffer(mut b: BytesMut) {
     debug_assert!(b.is_empty(), "only empty buffers are spares");
     b.clear();
-    let _ = b.try_reclaim(READ_BUFFER);
+    if b.capacity() < LEAST_ROOM && !b.try_reclaim(READ_BUFFER) {
+        return;
+    }
     if !(LEAST_ROOM..=2 * READ_BUFFER).contains(&b.capacity()) {
         return;
     }
@@ -198,36 +200,41 @@ mod tests {
         assert!(b.is_empty());
     }
 
-    /// A buffer whose head went to a request is whole again once the
-    /// request is gone, and comes back from the spare; one still shared
-    /// keeps only the room past the head.
+    /// A buffer is kept with the room past the heads read into it; once
+    /// little is left, its whole block is reclaimed when no request holds
+    /// a head in it any more, and let go while one does.
     #[test]
     fn buffers_are_reclaimed_and_reused() {
         let mut b = buffer();
         let at = b.as_ptr() as usize;
         b.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
         let head = b.split_to(b.len()).freeze();
-        drop(head);
         give_buffer(b);
-        let again = buffer();
+        let mut again = buffer();
         assert_eq!(
             again.as_ptr() as usize,
+            at + head.len(),
+            "the room past the head"
+        );
+        let big = again.capacity() - 100;
+        again.extend_from_slice(&vec![b'x'; big]);
+        let big_head = again.split_to(big).freeze();
+        drop((head, big_head));
+        give_buffer(again);
+        let whole = buffer();
+        assert_eq!(
+            whole.as_ptr() as usize,
             at,
             "the same block, from its start"
         );
-        assert!(again.capacity() >= READ_BUFFER);
+        assert!(whole.capacity() >= READ_BUFFER);
 
-        let mut shared = again;
-        shared.extend_from_slice(&[b'x'; 100]);
-        let alive = shared.split_to(100).freeze();
+        let mut shared = whole;
+        shared.extend_from_slice(&vec![b'y'; READ_BUFFER - 100]);
+        let alive = shared.split_to(READ_BUFFER - 100).freeze();
         give_buffer(shared);
-        let tail = buffer();
-        assert_eq!(
-            tail.as_ptr() as usize,
-            at + 100,
-            "the room past the live head"
-        );
-        assert_eq!(&alive[..], &[b'x'; 100][..]);
+        assert_eq!(buffers_kept(), 0, "a block a live head holds is let go");
+        assert_eq!(alive[0], b'y');
     }
 
     /// Blocks come back for the same future type, emptied: what they held
