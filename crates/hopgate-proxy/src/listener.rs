@@ -349,8 +349,11 @@ async fn serve_accepted(a: Accepted) {
         // h2c (the preface) goes to hyper; everything else is HTTP/1.x
         // for hopgate's own server.
         return match sniff(io).await {
+            // Boxed: hyper's connection state is a few KiB, and in the
+            // task itself it would size every HTTP/1.1 connection's task
+            // too (an idle one's memory, [`crate::h1::server`]).
             Some(Sniffed::H2c(io)) => {
-                serve_conn(&builder, io, svc, watcher, peer).await;
+                Box::pin(serve_conn(&builder, io, svc, watcher, peer)).await;
             }
             Some(Sniffed::Http1(io, read)) => {
                 serve_native(Box::new(io), read, svc, native).await;
@@ -358,18 +361,34 @@ async fn serve_accepted(a: Accepted) {
             None => {}
         };
     };
-    // The handshake shares the first-bytes deadline.
-    if let Some(stream) = crate::tls::accept(&tls, stream, first_bytes).await {
-        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-        let io = ClientIo::new(stream, first_bytes, stall);
-        // ALPN `h2` goes to hyper.
-        if h2 {
-            serve_conn(&builder, io, svc, watcher, peer).await;
-        } else {
-            serve_native(Box::new(io), bytes::BytesMut::new(), svc, native).await;
-        }
+    // The handshake and its stream, boxed: neither sizes the task of
+    // every connection (an idle one's memory, [`crate::h1::server`]).
+    let Some((h2, io)) = Box::pin(handshake(&tls, stream, first_bytes, stall)).await else {
+        return;
+    };
+    // ALPN `h2` goes to hyper.
+    if h2 {
+        Box::pin(serve_conn(&builder, io, svc, watcher, peer)).await;
+    } else {
+        serve_native(io, bytes::BytesMut::new(), svc, native).await;
     }
 }
+
+/// A TLS client's handshake (within the first-bytes deadline): whether
+/// it chose `h2`, and its stream with the connection's deadlines.
+async fn handshake(
+    tls: &ListenerTlsState,
+    stream: TcpStream,
+    first_bytes: Duration,
+    stall: Duration,
+) -> Option<(bool, Box<TlsClientIo>)> {
+    let stream = crate::tls::accept(tls, stream, first_bytes).await?;
+    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+    Some((h2, Box::new(ClientIo::new(stream, first_bytes, stall))))
+}
+
+/// A TLS client connection's stream.
+type TlsClientIo = ClientIo<tokio_rustls::server::TlsStream<TcpStream>>;
 
 /// Serves one HTTP/2 client connection (h2c or TLS) with hyper until it
 /// ends, shutdown closes it, or a stream stalls past the send limit.

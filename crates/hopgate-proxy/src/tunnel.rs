@@ -178,6 +178,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for ReadAhead<T> {
             let n = self.read_ahead.len().min(buf.remaining());
             buf.put_slice(&self.read_ahead[..n]);
             self.read_ahead.advance(n);
+            if self.read_ahead.is_empty() {
+                // Read again: its block (a whole read buffer, for h2c's
+                // preface) is let go, not kept for the connection's life.
+                self.read_ahead = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut self.io).poll_read(cx, buf)

@@ -30,6 +30,13 @@
 //!   read past the head) to whoever took the request's [`Upgrade`], and a
 //!   draining listener or a closing handler closes the connection after
 //!   the answer in flight (idle ones at once).
+//! - **Idle memory.** A connection waiting for its next request holds no
+//!   read buffer and no request block: both go back to the thread's spares
+//!   ([`super::spare`]) when a request is done, and the next read borrows
+//!   a buffer (kept only when bytes come: a partial head keeps it), the
+//!   next request a block. What stays is the task (this loop's state, the
+//!   exchange of a request being in the block), the socket and its
+//!   timers.
 //!
 //! Must not touch: what a request is answered with (the handler's),
 //! protocol selection (the caller's), how a response is framed and written
@@ -55,11 +62,12 @@ use super::deadline::LazyTimer;
 use super::head::{self, BodyKind, Head, HeadError};
 use super::server_body::{ClientStream, Conn, ServerBody, Shared, Slot};
 use super::server_write::{write_response, write_upgrade, Ask, SlotIo};
+use super::spare;
 use super::Payload;
 use hopgate_core::error::ErrorKind;
 
 /// Bytes asked of the kernel per read of a head.
-const HEAD_READ: usize = 8 * 1024;
+const HEAD_READ: usize = spare::READ_BUFFER;
 /// How long a closing connection keeps reading (and dropping) what the
 /// client still sends, so that closing with unread bytes does not reset
 /// the connection under the answer just written.
@@ -109,7 +117,7 @@ enum NoHead {
 
 /// What a server asks of the code behind it (the gateway's `ClientConn`):
 /// one per connection; the server is generic over it, so the request's
-/// future is a named type, kept in one block per connection.
+/// future is a named type, run in a block from the thread's spares.
 pub trait Handler: Send + Sync + 'static {
     /// The body type of requests and answers.
     type Body: Payload;
@@ -207,29 +215,29 @@ enum Held {
 pub(crate) async fn serve<H: Handler>(
     io: Box<dyn ClientStream>,
     read: BytesMut,
-    handler: H,
+    mut handler: H,
     settings: Settings,
-    drain: watch::Receiver<bool>,
+    mut drain: watch::Receiver<bool>,
 ) {
     let mut c = Conn { io, buf: read };
     let mut first = true;
     let mut between = Between::new(drain.clone());
-    // Each request's future, from its plan on, in one block allocated for
-    // the connection and replaced in place (`Pin::set`) for every request:
-    // no allocation and free per request.
-    let mut pending = Box::pin(None);
     loop {
         let head = match read_head(&mut c, &settings, first, &drain, &mut between).await {
             Ok(h) => h,
             Err(NoHead::Quiet) => return,
-            Err(NoHead::Refuse(kind)) => return refuse(c, handler.refusal(kind)).await,
+            // Rare: its write's state in a box of its own, not in every
+            // connection's task.
+            Err(NoHead::Refuse(kind)) => return Box::pin(refuse(c, handler.refusal(kind))).await,
         };
         first = false;
         let bytes = c.buf.split_to(head.len).freeze();
         let mut req = match request::<H::Body>(&head, &bytes) {
             Ok(r) => r,
-            Err(kind) => return refuse(c, handler.refusal(kind)).await,
+            Err(kind) => return Box::pin(refuse(c, handler.refusal(kind))).await,
         };
+        // The request's values hold the head's bytes now.
+        drop(bytes);
         let mut asked = Asked::of(&head, req.method() == Method::CONNECT);
         asked.ask.is_head = req.method() == Method::HEAD;
         // An upgrade: the socket goes to the tunnel after a 101.
@@ -244,16 +252,21 @@ pub(crate) async fn serve<H: Handler>(
         // Its line list goes back to the thread's spare before the answer's
         // head is parsed into it (`head::Lines`).
         drop(head);
-        pending.set(Some(handler.call(req, body)));
-        let Some(answer) = pending.as_mut().as_pin_mut() else {
+        // The exchange (the handler's future, then the answer's write) in a
+        // block from the thread's spares, given back when it is done: no
+        // allocation per request, and none held while the connection
+        // waits. The handler and the drain signal ride along and come back.
+        let mut block = spare::block();
+        block.set(Some(exchange(
+            handler, drain, req, body, held, upgrade, asked,
+        )));
+        let Some(running) = block.as_mut().as_pin_mut() else {
             return;
         };
-        let resp = answer.await;
-        pending.set(None);
-        if draining(&drain) || handler.closing() {
-            asked.keep = false;
-        }
-        let (next, unread) = match write_answer(held, resp, upgrade, &mut asked).await {
+        let done = running.await;
+        spare::give_block(block);
+        (handler, drain) = (done.handler, done.drain);
+        let (next, unread) = match done.written {
             Some(Ok(written)) => written,
             Some(Err(e)) => {
                 tracing::debug!(peer = %handler.peer(), error = %e, "writing a response failed");
@@ -262,10 +275,45 @@ pub(crate) async fn serve<H: Handler>(
             None => return,
         };
         c = next;
-        if !asked.keep {
+        if !done.keep {
             let unread = unread || !c.buf.is_empty();
             return linger_close(c, unread).await;
         }
+    }
+}
+
+/// A request's exchange done: the handler and drain signal it borrowed,
+/// the connection as [`write_answer`] gave it back, and whether it stays
+/// open.
+struct Exchanged<H> {
+    handler: H,
+    drain: watch::Receiver<bool>,
+    written: Option<io::Result<(Conn, bool)>>,
+    keep: bool,
+}
+
+/// One request: the handler's answer, then its write. Owns what it uses
+/// (it runs in a spare block, [`spare::block`]) and hands the handler and
+/// the drain signal back.
+async fn exchange<H: Handler>(
+    handler: H,
+    drain: watch::Receiver<bool>,
+    req: Box<Request<H::Body>>,
+    body: Option<Box<ServerBody>>,
+    held: Held,
+    upgrade: Option<oneshot::Sender<UpgradedClient>>,
+    mut asked: Asked,
+) -> Exchanged<H> {
+    let resp = handler.call(req, body).await;
+    if draining(&drain) || handler.closing() {
+        asked.keep = false;
+    }
+    let written = write_answer(held, resp, upgrade, &mut asked).await;
+    Exchanged {
+        handler,
+        drain,
+        written,
+        keep: asked.keep,
     }
 }
 
@@ -435,13 +483,14 @@ async fn read_head(
                 }
             }
             None => {
-                // Between requests: idle until the next one, or drained.
+                // Between requests: idle until the next one, or drained,
+                // with no buffer held while nothing comes.
                 if draining(drain) {
                     return Err(NoHead::Quiet);
                 }
                 let until = Instant::now() + s.idle_timeout;
                 let waited = std::future::poll_fn(|cx| {
-                    if let Poll::Ready(r) = c.poll_fill(HEAD_READ, cx) {
+                    if let Poll::Ready(r) = c.poll_fill_idle(cx) {
                         return Poll::Ready(Some(r));
                     }
                     if between.drained(drain, cx) || between.idle.poll_passed(until, cx) {
@@ -585,12 +634,18 @@ async fn refuse<B: Payload>(mut c: Conn, mut resp: Box<Response<B>>) {
 
 /// Shuts the write side; when the client may still be sending (`unread`:
 /// a body or pipelined requests left unread), reads and drops what it
-/// sends (bounded in time and bytes) before the socket is closed, so that
-/// the close does not reset the connection under the answer.
+/// sends before the socket is closed ([`linger`], its timer in a box of
+/// its own rather than in every connection's task).
 async fn linger_close(mut c: Conn, unread: bool) {
     if c.io.shutdown().await.is_err() || !unread {
         return;
     }
+    Box::pin(linger(c)).await;
+}
+
+/// Reads and drops what the client sends (bounded in time and bytes), so
+/// that the close does not reset the connection under the answer.
+async fn linger(mut c: Conn) {
     let until = Instant::now() + LINGER;
     let mut dropped = 0;
     while dropped < LINGER_BYTES {
@@ -606,7 +661,171 @@ async fn linger_close(mut c: Conn, unread: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::h1::testing::TestBody;
     use http::header::CONTENT_LENGTH;
+    use http_body_util::BodyExt;
+    use tokio::io::{AsyncReadExt, DuplexStream, ReadHalf};
+
+    /// Answers every request with its path and the length of its body.
+    struct Echo;
+
+    impl Handler for Echo {
+        type Body = TestBody;
+
+        fn call(
+            &self,
+            req: Box<Request<TestBody>>,
+            body: Option<Box<ServerBody>>,
+        ) -> impl Future<Output = Box<Response<TestBody>>> + Send + 'static {
+            let path = req.uri().path().to_owned();
+            async move {
+                let mut got = 0;
+                if let Some(body) = body {
+                    got = body.collect().await.map_or(0, |b| b.to_bytes().len());
+                }
+                let text = format!("{path} {got}");
+                let mut resp = Response::new(TestBody::full(text.clone()));
+                resp.headers_mut()
+                    .insert(CONTENT_LENGTH, HeaderValue::from(text.len()));
+                Box::new(resp)
+            }
+        }
+
+        fn refusal(&self, kind: ErrorKind) -> Box<Response<TestBody>> {
+            let mut resp = Response::new(TestBody::Empty);
+            *resp.status_mut() = http::StatusCode::from_u16(kind.status()).unwrap();
+            resp.headers_mut()
+                .insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
+            Box::new(resp)
+        }
+
+        fn closing(&self) -> bool {
+            false
+        }
+
+        fn peer(&self) -> SocketAddr {
+            SocketAddr::from(([127, 0, 0, 1], 1))
+        }
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            max_header_bytes: 16 << 10,
+            max_headers: 100,
+            header_read_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Reads one answer (head and its Content-Length body): its status
+    /// line's code and its body.
+    async fn answer(rd: &mut ReadHalf<DuplexStream>, pending: &mut Vec<u8>) -> (u16, String) {
+        loop {
+            if let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&pending[..end]).to_ascii_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                if pending.len() >= end + 4 + len {
+                    let code = head[9..12].parse().unwrap();
+                    let body = String::from_utf8_lossy(&pending[end + 4..end + 4 + len]).into();
+                    pending.drain(..end + 4 + len);
+                    return (code, body);
+                }
+            }
+            let mut chunk = [0u8; 4096];
+            let n = rd.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the server closed before its answer");
+            pending.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Waits (bounded) until the thread keeps `n` spare read buffers.
+    async fn spares_become(n: usize) {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while spare::buffers_kept() != n {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("the thread never kept {n} spare buffers"));
+    }
+
+    /// A connection that went idle (its buffer back with the thread) reads
+    /// a head that comes in parts, with a request with a body and a second
+    /// request pipelined behind it, and answers them in order; the partial
+    /// head keeps the buffer it was read into.
+    #[tokio::test]
+    async fn an_idle_connection_reads_partial_and_pipelined_heads() {
+        let (client, server) = tokio::io::duplex(64 << 10);
+        let (_drain_tx, drain) = watch::channel(false);
+        let task = tokio::spawn(serve(
+            Box::new(server),
+            BytesMut::new(),
+            Echo,
+            settings(),
+            drain,
+        ));
+        let (mut rd, mut wr) = tokio::io::split(client);
+        let mut pending = Vec::new();
+        wr.write_all(b"GET /one HTTP/1.1\r\nhost: a\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(answer(&mut rd, &mut pending).await, (200, "/one 0".into()));
+        // Idle: the connection's buffer is the thread's spare.
+        spares_become(1).await;
+        wr.write_all(b"POST /tw").await.unwrap();
+        // The partial head holds the buffer.
+        spares_become(0).await;
+        wr.write_all(b"o HTTP/1.1\r\nhost: a\r\ncontent-length: 5\r\n\r\nhello")
+            .await
+            .unwrap();
+        wr.write_all(b"GET /three HTTP/1.1\r\nhost: a\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(answer(&mut rd, &mut pending).await, (200, "/two 5".into()));
+        assert_eq!(
+            answer(&mut rd, &mut pending).await,
+            (200, "/three 0".into())
+        );
+        spares_become(1).await;
+        // Idle again, then a whole head in one piece.
+        wr.write_all(b"GET /four HTTP/1.1\r\nhost: a\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(answer(&mut rd, &mut pending).await, (200, "/four 0".into()));
+        wr.shutdown().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("the connection ends when the client closes")
+            .unwrap();
+    }
+
+    /// A head begun on an idle connection and not finished within
+    /// `header_read` is answered 408 (the buffer borrowed for it included).
+    #[tokio::test(start_paused = true)]
+    async fn a_partial_head_after_idle_times_out_with_408() {
+        let (client, server) = tokio::io::duplex(64 << 10);
+        let (_drain_tx, drain) = watch::channel(false);
+        let task = tokio::spawn(serve(
+            Box::new(server),
+            BytesMut::new(),
+            Echo,
+            settings(),
+            drain,
+        ));
+        let (mut rd, mut wr) = tokio::io::split(client);
+        let mut pending = Vec::new();
+        wr.write_all(b"GET /one HTTP/1.1\r\nhost: a\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(answer(&mut rd, &mut pending).await, (200, "/one 0".into()));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        wr.write_all(b"GET /slow HTTP/1.1\r\nho").await.unwrap();
+        assert_eq!(answer(&mut rd, &mut pending).await.0, 408);
+        task.await.unwrap();
+    }
 
     /// The names matched by hand are the names `HeaderName` parses, in any
     /// case, and their near misses are parsed as `HeaderName` parses them.

@@ -27,6 +27,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::body::{ReadError, Reading};
 use super::chunked::ChunkedDecoder;
+use super::spare;
 use super::BoxError;
 
 /// A client socket as the native server holds it (plain TCP or TLS, with
@@ -49,13 +50,18 @@ impl std::fmt::Debug for Conn {
     }
 }
 
-/// Reads what `io` has into `buf`: `Ok(0)` at end of stream.
+/// Reads what `io` has into `buf`: `Ok(0)` at end of stream. A buffer
+/// with no room at all (an idle connection's) is one of the thread's
+/// spares from then on.
 fn fill(
     io: &mut Box<dyn ClientStream>,
     buf: &mut BytesMut,
     want: usize,
     cx: &mut Context<'_>,
 ) -> Poll<io::Result<usize>> {
+    if buf.capacity() == 0 {
+        *buf = spare::buffer();
+    }
     if buf.capacity() - buf.len() < 512 {
         buf.reserve(want);
     }
@@ -70,6 +76,18 @@ impl Conn {
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<usize>> {
         fill(&mut self.io, &mut self.buf, want, cx)
+    }
+
+    /// [`Conn::poll_fill`] for a connection between requests: when no
+    /// bytes come (or the stream ends), the buffer goes back to the
+    /// thread's spares, and the next read borrows one ([`fill`]), so a
+    /// waiting connection holds no buffer.
+    pub(crate) fn poll_fill_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let r = fill(&mut self.io, &mut self.buf, spare::READ_BUFFER, cx);
+        if !matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            spare::give_buffer(std::mem::take(&mut self.buf));
+        }
+        r
     }
 }
 
