@@ -356,7 +356,7 @@ impl Forwarder {
         let checked = if let AuthKind::Forward(_) = &auth.kind {
             let origin = crate::auth::Origin {
                 client_ip,
-                https: conn.ctx.tls,
+                https: build::client_https(snap, req, conn),
                 snapshot: &self.snapshot,
             };
             self.auth.forward(id, auth, req, origin)

@@ -489,3 +489,43 @@ fn bearer(made: &Value, name: &str) -> String {
 async fn status(gw: &Gateway, auth: &str) -> u16 {
     get(gw, "/", &[("authorization", auth)]).await.0
 }
+
+/// Behind a trusted proxy the check says what the client used: the
+/// proxy's `X-Forwarded-Proto` and the client address it forwarded; an
+/// untrusted client's claims are replaced by what the gateway saw.
+#[tokio::test]
+async fn the_check_describes_the_client_behind_a_trusted_proxy() {
+    let auth = AuthServer::start(0, None).await;
+    let b = Backend::start("n1").await;
+    let services = format!(
+        "{}{}",
+        service("svc", &[("n1", b.addr, "")]),
+        authz(&[("a1", auth.addr())], false)
+    );
+    let routes = format!(
+        "  - {{ id: app, match: {{ path_prefix: /app }}, service: svc, auth: {} }}",
+        forward("/check", "")
+    );
+    let claims = [
+        ("authorization", "Bearer good-alice"),
+        ("x-forwarded-proto", "https"),
+        ("x-forwarded-for", "203.0.113.9"),
+    ];
+    let trusted = format!(
+        "{}access: {{ trusted_proxies: [127.0.0.1/32] }}\n",
+        config(&services, &routes)
+    );
+    let gw = Gateway::start(&trusted).await;
+    let (s, _, body) = get(&gw, "/app/x", &claims).await;
+    assert_eq!(s, 200, "{body}");
+    let last = auth.get("/last").await;
+    assert_eq!(last["x-forwarded-proto"], "https", "{last}");
+    assert_eq!(last["x-forwarded-for"], "203.0.113.9", "{last}");
+    drop(gw);
+    let gw = Gateway::start(&config(&services, &routes)).await;
+    let (s, _, body) = get(&gw, "/app/x", &claims).await;
+    assert_eq!(s, 200, "{body}");
+    let last = auth.get("/last").await;
+    assert_eq!(last["x-forwarded-proto"], "http", "{last}");
+    assert_eq!(last["x-forwarded-for"], "127.0.0.1", "{last}");
+}

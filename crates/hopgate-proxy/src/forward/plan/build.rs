@@ -98,6 +98,27 @@ pub(super) fn fill_host(req: &mut Request<ProxyBody>, facts: &RequestFacts) {
     }
 }
 
+/// Whether the client reached the edge over HTTPS, as the upstream
+/// request will say: a trusted proxy's `X-Forwarded-Proto` (`http` or
+/// `https`), else this hop's connection (the forward-auth check's
+/// `X-Forwarded-Proto`, built before the upstream request).
+pub(in crate::forward) fn client_https(
+    snap: &Snapshot,
+    req: &Request<ProxyBody>,
+    conn: &ClientConn,
+) -> bool {
+    match req
+        .headers()
+        .get(&X_FORWARDED_PROTO)
+        .filter(|_| snap.access.trusts(conn.peer.ip()))
+        .map(|v| v.as_bytes())
+    {
+        Some(b"https") => true,
+        Some(b"http") => false,
+        _ => conn.ctx.tls,
+    }
+}
+
 /// A trusted proxy's `X-Forwarded-Proto` (`http` or `https`) is kept;
 /// anyone else's is replaced by what this hop saw. True for HTTPS.
 #[inline]
