@@ -297,8 +297,10 @@ pub(crate) struct ClientConn {
     pub(crate) http2: std::sync::atomic::AtomicBool,
     /// The HTTP/2 response bodies under the send stall limit
     /// ([`crate::send_watch`]); the listener's connection task runs their
-    /// sweep and closes the connection when one stalls.
-    pub(crate) send_watches: Arc<crate::send_watch::SendWatches<ProxyBody>>,
+    /// sweep and closes the connection when one stalls. Made by the first
+    /// that needs it (an HTTP/2 connection's task), so an HTTP/1.1
+    /// connection holds none ([`ClientConn::send_watches`]).
+    send_watches: std::sync::OnceLock<Arc<crate::send_watch::SendWatches<ProxyBody>>>,
 }
 
 /// The future of one request (what hyper's HTTP/2 service call returns).
@@ -314,8 +316,13 @@ impl ClientConn {
             forwarded_for: crate::headers::peer_header(peer.ip()),
             ctx,
             http2: std::sync::atomic::AtomicBool::new(false),
-            send_watches: Arc::default(),
+            send_watches: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The connection's HTTP/2 send-stall registry, made on first use.
+    pub(crate) fn send_watches(&self) -> &Arc<crate::send_watch::SendWatches<ProxyBody>> {
+        self.send_watches.get_or_init(Arc::default)
     }
 
     /// Handles one client request from hyper's HTTP/2 server end to end.

@@ -401,7 +401,7 @@ async fn serve_conn<I>(
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let watches = Arc::clone(&svc.0.send_watches);
+    let watches = Arc::clone(svc.0.send_watches());
     let conn = builder.serve_connection(TokioIo::new(io), svc).into_owned();
     let conn = watcher.watch(conn);
     tokio::select! {

@@ -203,7 +203,7 @@ fn streamed(
         // upstream: cut it at the send stall limit.
         let stall = snap.routes[flight.route].policy.idle;
         ProxyBody::wrap_in(&mut resp, |b| {
-            ProxyBody::SendWatched(Box::new(SendWatch::new(b, stall, &conn.send_watches)))
+            ProxyBody::SendWatched(Box::new(SendWatch::new(b, stall, conn.send_watches())))
         });
     }
     if conn.ctx.debug_headers {
