@@ -57,7 +57,7 @@ async fn a_restarted_node_ramps_up_over_the_window() {
     let (a1, a2) = (b1.addr, b2.addr);
     let services = |extra: &str| {
         format!(
-            "  - name: app\n    lb: smooth_wrr\n    slow_start: {WINDOW_S}s\n    health: {{ path: /health, interval: 100ms, timeout: 100ms, rise: 1, fall: 1 }}\n    nodes:\n      - {{ id: n1, address: \"{}\" }}\n      - {{ id: n2, address: \"{}\" }}\n{extra}",
+            "  - name: app\n    lb: smooth_wrr\n    slow_start: {WINDOW_S}s\n    health: {{ path: /health, interval: 200ms, timeout: 200ms, rise: 1, fall: 2 }}\n    nodes:\n      - {{ id: n1, address: \"{}\" }}\n      - {{ id: n2, address: \"{}\" }}\n{extra}",
             a1, a2
         )
     };
