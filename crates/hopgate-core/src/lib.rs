@@ -13,6 +13,7 @@
 pub mod access;
 pub mod balance;
 pub mod config;
+pub mod cookie;
 pub mod error;
 pub mod filter;
 pub mod limit;

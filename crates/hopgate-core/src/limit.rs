@@ -302,7 +302,7 @@ impl RateLimiter {
                 }
                 LimitKey::Cookie(name) => {
                     h.write_u8(4);
-                    if let Some(v) = cookie(who.headers, name) {
+                    if let Some(v) = crate::cookie::value(who.headers, name) {
                         h.write(v.as_bytes());
                     }
                     h.write_u8(0xff);
@@ -338,20 +338,6 @@ fn write_ip(h: &mut impl Hasher, tag: u8, ip: IpAddr) {
         IpAddr::V6(a) => a,
     };
     h.write(&v6.octets());
-}
-
-/// The value of cookie `name` in the request's `Cookie` lines (also
-/// forward auth's decision cache key).
-pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    headers
-        .get_all(http::header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|c| {
-            let (k, v) = c.trim().split_once('=')?;
-            (k == name).then_some(v)
-        })
 }
 
 /// One request counted in flight on a key until dropped (the end of the

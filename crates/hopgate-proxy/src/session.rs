@@ -15,7 +15,7 @@
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use http::header::{HeaderMap, HeaderValue, COOKIE};
+use http::header::{HeaderMap, HeaderValue};
 
 use hopgate_core::config::{DrainMode, SessionsConfig};
 use hopgate_core::node::{CircuitState, Health};
@@ -53,15 +53,7 @@ fn token_from<'h>(cfg: &SessionsConfig, headers: &'h HeaderMap) -> Option<&'h st
     if let Some(v) = headers.get(&cfg.header).and_then(|v| v.to_str().ok()) {
         return Some(v.trim());
     }
-    headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|c| {
-            let (k, v) = c.trim().split_once('=')?;
-            (k == cfg.cookie).then_some(v.trim_matches('"'))
-        })
+    hopgate_core::cookie::value(headers, &cfg.cookie).map(|v| v.trim_matches('"'))
 }
 
 fn fresh(keys: &SessionKeys, now: u64) -> ClientSession {

@@ -222,7 +222,7 @@ fn remember(
 fn key_of<'h>(key: &CacheKey, headers: &'h HeaderMap) -> Option<&'h [u8]> {
     match key {
         CacheKey::Header(h) => headers.get(h).map(HeaderValue::as_bytes),
-        CacheKey::Cookie(c) => hopgate_core::limit::cookie(headers, c).map(str::as_bytes),
+        CacheKey::Cookie(c) => hopgate_core::cookie::value(headers, c).map(str::as_bytes),
     }
 }
 

@@ -142,16 +142,9 @@ fn warn_of(snap: &Snapshot, route: usize, selection: &Selection, grpc_to_http1: 
 pub(super) fn hash_of<B>(on: &HashOn, req: &Request<B>, client_ip: IpAddr) -> Option<u64> {
     match on {
         HashOn::Header(name) => req.headers().get(name).map(|v| hash_key(v.as_bytes())),
-        HashOn::Cookie(name) => req
-            .headers()
-            .get_all(http::header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .find_map(|c| {
-                let (k, v) = c.trim().split_once('=')?;
-                (k == name).then(|| hash_key(v.as_bytes()))
-            }),
+        HashOn::Cookie(name) => {
+            hopgate_core::cookie::value(req.headers(), name).map(|v| hash_key(v.as_bytes()))
+        }
         HashOn::SourceIp => Some(match client_ip {
             IpAddr::V4(a) => hash_key(&a.octets()),
             IpAddr::V6(a) => hash_key(&a.octets()),
