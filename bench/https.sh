@@ -12,9 +12,9 @@
 #     one request each), with proxy CPU per handshake.
 # CPU is the proxy's user+system time from /proc (all its processes).
 # The three proxies run side by side for the whole run and are measured
-# interleaved: each repeat measures every proxy once (the order rotates
-# between repeats), each measurement after an optional wait for a quiet
-# machine. The table shows each figure's median over the repeats with its
+# interleaved: each repeat measures every proxy once per figure, figure by
+# figure (the proxies' order rotates between repeats), each measurement
+# after an optional wait for a quiet machine. The table shows each figure's median over the repeats with its
 # spread (min–max), and the ratios of hopgate's medians to the others'.
 # Every single measurement is kept in results.tsv (with --keep).
 # For HTTP/1.1 and HTTP/2 it also keeps, per request, the TCP segments the
@@ -332,12 +332,22 @@ for ((r = 1; r <= REPEAT; r++)); do
   # The order rotates, so no proxy always runs first or last.
   k=$(( (r - 1) % ${#PROXIES[@]} ))
   order=("${PROXIES[@]:$k}" "${PROXIES[@]:0:$k}")
-  for proxy in "${order[@]}"; do
-    log "repeat $r/$REPEAT: $proxy"
-    if has_fig h1; then wait_quiet; measure_h1 "$proxy" "$r"; fi
-    if has_fig h2; then wait_quiet; measure_h2 "$proxy" "$r"; fi
-    if has_fig full; then wait_quiet; measure_hs "$proxy" "$r" -new; fi
-    if has_fig resumed; then wait_quiet; measure_hs "$proxy" "$r" -reuse; fi
+  # Figure by figure, every proxy in turn: the proxies' measurements of
+  # one figure are next to each other in time, so a slow spell of the
+  # machine (tens of seconds on this VM) falls on all of them alike rather
+  # than on whichever proxy's four figures it happened to cover.
+  for f in h1 h2 full resumed; do
+    has_fig "$f" || continue
+    for proxy in "${order[@]}"; do
+      log "repeat $r/$REPEAT: $f $proxy"
+      wait_quiet
+      case $f in
+        h1) measure_h1 "$proxy" "$r" ;;
+        h2) measure_h2 "$proxy" "$r" ;;
+        full) measure_hs "$proxy" "$r" -new ;;
+        resumed) measure_hs "$proxy" "$r" -reuse ;;
+      esac
+    done
   done
 done
 
