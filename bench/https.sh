@@ -44,7 +44,9 @@
 # Environment: HOPGATE_BIN (default target/release/hopgate), HOPGATE_BASE_BIN,
 #   HOPGATE_ENV (extra VAR=VALUE words for hopgate, e.g. an experiment switch),
 #   HOPGATE_BASE_ENV (the same for hopgate-base),
-#   LOADGEN_CPU (default 0), PROXY_CPU (default 1), CONNS (default 16).
+#   LOADGEN_CPU (default 0), PROXY_CPU (default 1), CONNS (default 16),
+#   ORIGIN_SCHED=batch (the origin under SCHED_BATCH: woken by a request,
+#   it does not preempt the proxy it shares the CPU with).
 set -euo pipefail
 
 BENCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -217,7 +219,11 @@ EOF
 sed -e "s/127.0.0.1:$P_HOPGATE\$/127.0.0.1:$P_BASE/" -e "s/127.0.0.1:$P_ADMIN }/127.0.0.1:$P_BASE_ADMIN }/" \
   "$TMP/hopgate.yaml" >"$TMP/hopgate-base.yaml"
 
-"${ON_PROXY[@]}" "$NGINX_BIN" -p "$TMP/origin" -c "$TMP/origin/nginx.conf" -e "$TMP/origin/error.log" &
+# ORIGIN_SCHED=batch runs the origin under SCHED_BATCH: woken by a
+# request, it no longer preempts the proxy it shares the CPU with.
+ORIGIN=("${ON_PROXY[@]}")
+[[ ${ORIGIN_SCHED:-} == batch ]] && ORIGIN=(chrt -b 0 "${ON_PROXY[@]}")
+"${ORIGIN[@]}" "$NGINX_BIN" -p "$TMP/origin" -c "$TMP/origin/nginx.conf" -e "$TMP/origin/error.log" &
 PIDS+=($!)
 wait_port "$P_ORIGIN" || { echo "origin did not start" >&2; exit 1; }
 
