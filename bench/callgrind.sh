@@ -49,7 +49,14 @@
 #     bench/run.sh's grpc point does (a 16-byte message, content-type
 #     application/grpc, TE: trailers) to two nghttpd origins over h2c
 #     (protocol: http2 upstream), which answer /bench.Echo/CG_PATH with a
-#     message of that size (0, 4k or 64k) and grpc-status: 0. hopgate only.
+#     message of that size (0, 4k or 64k) and grpc-status: 0. CG_H2=on
+#     works with CG_PROXY=nginx and haproxy too (their h2c listeners as
+#     bench/proxies.sh sets them up); CG_H2=grpc is hopgate only.
+#   CG_DIRECT=on answers every request at the proxy itself (200, empty
+#     body: hopgate a route whose filters end in direct_response, nginx
+#     `return 200`, HAProxy `http-request return status 200`), no origin
+#     involved: the cost of the proxy's HTTP server alone, the floor its
+#     proxying stands on (with CG_H2=on: its HTTP/2 server's).
 set -uo pipefail
 BIN=$1; LABEL=$2
 VG_OPTS=(--tool=callgrind)
@@ -123,6 +130,12 @@ services:
 routes:
   - { id: all, match: { path_prefix: / }, service: origin$([[ ${CG_RATE_LIMIT:-off} != off ]] && echo ", rate_limit: bench") }
 Y
+DIRECT=${CG_DIRECT:-off}
+case $DIRECT in off|on) ;; *) echo "callgrind.sh: CG_DIRECT must be off or on" >&2; exit 2 ;; esac
+if [[ $DIRECT == on ]]; then
+  [[ $H2 == grpc ]] && { echo "callgrind.sh: CG_DIRECT=on does not go with CG_H2=grpc" >&2; exit 2; }
+  sed -i 's|^  - { id: all, match: { path_prefix: / }, service: origin }$|  - { id: all, match: { path_prefix: / }, filters: [ { direct_response: { status: 200 } } ] }|' "$D/hopgate.yaml"
+fi
 case ${CG_RATE_LIMIT:-off} in
   on) printf 'rate_limits:\n  - { name: bench, key: [client_ip], rate: 1000000/s, burst: 1000000 }\n' >> "$D/hopgate.yaml" ;;
   in_flight) printf 'rate_limits:\n  - { name: bench, key: [client_ip], rate: 1000000/s, burst: 1000000, max_in_flight: 1000 }\n' >> "$D/hopgate.yaml" ;;
@@ -224,8 +237,9 @@ http {
         keepalive_requests 10000000;
     }
     server {
-        listen 127.0.0.1:$PG backlog=4096;
+        listen 127.0.0.1:$PG backlog=4096$([[ $H2 == on ]] && echo " http2");
         location / {
+$([[ $DIRECT == on ]] && echo '            return 200 "";')
             proxy_pass http://origin;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
@@ -250,7 +264,8 @@ defaults
     timeout server 30s
     timeout http-keep-alive 75s
 frontend fe
-    bind 127.0.0.1:$PG
+    bind 127.0.0.1:$PG$([[ $H2 == on ]] && echo " proto h2")
+$([[ $DIRECT == on ]] && echo '    http-request return status 200')
     default_backend be
 backend be
     balance roundrobin
@@ -264,7 +279,10 @@ HA
   *) echo "callgrind.sh: CG_PROXY must be hopgate, nginx or haproxy" >&2; exit 2 ;;
 esac
 VG=$!; PIDS+=($VG)
-for i in $(seq 1 120); do curl -s -o /dev/null "http://127.0.0.1:$PG/0" && break; sleep 0.5; done
+# Ready when it answers (over h2c with prior knowledge under CG_H2=on: the
+# h2c listeners of nginx and HAProxy speak nothing else).
+CURL_H2=(); [[ $H2 == on ]] && CURL_H2=(--http2-prior-knowledge)
+for i in $(seq 1 120); do curl -s "${CURL_H2[@]}" -o /dev/null "http://127.0.0.1:$PG/0" && break; sleep 0.5; done
 load() {   # load SECONDS OUT: wrk, or h2load under CG_H2
   if [[ $H2 == off ]]; then
     wrk -t1 -c"${CG_CONNS:-4}" -d"$1"s "${WRK_H[@]}" "http://127.0.0.1:$PG/$URL_PATH" > "$2" 2>&1
@@ -288,7 +306,7 @@ else
 fi
 F=$(ls -t "$D"/cg.out* | grep -v '^$' | head -1)
 IR=$(grep -E '^(summary|totals):' "$F" | head -1 | awk '{print $2}')
-echo "$LABEL proxy=${CG_PROXY:-hopgate} path=/$URL_PATH conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} rate_limit=${CG_RATE_LIMIT:-off} filters=${CG_FILTERS:-off} jwt=${CG_JWT:-off} h2=$H2 file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
+echo "$LABEL proxy=${CG_PROXY:-hopgate} path=/$URL_PATH conns=${CG_CONNS:-4} threads=${CG_THREADS:-1} access_log=${CG_ACCESS_LOG:-off} otlp=${CG_OTLP:-off} rate_limit=${CG_RATE_LIMIT:-off} filters=${CG_FILTERS:-off} jwt=${CG_JWT:-off} h2=$H2 direct=$DIRECT file=$F requests=$REQS Ir=$IR per_request=$(python3 -c "print(round($IR/$REQS))")"
 if [[ ${CG_CACHE:-off} == on ]]; then
   python3 - "$F" "$REQS" <<'PY'
 import sys
