@@ -5,7 +5,9 @@
 # proxying round-robin to two local nginx origins with the settings of
 # bench/run.sh (one worker/thread, upstream keep-alive, no access log, the
 # load generator on one CPU, proxy + origins on the other), at 1 and 16
-# connections (h1, 0 B answers), it prints per request:
+# connections (h1 with wrk, 0 B answers by default; --proto h2c: h2load
+# -t1 -m10 over h2c, the proxies configured for h2c as bench/run.sh does,
+# the floor forwarding to origin 1's h2c port), it prints per request:
 #   - system calls of the proxy (`strace -c -f` attached to all its
 #     processes for a separate, bounded window), in total and by name;
 #   - TCP segments sent on the whole machine (/proc/net/snmp OutSegs
@@ -15,6 +17,12 @@
 #   - the proxy's context switches (voluntary + involuntary, all its
 #     threads) and the load generator's voluntary ones (how often wrk went
 #     to sleep, so how often an answer had to wake it).
+# With --sides, one more traced window per point and target (`strace -f
+# -yy`: every call with its socket's addresses) splits the proxy's calls
+# by side: client (the proxy's listening port), upstream (an origin's
+# port), other (epoll, timers, ...), with the bytes per read and write.
+# Tracing every call slows the proxy a lot, which changes how requests
+# batch: read its counts for the pattern, not as exact figures.
 # CPU, segments and switches are the medians of --repeat interleaved runs
 # (the order of the targets rotates each repeat); strace runs once per
 # point and target, after them (it slows the proxy; counts stay exact).
@@ -32,10 +40,17 @@
 #   --window S        seconds of each strace window and perf sample (default 3)
 #   --repeat N        CPU runs per point and target (default 3)
 #   --conns LIST      connection counts (default 1,16)
+#   --proto P         h1 (wrk, default) or h2c (h2load -t1 -cN -m10)
+#   --size S          answer size: 0 (default) or 4k
+#   --sides           also the per-side split (see above)
 #   --only LIST       targets: floor,nginx,haproxy,hopgate,hopgate-base
 #                     (default floor,nginx,haproxy,hopgate; hopgate-base =
 #                     the build at HOPGATE_BASE_BIN, for a before/after)
 #   --no-strace       skip the strace windows
+#   --perf-stat       count the calls of those windows with `perf stat`
+#                     on the syscall tracepoints instead of strace -c (a
+#                     few names; barely slows the proxy, so requests batch
+#                     as in the CPU runs)
 #   --perf DIR        also write perf profiles to DIR (see above)
 #   --keep            keep the temporary directory
 #   -h, --help
@@ -50,8 +65,12 @@ DURATION=4
 WINDOW=3
 REPEAT=3
 CONNS="1,16"
+PROTO=h1
+SIZE=0
+SIDES=0
 ONLY="floor,nginx,haproxy,hopgate"
 STRACE=1
+PERF_STAT=0
 PERF_DIR=""
 KEEP=0
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
@@ -61,8 +80,12 @@ while [[ $# -gt 0 ]]; do
     --window) WINDOW="$2"; shift ;;
     --repeat) REPEAT="$2"; shift ;;
     --conns) CONNS="$2"; shift ;;
+    --proto) PROTO="$2"; shift ;;
+    --size) SIZE="$2"; shift ;;
+    --sides) SIDES=1 ;;
     --only) ONLY="$2"; shift ;;
     --no-strace) STRACE=0 ;;
+    --perf-stat) PERF_STAT=1 ;;
     --perf) PERF_DIR="$2"; shift ;;
     --keep) KEEP=1 ;;
     -h|--help) usage; exit 0 ;;
@@ -73,6 +96,8 @@ done
 for v in DURATION WINDOW REPEAT; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "syscalls.sh: --${v,,} must be a positive integer" >&2; exit 2; }
 done
+[[ $PROTO == h1 || $PROTO == h2c ]] || { echo "syscalls.sh: --proto must be h1 or h2c" >&2; exit 2; }
+[[ $SIZE == 0 || $SIZE == 4k ]] || { echo "syscalls.sh: --size must be 0 or 4k" >&2; exit 2; }
 [[ $CONNS =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || { echo "syscalls.sh: --conns must be a comma-separated list of counts" >&2; exit 2; }
 IFS=',' read -r -a CONN_LIST <<<"$CONNS"
 IFS=',' read -r -a TARGETS <<<"$ONLY"
@@ -83,8 +108,9 @@ done
 log() { printf '[syscalls %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[syscalls] ERROR: %s\n' "$*" >&2; exit 1; }
 need=(wrk taskset python3 nginx haproxy)
-[[ $STRACE == 1 ]] && need+=(strace)
-[[ -n $PERF_DIR ]] && need+=(perf)
+[[ $PROTO == h2c ]] && need+=(h2load)
+[[ $STRACE == 1 || $SIDES == 1 ]] && need+=(strace)
+[[ -n $PERF_DIR || $PERF_STAT == 1 ]] && need+=(perf)
 export PATH="$PATH:/usr/sbin:/sbin"
 for c in "${need[@]}"; do command -v "$c" >/dev/null || die "$c is not installed (bench/run.sh installs the load tools; strace and perf: apt-get install strace linux-perf)"; done
 NGINX_BIN="$(command -v nginx)"
@@ -174,6 +200,7 @@ wait_port() {
 # ------------------------------------------------ origins and proxies ----
 ORIGIN_FILES="$TMP/www"
 mkdir -p "$ORIGIN_FILES"; chmod 755 "$ORIGIN_FILES"
+head -c 4096 /dev/zero | tr '\0' 'a' >"$ORIGIN_FILES/4k"; chmod 644 "$ORIGIN_FILES/4k"
 nginx_common() {             # the preamble of bench/run.sh's nginx configs
   cat <<EOF
 worker_processes 1;
@@ -197,15 +224,17 @@ EOF
 }
 declare -A ORIGIN_PID ORIGIN_PORT ORIGIN_H2PORT H1PORT H2PORT GRPCPORT PROXY_PID
 GRPC_ORIGINS=()
-start_origin() {             # start_origin NAME PORT
+start_origin() {             # start_origin NAME PORT [H2PORT]
   local name=$1 dir="$TMP/$1" pid
-  ORIGIN_PORT[$name]=$2; ORIGIN_H2PORT[$name]=""
+  ORIGIN_PORT[$name]=$2; ORIGIN_H2PORT[$name]=${3:-}
   mkdir -p "$dir"; chmod 755 "$dir"
   { nginx_common "$dir"; cat <<EOF
     server {
         listen 127.0.0.1:$2 backlog=4096;
+$( [[ -n ${3:-} ]] && echo "        listen 127.0.0.1:$3 backlog=4096 http2;" )
         root $ORIGIN_FILES;
         location = /0 { return 200 ""; }
+        location / { }
     }
 }
 EOF
@@ -237,17 +266,28 @@ switches() {                 # "voluntary involuntary" over all threads of the P
     awk '/^voluntary_ctxt_switches/ {v += $2} /^nonvoluntary_ctxt_switches/ {n += $2} END {printf "%d %d\n", v, n}'
 }
 out_segs() { awk '/^Tcp:/ { if (!h) { for (i = 1; i <= NF; i++) if ($i == "OutSegs") c = i; h = 1 } else print $c }' /proc/net/snmp; }
-requests_of() { sed -n 's/^ *\([0-9][0-9]*\) requests in .*/\1/p' "$1" | head -n1; }
+requests_of() {             # wrk's "N requests in", h2load's "requests: N total, N started, N done"
+  sed -n -e 's/^ *\([0-9][0-9]*\) requests in .*/\1/p' -e 's/^requests: .* \([0-9][0-9]*\) done,.*/\1/p' "$1" | head -n1
+}
+# load_argv TARGET CONNS SECS: the load generator's command line, in LOAD
+load_argv() {
+  if [[ $PROTO == h1 ]]; then
+    LOAD=(wrk -t1 -c"$2" -d"${3}s" "http://127.0.0.1:${H1PORT[$1]}/$SIZE")
+  else
+    LOAD=(h2load -t1 -c"$2" -m10 -D "$3" "http://127.0.0.1:${H2PORT[$1]}/$SIZE")
+  fi
+}
 proxy_pids() { echo "$1"; children_of "$1"; }
 CLK_TCK="$(getconf CLK_TCK)"
-RAW="$TMP/raw.tsv"           # target conns rep requests user_us sys_us segs csw_v csw_n wrk_vcsw
+RAW="$TMP/raw.tsv"           # target conns rep requests user_us sys_us segs csw_v csw_n wrk_vcsw minflt
 : >"$RAW"
 
-# cpu_run TARGET CONNS REP: one wrk run, its per-request figures to RAW
+# cpu_run TARGET CONNS REP: one wrk/h2load run, its per-request figures to RAW
 cpu_run() {
   local t=$1 c=$2 rep=$3 pids out a b s0 s1 x0 x1 wv n
   pids="$(proxy_pids "${PROXY_PID[$t]}")"
   out="$TMP/wrk-$t-$c-$rep.out"
+  load_argv "$t" "$c" "$DURATION"
   read -r -a a <<<"$(ticks $pids)"; read -r -a x0 <<<"$(switches $pids)"; s0=$(out_segs)
   # wrk under a wrapper that prints its voluntary context switches (how
   # often it went to sleep waiting for an answer) once it has exited
@@ -256,13 +296,13 @@ import resource, subprocess, sys
 with open(sys.argv[1], "w") as f:
     subprocess.run(sys.argv[2:], stdout=f, stderr=subprocess.STDOUT)
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_nvcsw)
-' "$out" wrk -t1 -c"$c" -d"${DURATION}s" "http://127.0.0.1:${H1PORT[$t]}/0")" || wv=0
+' "$out" "${LOAD[@]}")" || wv=0
   s1=$(out_segs); read -r -a b <<<"$(ticks $pids)"; read -r -a x1 <<<"$(switches $pids)"
   n="$(requests_of "$out")"
-  [[ -n $n && $n -gt 0 ]] || { log "  $t c$c: wrk made no request ($(tail -n 2 "$out" | tr '\n' ' '))"; return 0; }
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$c" "$rep" "$n" \
+  [[ -n $n && $n -gt 0 ]] || { log "  $t c$c: ${LOAD[0]} made no request ($(tail -n 2 "$out" | tr '\n' ' '))"; return 0; }
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$c" "$rep" "$n" \
     "$(( (b[0] - a[0]) * 1000000 / CLK_TCK ))" "$(( (b[1] - a[1]) * 1000000 / CLK_TCK ))" \
-    "$((s1 - s0))" "$((x1[0] - x0[0]))" "$((x1[1] - x0[1]))" "$wv" >>"$RAW"
+    "$((s1 - s0))" "$((x1[0] - x0[0]))" "$((x1[1] - x0[1]))" "$wv" "$((b[2] - a[2]))" >>"$RAW"
 }
 
 # strace_run TARGET CONNS: syscalls of the proxy during a WINDOW-s wrk run
@@ -271,11 +311,13 @@ STRACED="$TMP/strace.tsv"    # target conns requests name calls (name "total" to
 strace_run() {
   local t=$1 c=$2 pids p args=() spid out="$TMP/strace-wrk-$1-$2.out" so="$TMP/strace-$1-$2.txt" n i
   pids="$(proxy_pids "${PROXY_PID[$t]}")"
+  if [[ $PERF_STAT == 1 ]]; then perf_stat_run "$t" "$c" "$pids"; return 0; fi
   for p in $pids; do args+=(-p "$p"); done
   timeout -s INT $((WINDOW + 10)) strace -c -f -q -o "$so" "${args[@]}" 2>/dev/null &
   spid=$!; track "$spid"
   sleep 0.5                  # attached (strace -c prints nothing until it stops)
-  "${ON_LOAD[@]}" wrk -t1 -c"$c" -d"${WINDOW}s" "http://127.0.0.1:${H1PORT[$t]}/0" >"$out" 2>&1 || true
+  load_argv "$t" "$c" "$WINDOW"
+  "${ON_LOAD[@]}" "${LOAD[@]}" >"$out" 2>&1 || true
   kill -INT "$spid" 2>/dev/null || true
   for ((i = 0; i < 50; i++)); do [[ -s $so ]] && ! kill -0 "$spid" 2>/dev/null && break; sleep 0.1; done
   wait "$spid" 2>/dev/null || true
@@ -288,13 +330,103 @@ strace_run() {
   ' "$so" >>"$STRACED"
 }
 
+# perf_stat_run TARGET CONNS PIDS: the same window counted by perf stat
+STAT_NAMES="read write readv writev recvfrom sendto recvmsg sendmsg epoll_wait epoll_pwait epoll_ctl futex accept4 close setsockopt madvise mmap munmap sched_yield timerfd_settime"
+perf_stat_run() {
+  local t=$1 c=$2 pids so="$TMP/perfstat-$1-$2.csv" out="$TMP/perfstat-load-$1-$2.out" ev="raw_syscalls:sys_enter" x pl n
+  for x in $STAT_NAMES; do ev+=",syscalls:sys_enter_$x"; done
+  timeout -s INT $((WINDOW + 10)) perf stat -x, -o "$so" -e "$ev" -p "$(echo $3 | tr ' ' ',')" -- sleep $((WINDOW + 1)) 2>/dev/null &
+  pl=$!; track "$pl"
+  sleep 0.5
+  load_argv "$t" "$c" "$WINDOW"
+  "${ON_LOAD[@]}" "${LOAD[@]}" >"$out" 2>&1 || true
+  wait "$pl" 2>/dev/null || true
+  n="$(requests_of "$out")"
+  [[ -n $n && $n -gt 0 && -s $so ]] || { log "  $t c$c: no perf stat count"; return 0; }
+  # the window is half a second longer than the load on each side: the
+  # proxy is idle then (a few epoll/timer calls)
+  awk -F, -v t="$t" -v c="$c" -v n="$n" '
+    $3 == "raw_syscalls:sys_enter" { print t "\t" c "\t" n "\ttotal\t" $1; next }
+    $3 ~ /^syscalls:sys_enter_/ && $1 > 0 { sub(/^syscalls:sys_enter_/, "", $3); print t "\t" c "\t" n "\t" $3 "\t" $1 }
+  ' "$so" >>"$STRACED"
+}
+
+# sides_run TARGET CONNS: every call of the proxy for a WINDOW-s run, with
+# its socket's addresses (strace -yy), split by side (see the header)
+SIDED="$TMP/sides.tsv"       # target conns requests side name calls bytes
+: >"$SIDED"
+sides_run() {
+  local t=$1 c=$2 pids p args=() spid out="$TMP/sides-load-$1-$2.out" so="$TMP/sides-$1-$2.txt" n i
+  local listen="${H1PORT[$t]},${H2PORT[$t]}" origins="${ORIGIN_PORT[o1]},${ORIGIN_PORT[o2]},${ORIGIN_H2PORT[o1]}"
+  pids="$(proxy_pids "${PROXY_PID[$t]}")"
+  for p in $pids; do args+=(-p "$p"); done
+  timeout -s INT $((WINDOW + 10)) strace -f -yy -qq -s 0 -o "$so" "${args[@]}" 2>/dev/null &
+  spid=$!; track "$spid"
+  sleep 0.5
+  load_argv "$t" "$c" "$WINDOW"
+  "${ON_LOAD[@]}" "${LOAD[@]}" >"$out" 2>&1 || true
+  kill -INT "$spid" 2>/dev/null || true
+  for ((i = 0; i < 50; i++)); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+  wait "$spid" 2>/dev/null || true
+  n="$(requests_of "$out")"
+  [[ -n $n && $n -gt 0 && -s $so ]] || { log "  $t c$c: no traced window"; return 0; }
+  python3 - "$so" "$t" "$c" "$n" "$listen" "$origins" >>"$SIDED" <<'PY'
+import collections, re, sys
+path, t, c, n, listen, origins = sys.argv[1:]
+listen = {int(x) for x in listen.split(",") if x}
+origins = {int(x) for x in origins.split(",") if x}
+io = ("read", "recvfrom", "recvmsg", "readv", "write", "sendto", "sendmsg", "writev")
+call = re.compile(r"^(\d+)\s+(\w+)\((.*)$")
+resumed = re.compile(r"^(\d+)\s+<\.\.\. (\w+) resumed>.*\)\s+=\s+(-?\d+)")
+sock = re.compile(r"^\d+<TCP(?:v6)?:\[[^\]]*?:(\d+)->[^\]]*?:(\d+)\]>")
+ret = re.compile(r"\)\s+=\s+(-?\d+)")
+counts = collections.Counter()
+nbytes = collections.Counter()
+waiting = {}
+def side_of(args):
+    m = sock.match(args)
+    if not m:
+        return "other"
+    local, peer = int(m.group(1)), int(m.group(2))
+    if local in listen:
+        return "client"
+    if peer in origins:
+        return "upstream"
+    return "other"
+def add(side, name, r):
+    counts[(side, name)] += 1
+    if name in io and r is not None and r > 0:
+        nbytes[(side, name)] += r
+for line in open(path, errors="replace"):
+    m = resumed.match(line)
+    if m:
+        pid, name, r = m.group(1), m.group(2), int(m.group(3))
+        side = waiting.pop(pid, "other")
+        add(side, name, r)
+        continue
+    m = call.match(line)
+    if not m:
+        continue
+    pid, name, rest = m.groups()
+    side = side_of(rest)
+    if rest.rstrip().endswith("<unfinished ...>"):
+        waiting[pid] = side
+        continue
+    r = ret.search(rest)
+    add(side, name, int(r.group(1)) if r else None)
+for (side, name), k in counts.items():
+    print(f"{t}\t{c}\t{n}\t{side}\t{name}\t{k}\t{nbytes[(side, name)]}")
+PY
+}
+
 # perf_run TARGET CONNS: a kernel+user profile of the proxy under load
 perf_run() {
   local t=$1 c=$2 pids pl out="$TMP/perf-wrk-$1.out" data="$PERF_DIR/perf-$1-c$2.data" n
   pids="$(proxy_pids "${PROXY_PID[$t]}" | paste -sd,)"
   timeout -s INT $((WINDOW + 10)) perf record -q -e cpu-clock -g -p "$pids" -o "$data" -- sleep "$WINDOW" 2>/dev/null &
   pl=$!; track "$pl"
-  "${ON_LOAD[@]}" wrk -t1 -c"$c" -d"${WINDOW}s" "http://127.0.0.1:${H1PORT[$t]}/0" >"$out" 2>&1 || true
+  load_argv "$t" "$c" "$WINDOW"
+  "${ON_LOAD[@]}" "${LOAD[@]}" >"$out" 2>&1 || true
   wait "$pl" 2>/dev/null || true
   n="$(requests_of "$out")"
   {
@@ -304,17 +436,21 @@ perf_run() {
 }
 
 # --------------------------------------------------------------- the run ----
-read -r -a PORTS <<<"$(free_ports 12)"
-start_origin o1 "${PORTS[0]}"; start_origin o2 "${PORTS[1]}"
+read -r -a PORTS <<<"$(free_ports 14)"
+start_origin o1 "${PORTS[0]}" "${PORTS[9]}"; start_origin o2 "${PORTS[1]}"
 H1PORT[nginx]=${PORTS[2]}; H1PORT[haproxy]=${PORTS[3]}; H1PORT[floor]=${PORTS[4]}
 H1PORT[hopgate]=${PORTS[5]}; H1PORT[hopgate-base]=${PORTS[7]}
+# h2c: its own port on nginx, HAProxy and the floor; hopgate serves h1
+# and h2c on one
+H2PORT[nginx]=${PORTS[10]}; H2PORT[haproxy]=${PORTS[11]}; H2PORT[floor]=${PORTS[12]}
+H2PORT[hopgate]=${PORTS[5]}; H2PORT[hopgate-base]=${PORTS[7]}
 for t in "${TARGETS[@]}"; do
   case "$t" in
-    nginx) write_nginx_proxy "$TMP/nginx" "${H1PORT[nginx]}" "" 0 o1 o2
+    nginx) write_nginx_proxy "$TMP/nginx" "${H1PORT[nginx]}" "${H2PORT[nginx]}" 0 o1 o2
            start_nginx_proxy "$TMP/nginx" "${H1PORT[nginx]}"; PROXY_PID[nginx]=$STARTED_PID ;;
-    haproxy) write_haproxy "$TMP/haproxy" "${H1PORT[haproxy]}" "" 0 o1 o2
+    haproxy) write_haproxy "$TMP/haproxy" "${H1PORT[haproxy]}" "${H2PORT[haproxy]}" 0 o1 o2
              start_haproxy "$TMP/haproxy" "${H1PORT[haproxy]}"; PROXY_PID[haproxy]=$STARTED_PID ;;
-    floor) write_haproxy_tcp "$TMP/floor" "${H1PORT[floor]}" "" o1 o2
+    floor) write_haproxy_tcp "$TMP/floor" "${H1PORT[floor]}" "${H2PORT[floor]}" o1 o2
            start_haproxy "$TMP/floor" "${H1PORT[floor]}"; PROXY_PID[floor]=$STARTED_PID ;;
     hopgate|hopgate-base)
       bin_kind=""; admin=${PORTS[6]}
@@ -329,9 +465,10 @@ for t in "${TARGETS[@]}"; do
   esac
 done
 [[ -n $PERF_DIR ]] && mkdir -p "$PERF_DIR"
-log "targets: ${TARGETS[*]}; connections: ${CONN_LIST[*]}; $REPEAT x ${DURATION} s CPU runs, ${WINDOW} s strace windows"
+log "$PROTO, /$SIZE; targets: ${TARGETS[*]}; connections: ${CONN_LIST[*]}; $REPEAT x ${DURATION} s CPU runs, ${WINDOW} s strace windows"
 for t in "${TARGETS[@]}"; do   # warm-up: upstream pools filled, pages faulted in
-  "${ON_LOAD[@]}" wrk -t1 -c64 -d1s "http://127.0.0.1:${H1PORT[$t]}/0" >/dev/null 2>&1 || true
+  load_argv "$t" 64 1
+  "${ON_LOAD[@]}" "${LOAD[@]}" >/dev/null 2>&1 || true
 done
 n=${#TARGETS[@]}
 for c in "${CONN_LIST[@]}"; do
@@ -342,6 +479,7 @@ for c in "${CONN_LIST[@]}"; do
     done
   done
   if [[ $STRACE == 1 ]]; then for t in "${TARGETS[@]}"; do strace_run "$t" "$c"; done; fi
+  if [[ $SIDES == 1 ]]; then for t in "${TARGETS[@]}"; do sides_run "$t" "$c"; done; fi
 done
 if [[ -n $PERF_DIR ]]; then
   c=${CONN_LIST[-1]}
@@ -349,17 +487,17 @@ if [[ -n $PERF_DIR ]]; then
   log "profiles: $PERF_DIR/perf-TARGET-c$c.txt"
 fi
 
-python3 - "$RAW" "$STRACED" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
+python3 - "$RAW" "$STRACED" "$(cut -d' ' -f1-3 /proc/loadavg)" "$SIDED" <<'PY'
 import collections, statistics, sys
-raw, straced, load = sys.argv[1], sys.argv[2], sys.argv[3]
+raw, straced, load, sided = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 runs = collections.defaultdict(list)
 for line in open(raw):
-    t, c, rep, n, u, k, segs, cv, cn, wv = line.split("\t")
+    t, c, rep, n, u, k, segs, cv, cn, wv, flt = line.rstrip("\n").split("\t")
     n = int(n)
     runs[(t, int(c))].append(dict(
         rps=n, user=int(u) / n, sys=int(k) / n, segs=int(segs) / n,
         csw=(int(cv) + int(cn)) / n, inv=int(cn) / n,
-        wrk=(int(wv) / n) if wv.strip().isdigit() else float("nan")))
+        wrk=(int(wv) / n) if wv.strip().isdigit() else float("nan"), flt=int(flt) / n))
 calls = collections.defaultdict(dict)
 reqs = {}
 for line in open(straced):
@@ -367,8 +505,8 @@ for line in open(straced):
     reqs[(t, int(c))] = int(n)
     calls[(t, int(c))][name] = int(k)
 med = lambda xs: statistics.median(xs)
-print("| target | conns | syscalls/req | by name (per req) | TCP segs/req | user µs/req | sys µs/req | proxy csw/req (invol.) | wrk sleeps/req | runs |")
-print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+print("| target | conns | syscalls/req | by name (per req) | TCP segs/req | user µs/req | sys µs/req | proxy csw/req (invol.) | loadgen sleeps/req | page faults/req | runs |")
+print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 for key in sorted(runs, key=lambda k: (k[1], ["floor", "nginx", "haproxy", "hopgate", "hopgate-base"].index(k[0]))):
     r = runs[key]
     sc, by = "—", "—"
@@ -382,9 +520,28 @@ for key in sorted(runs, key=lambda k: (k[1], ["floor", "nginx", "haproxy", "hopg
     print(f"| {key[0]} | {key[1]} | {sc} | {by} | {med([x['segs'] for x in r]):.2f} | "
           f"{med([x['user'] for x in r]):.1f} | {med(us):.1f} ({min(us):.1f}–{max(us):.1f}) | "
           f"{med([x['csw'] for x in r]):.2f} ({med([x['inv'] for x in r]):.2f}) | "
-          f"{med([x['wrk'] for x in r]):.2f} | {len(r)} |")
+          f"{med([x['wrk'] for x in r]):.2f} | {med([x['flt'] for x in r]):.3f} | {len(r)} |")
 print(f"\nload average at the end: {load}; sys µs/req: median (min–max) of the runs")
 print("\nsys µs/req of each run, in run order:")
 for key in sorted(runs, key=lambda k: (k[1], k[0])):
     print(f"  {key[0]} c{key[1]}: " + " ".join(f"{x['sys']:.1f}" for x in runs[key]))
+sides = collections.defaultdict(lambda: collections.defaultdict(dict))
+for line in open(sided):
+    t, c, n, side, name, k, b = line.rstrip("\n").split("\t")
+    sides[(t, int(c))][side][name] = (int(k) / int(n), int(b), int(k))
+if sides:
+    print("\nper side (strace -f -yy window; calls per request, bytes per call of reads/writes):")
+    print("| target | conns | side | calls/req | by name (per req; bytes per call) |")
+    print("|---|---:|---|---:|---|")
+    for key in sorted(sides, key=lambda k: (k[1], k[0])):
+        for side in ("client", "upstream", "other"):
+            by = sides[key].get(side, {})
+            tot = sum(v[0] for v in by.values())
+            parts = []
+            for name, (per, b, k) in sorted(by.items(), key=lambda kv: -kv[1][0]):
+                if per < 0.01:
+                    continue
+                parts.append(f"{name} {per:.2f}" + (f" ({b / k:.0f} B)" if b else ""))
+            print(f"| {key[0]} | {key[1]} | {side} | {tot:.2f} | {', '.join(parts)} |")
 PY
+

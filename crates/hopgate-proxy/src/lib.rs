@@ -29,6 +29,7 @@ mod auth;
 mod body;
 mod canary;
 mod client_io;
+mod coalesce;
 mod events;
 mod filter_files;
 mod forward;

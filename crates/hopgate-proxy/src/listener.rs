@@ -352,8 +352,11 @@ async fn serve_accepted(a: Accepted) {
             // Boxed: hyper's connection state is a few KiB, and in the
             // task itself it would size every HTTP/1.1 connection's task
             // too (an idle one's memory, [`crate::h1::server`]).
+            // Its writes gathered per turn of its task: one socket write
+            // where h2 flushes each large DATA frame ([`crate::coalesce`]).
             Some(Sniffed::H2c(io)) => {
-                Box::pin(serve_conn(&builder, io, svc, watcher, peer)).await;
+                crate::coalesce::gathered(io, |io| serve_conn(&builder, io, svc, watcher, peer))
+                    .await;
             }
             Some(Sniffed::Http1(io, read)) => {
                 serve_native(Box::new(io), read, svc, native).await;
@@ -368,7 +371,7 @@ async fn serve_accepted(a: Accepted) {
     };
     // ALPN `h2` goes to hyper.
     if h2 {
-        Box::pin(serve_conn(&builder, io, svc, watcher, peer)).await;
+        crate::coalesce::gathered(io, |io| serve_conn(&builder, io, svc, watcher, peer)).await;
     } else {
         serve_native(io, bytes::BytesMut::new(), svc, native).await;
     }
