@@ -1,10 +1,11 @@
 //! A backend's response head made into what the rest of the gateway
-//! reads: an `http` response with a header map ([`response`]), or a
-//! response whose header map holds only what the gateway adds while the
-//! head itself is kept as the backend sent it ([`RawHead`], made by
-//! [`raw_response`], turned into map entries by [`materialize`] for every
-//! consumer but hopgate's own HTTP/1.1 server); and trailer sections as
-//! header maps ([`trailer_map`]).
+//! reads, in the form the send asks for ([`HeadFor`]): an `http` response
+//! with a header map ([`response`]; for an HTTP/2 client without its
+//! hop-by-hop lines), or a response whose header map holds only what the
+//! gateway adds while the head itself is kept as the backend sent it
+//! ([`RawHead`], made by [`raw_response`], turned into map entries by
+//! [`materialize`] for every consumer but hopgate's own HTTP/1.1 server);
+//! and trailer sections as header maps ([`trailer_map`]).
 //!
 //! Must not touch: the socket or the exchange that read the head (that is
 //! [`super::client`]), what the answer step changes in a head.
