@@ -129,8 +129,13 @@ fn known(name: &[u8]) -> Known {
 }
 
 /// A `Connection` value naming nothing but `keep-alive` and `close`
-/// (nearly every backend's): nothing else to take out because of it.
+/// (nearly every backend's): nothing else to take out because of it. The
+/// usual values are compared a word at a time first, no token walk (a
+/// value holds no CR, the one byte that folds onto `-`).
 fn only_own(value: &[u8]) -> bool {
+    if head::name_is(value, b"keep-alive") || head::name_is(value, b"close") {
+        return true;
+    }
     value.split(|b| *b == b',').all(|t| {
         let t = t.trim_ascii();
         t.is_empty() || t.eq_ignore_ascii_case(b"keep-alive") || t.eq_ignore_ascii_case(b"close")
