@@ -218,7 +218,7 @@ impl Forwarder {
                 let kind = tries.last.kind;
                 break tries.last.end(kind, &mut trip.done.out);
             };
-            let sent = at.send(to, &trip.set, tries.raw_head).await;
+            let sent = at.send(to, &trip.set, tries.head_for).await;
             if let ControlFlow::Break(end) = tries.settle(&mut trip, &conn, &snap, at, sent) {
                 break end;
             }

@@ -46,7 +46,7 @@ pub use head::{
     parse_request, parse_response, parse_trailers, request_body, response_kind, BodyKind, Facts,
     Head, HeadError, HeaderRange, ResponseKind, MAX_HEADERS, MAX_HEAD_BYTES,
 };
-pub use response_head::RawHead;
+pub use response_head::{HeadFor, RawHead};
 pub use server::{request_from_head, upgrade_request, Handler, Upgrade, UpgradedClient};
 pub use server_body::{ClientStream, ServerBody};
 pub use write::ExtraLines;

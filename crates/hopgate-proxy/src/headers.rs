@@ -362,12 +362,18 @@ impl SetLines {
     }
 
     /// Puts the set lines into `headers`, replacing any of the same name.
+    /// The two values new on every request (the request id the gateway
+    /// made and `traceparent`) are marked sensitive: h2's HPACK encoder
+    /// then sends them as never-indexed literals instead of inserting each
+    /// into the upstream connection's dynamic table, where it would only
+    /// evict the entries that do repeat (`content-type`, `te`,
+    /// `x-forwarded-for`, `x-upstream-addr`, ...) and be evicted unused.
     pub(crate) fn apply(&self, headers: &mut HeaderMap) {
         if let Some(p) = self.forwarded_proto {
             headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(p));
         }
         if let Some(id) = &self.request_id {
-            headers.insert(X_REQUEST_ID.clone(), id.to_value());
+            headers.insert(X_REQUEST_ID.clone(), once(id.to_value()));
         }
         let slots = [
             (&X_FORWARDED_FOR, &self.forwarded_for),
@@ -380,9 +386,15 @@ impl SetLines {
             }
         }
         if let Some(t) = self.traceparent {
-            headers.insert(crate::trace::TRACEPARENT.clone(), t.to_value());
+            headers.insert(crate::trace::TRACEPARENT.clone(), once(t.to_value()));
         }
     }
+}
+
+/// A value sent once (see [`SetLines::apply`]): never indexed by HPACK.
+fn once(mut v: HeaderValue) -> HeaderValue {
+    v.set_sensitive(true);
+    v
 }
 
 /// What the gateway looks for in a backend's response headers.

@@ -407,7 +407,11 @@ async fn serve_conn<I>(
     let watches = Arc::clone(svc.0.send_watches());
     let conn = builder.serve_connection(TokioIo::new(io), svc).into_owned();
     let conn = watcher.watch(conn);
+    // hyper's connection first, and no random pick of the branch per wake:
+    // the sweep is polled after it, and costs a load unless its own waker
+    // fired ([`crate::send_watch::Stalled`]).
     tokio::select! {
+        biased;
         r = conn => {
             if let Err(e) = r {
                 tracing::debug!(%peer, error = %e, "client connection ended with an error");

@@ -572,7 +572,7 @@ impl Pool {
         req: Box<Request<ProxyBody>>,
         set: &SetLines,
         s: &PoolSettings,
-        raw_head: bool,
+        head_for: crate::h1::HeadFor,
     ) -> Result<Box<Response<ProxyBody>>, SendFailure> {
         let mut req = req;
         loop {
@@ -588,7 +588,7 @@ impl Pool {
             // A handed-over connection that turns out dead before any byte
             // was written hands the request back: try the next one.
             let deadline = tokio::time::Instant::now() + s.request_timeout;
-            match h1::send(self, conn, req, set, deadline, raw_head).await {
+            match h1::send(self, conn, req, set, deadline, head_for).await {
                 Err(h1::Failure::NotSent { request, .. }) if reused => req = request,
                 other => return other.map_err(SendFailure::from),
             }

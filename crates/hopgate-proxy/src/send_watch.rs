@@ -29,17 +29,22 @@
 //! until the earliest moment a body could have stalled: the earliest owed
 //! chunk's deadline, or one stall limit from now (a body not owing at a
 //! sweep cannot stall sooner). A connection that never streamed a watched
-//! body never wakes for it.
+//! body never wakes for it, and a wake of the connection task for anything
+//! else (hyper's frames) does not poll the sweep: the sweep runs under
+//! its own waker, which opens a gate ([`Stalled`]); while it is shut a poll
+//! is a compare and a load.
 //!
 //! Must not touch: what the body carries (frames pass through unchanged).
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::task::AtomicWaker;
 use http_body::{Body, Frame, SizeHint};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -115,12 +120,28 @@ enum Sweep<B> {
     Wait(Option<u64>),
 }
 
-impl<B: Default> SendWatches<B> {
+impl<B: Default + Send> SendWatches<B> {
     /// Resolves when one of the connection's watched bodies stalled past
     /// its limit, after cutting it (the body dropped, `client_stalled`
     /// counted); the caller then closes the connection. Pending forever on
-    /// a connection whose bodies all keep moving.
-    pub(crate) async fn stalled(&self) {
+    /// a connection whose bodies all keep moving. Polled by the connection
+    /// task on each of its wakes, it sweeps only when its own timer or a
+    /// newly registered body woke it ([`Stalled`]).
+    pub(crate) fn stalled(&self) -> Stalled<'_> {
+        let gate = Arc::new(Gate {
+            open: AtomicBool::new(true),
+            task: AtomicWaker::new(),
+        });
+        Stalled {
+            sweeps: Box::pin(self.sweeps()),
+            own: Waker::from(Arc::clone(&gate)),
+            gate,
+            task: None,
+        }
+    }
+
+    /// The sweep loop [`SendWatches::stalled`] runs.
+    async fn sweeps(&self) {
         loop {
             match self.sweep(now_ms()) {
                 Sweep::Stalled(shared, owed_for) => return cut(&shared, owed_for),
@@ -158,6 +179,65 @@ impl<B: Default> SendWatches<B> {
         slots.horizon_ms = horizon;
         let next = next.min(now.saturating_add(horizon));
         Sweep::Wait((next != u64::MAX).then(|| next - now))
+    }
+}
+
+/// The connection's sweep ([`SendWatches::stalled`]) behind a gate: the
+/// sweep's timer and the registry's wake-up hold this future's own waker,
+/// which opens the gate and then wakes the connection task; every other
+/// wake of that task (hyper's frames, the client's window) finds the gate
+/// shut and polls nothing (a poll of the sweep itself locks the `Notify`'s
+/// waiter list and looks at its timer: ~670 instructions per request at
+/// one stream per connection). Boxed once per connection: the sweep's
+/// future holds a `Notified` and a `Sleep`, which must stay pinned.
+pub(crate) struct Stalled<'a> {
+    sweeps: Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
+    gate: Arc<Gate>,
+    /// The waker the sweep is polled with: [`Gate`]'s.
+    own: Waker,
+    /// The connection task's waker the gate last handed on to, to tell a
+    /// poll from a new task (polled at once, as on a first poll).
+    task: Option<Waker>,
+}
+
+/// The gate of [`Stalled`]: open when the sweep was woken since its last
+/// poll; the task to wake then.
+struct Gate {
+    open: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for Gate {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.open.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+impl Future for Stalled<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        let same_task = this.task.as_ref().is_some_and(|t| t.will_wake(cx.waker()));
+        if same_task && !this.gate.open.load(Ordering::Acquire) {
+            return Poll::Pending;
+        }
+        // Shut before the sweep is polled: a wake from here on opens it
+        // again. The task's waker is registered anew each time (the gate's
+        // wake takes it).
+        this.gate.open.store(false, Ordering::Relaxed);
+        this.gate.task.register(cx.waker());
+        if !same_task {
+            this.task = Some(cx.waker().clone());
+        }
+        this.sweeps
+            .as_mut()
+            .poll(&mut Context::from_waker(&this.own))
     }
 }
 

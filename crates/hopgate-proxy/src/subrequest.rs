@@ -27,6 +27,7 @@ use hopgate_core::node::{now_ms, Observation};
 use hopgate_core::snapshot::GroupRef;
 
 use crate::body::ProxyBody;
+use crate::h1::HeadFor;
 use crate::headers::SetLines;
 use crate::pool::PoolSettings;
 use crate::upstream::{CompiledNode, CompiledService, SharedSnapshot};
@@ -151,7 +152,14 @@ async fn once(
     let pool = node.upstream.pool(settings.max_idle);
     let set = SetLines::default();
     let resp = pool
-        .send(addr, Box::new(req), &set, settings, Instant::now(), false)
+        .send(
+            addr,
+            Box::new(req),
+            &set,
+            settings,
+            Instant::now(),
+            HeadFor::Map,
+        )
         .await
         .map_err(|_| ())?;
     let (parts, body) = resp.into_parts();

@@ -43,6 +43,7 @@ use super::filters;
 use super::replay::Taken;
 use crate::body::tee::{self, Tee};
 use crate::body::ProxyBody;
+use crate::h1::HeadFor;
 use crate::headers::SetLines;
 use crate::pool::{PoolSettings, SendFailure};
 
@@ -122,7 +123,7 @@ pub(super) fn launch(
     let inflight = node.state.begin_request();
     tokio::spawn(async move {
         let within = settings.request_timeout;
-        let sent = pool.send(addr, copy, &set, &settings, Instant::now(), false);
+        let sent = pool.send(addr, copy, &set, &settings, Instant::now(), HeadFor::Map);
         let result = match tee {
             None => answered(sent.await, within).await,
             Some(tee) => {

@@ -38,6 +38,7 @@ use super::replay::{self, Capture, Replay, Taken};
 use super::{answer, grpc, ClientConn, Req};
 use crate::body::RequestBody;
 use crate::body::{ClientBody, ProxyBody};
+use crate::h1::HeadFor;
 use crate::headers::{MadeId, RequestId, SetLines};
 use crate::pool::{PoolSettings, SendFailure};
 
@@ -207,8 +208,9 @@ pub(super) struct Tries {
     replay: Option<Replay>,
     /// What the client's streamed body did, when it is streamed.
     client_body: Option<Arc<ClientBody>>,
-    /// An answer's head may stay as the backend's bytes.
-    pub(super) raw_head: bool,
+    /// The form an HTTP/1.1 answer's head is handed on in: the backend's
+    /// bytes, a map, or a map for an HTTP/2 client.
+    pub(super) head_for: HeadFor,
     /// The route retries "not processed" answers (`routes[].retries`,
     /// else `services[].retries`), and whether this request is replay-safe
     /// (for `on_status_idempotent`): `None` when it retries none.
@@ -247,11 +249,11 @@ impl Attempt<'_> {
         &'a self,
         (addr, request): Upstream,
         set: &'a SetLines,
-        raw_head: bool,
+        head_for: HeadFor,
     ) -> impl Future<Output = Result<Box<Response<ProxyBody>>, SendFailure>> + 'a {
         let s = &self.settings;
         let pool = attempt::pool_of(self.node, s.max_idle);
-        pool.send(addr, request, set, s, self.sent_at, raw_head)
+        pool.send(addr, request, set, s, self.sent_at, head_for)
     }
 }
 
@@ -294,14 +296,24 @@ impl Tries {
                 Replay::new(&request, b, after_sent)
             }
         });
-        let raw_head = !conn.http2.load(Ordering::Relaxed) && !grpc && trip.upgrade.is_none();
+        // An upgrade reads its 101's lines; gRPC on an HTTP/1.1 client
+        // connection is looked at by the answer step.
+        let head_for = if trip.upgrade.is_some() {
+            HeadFor::Map
+        } else if conn.http2.load(Ordering::Relaxed) {
+            HeadFor::H2
+        } else if grpc {
+            HeadFor::Map
+        } else {
+            HeadFor::Raw
+        };
         crate::body::ProxyBody::put_into(request.body_mut(), taken.body);
         let attempts = policy.attempts as usize;
         Tries {
             upstream: Some(request),
             replay,
             client_body: taken.watch,
-            raw_head,
+            head_for,
             retry_on,
             attempts: attempts.min(attempt::MAX_TRACKED),
             tried: Tried::default(),
@@ -319,7 +331,7 @@ impl Tries {
             upstream: None,
             replay: None,
             client_body: None,
-            raw_head: false,
+            head_for: HeadFor::Map,
             retry_on: None,
             attempts: 0,
             tried: Tried::default(),

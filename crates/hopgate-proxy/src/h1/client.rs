@@ -35,7 +35,7 @@ use tokio::io::AsyncWrite;
 use super::body::{ReadError, Reading};
 use super::deadline::LazyTimer;
 use super::head::{self, BodyKind, Head, ResponseKind};
-use super::response_head::{raw_response, response, RawHead};
+use super::response_head::{raw_response, response, HeadFor, RawHead};
 use super::write::{self, ExtraLines, Out};
 use super::{BoxError, Payload};
 
@@ -291,8 +291,8 @@ impl HeadFail {
 /// Sends `req` on `conn` and waits for the response head until
 /// `deadline` (`timeouts.request`). A request none of whose bytes reached
 /// the socket is handed back as [`Failure::NotSent`]. `set`: the lines the
-/// caller adds after the request's own; `raw_head`: a final answer keeps
-/// its head as the backend's bytes ([`RawHead`]).
+/// caller adds after the request's own; `head_for`: the form the answer's
+/// head is handed on in ([`HeadFor`]).
 ///
 /// The head is rendered into the connection's own buffer here, before the
 /// first poll; the rest of the exchange (head, body, response head,
@@ -308,7 +308,7 @@ pub(crate) fn send<'a, C: Connection, B: Payload, S: ExtraLines>(
     req: Box<Request<B>>,
     set: &S,
     deadline: tokio::time::Instant,
-    raw_head: bool,
+    head_for: HeadFor,
 ) -> Exchange<'a, C, B> {
     let framing = write::request_framing(req.method(), req.headers(), req.body());
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
@@ -330,7 +330,7 @@ pub(crate) fn send<'a, C: Connection, B: Payload, S: ExtraLines>(
         pump: None,
         write_error: None,
         deadline,
-        raw_head,
+        head_for,
         failing: None,
     }
 }
@@ -352,7 +352,7 @@ pub(crate) struct Exchange<'a, C: Connection, B> {
     write_error: Option<io::Error>,
     deadline: tokio::time::Instant,
     is_head: bool,
-    raw_head: bool,
+    head_for: HeadFor,
     /// A failure held back for one turn of the scheduler (see
     /// [`Exchange::end`]).
     failing: Option<(Yield, Failure<B>)>,
@@ -507,10 +507,9 @@ impl<C: Connection, B: Payload + FromUpstream<C>> Exchange<'_, C, B> {
         let pump = self.pump.take().filter(|p| !p.ended || !p.out.is_empty());
         let bytes = conn.wire().buf.split_to(head.len).freeze();
         let keeps_alive = head.keeps_alive();
-        let made = if self.raw_head && matches!(kind, ResponseKind::Final(_)) {
-            raw_response::<B>(head, bytes)
-        } else {
-            response::<B>(&head, &bytes).map(|r| (r, None))
+        let made = match (self.head_for, &kind) {
+            (HeadFor::Raw, ResponseKind::Final(_)) => raw_response::<B>(head, bytes),
+            (to, _) => response::<B>(&head, &bytes, to == HeadFor::H2).map(|r| (r, None)),
         };
         let (mut resp, raw) = match made {
             Ok(r) => r,

@@ -35,9 +35,9 @@ impl Pool {
     /// on a pooled connection, from the end of dialling on a new one).
     ///
     /// `now` is the caller's clock reading (for the idle-timeout check and
-    /// the request timeout). `raw_head`: an HTTP/1.1 answer may keep its
-    /// head as the backend's bytes ([`crate::h1::RawHead`]) for a client
-    /// connection that writes it as it is.
+    /// the request timeout). `head_for`: the form an HTTP/1.1 answer's
+    /// head is handed on in ([`crate::h1::HeadFor`]): kept as the backend's bytes
+    /// for a client connection that writes it as it is, or a header map.
     #[inline(always)]
     pub fn send<'a>(
         self: &'a Arc<Self>,
@@ -46,7 +46,7 @@ impl Pool {
         set: &'a SetLines,
         s: &'a PoolSettings,
         now: Instant,
-        raw_head: bool,
+        head_for: crate::h1::HeadFor,
     ) -> Sending<'a> {
         self.admission.configure(&s.limits);
         let at = SendAt {
@@ -55,7 +55,7 @@ impl Pool {
             set,
             s,
             now,
-            raw_head,
+            head_for,
         };
         let stage = if s.protocol == UpstreamProtocol::Http2 {
             let mut req = *req;
@@ -84,7 +84,7 @@ struct SendAt<'a> {
     set: &'a SetLines,
     s: &'a PoolSettings,
     now: Instant,
-    raw_head: bool,
+    head_for: crate::h1::HeadFor,
 }
 
 type SendResult = Result<Box<Response<ProxyBody>>, SendFailure>;
@@ -105,14 +105,14 @@ impl<'a> SendAt<'a> {
         match pool.checkout_h1(self.addr, self.s, self.now) {
             Some(conn) => {
                 let deadline = tokio::time::Instant::from_std(self.now) + self.s.request_timeout;
-                Stage::Exchange(h1::send(pool, conn, req, self.set, deadline, self.raw_head))
+                Stage::Exchange(h1::send(pool, conn, req, self.set, deadline, self.head_for))
             }
             None => Stage::Boxed(Box::pin(pool.dial_and_send_h1(
                 self.addr,
                 req,
                 self.set,
                 self.s,
-                self.raw_head,
+                self.head_for,
             ))),
         }
     }

@@ -38,7 +38,7 @@ fn send_future_stays_small() {
         &set,
         &settings,
         Instant::now(),
-        false,
+        crate::h1::HeadFor::Map,
     );
     let size = std::mem::size_of_val(&fut);
     assert!(size <= 688, "Pool::send future is {size} bytes");
@@ -83,7 +83,7 @@ async fn drain_aborts_busy_connections_at_the_deadline() {
                 &SetLines::default(),
                 &settings,
                 Instant::now(),
-                false,
+                crate::h1::HeadFor::Map,
             )
             .await
         })
@@ -186,7 +186,7 @@ async fn send(
         &SetLines::default(),
         s,
         Instant::now(),
-        false,
+        crate::h1::HeadFor::Map,
     )
     .await
 }
