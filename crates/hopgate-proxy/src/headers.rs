@@ -575,8 +575,15 @@ impl MadeId {
         std::str::from_utf8(&self.0).unwrap_or("-")
     }
 
+    /// The id as a header value, marked sensitive: new on every request,
+    /// h2's HPACK encoder sends it as a never-indexed literal (to the
+    /// client in an HTTP/2 answer, upstream to an HTTP/2 node) instead of
+    /// inserting it into the connection's dynamic table, where it would
+    /// evict the entries that repeat. HTTP/1.1 writes it the same either way.
     pub fn to_value(self) -> HeaderValue {
-        HeaderValue::from_bytes(&self.0).expect("hex digits are a valid header value")
+        let mut v = HeaderValue::from_bytes(&self.0).expect("hex digits are a valid header value");
+        v.set_sensitive(true);
+        v
     }
 }
 
@@ -601,7 +608,12 @@ impl RequestId {
     pub(crate) fn to_value(&self) -> HeaderValue {
         match self {
             RequestId::Made(id) => id.to_value(),
-            RequestId::Client(v) => v.clone(),
+            // A client's id is one per request too (see `MadeId::to_value`).
+            RequestId::Client(v) => {
+                let mut v = v.clone();
+                v.set_sensitive(true);
+                v
+            }
         }
     }
 }
