@@ -46,16 +46,20 @@ fn count(c: &std::sync::atomic::AtomicU64, n: usize) {
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// `io` with the deadlines of the module doc.
+/// `io` with the deadlines of the module doc. Kept small (every client
+/// connection holds one, idle ones too): the stall limit in milliseconds,
+/// the preface's progress in a byte.
 pub struct ClientIo<T> {
     io: T,
     /// Armed until the protocol can be told; `None` afterwards.
     first: Option<Pin<Box<Sleep>>>,
-    seen: usize,
-    /// How long a write may stay pending without progress.
-    stall: Duration,
     /// Armed while a write is pending; created on the first stall.
     write_timer: Option<Pin<Box<Sleep>>>,
+    /// How long a write may stay pending without progress, in
+    /// milliseconds (rounded up).
+    stall_ms: u32,
+    /// How many bytes of the preface have been seen.
+    seen: u8,
     /// Whether `write_timer` runs for the current pending write.
     write_pending: bool,
 }
@@ -64,12 +68,13 @@ impl<T> ClientIo<T> {
     /// `first_bytes`: the deadline for the first bytes; `stall`: how long a
     /// write may stay pending without progress.
     pub fn new(io: T, first_bytes: Duration, stall: Duration) -> ClientIo<T> {
+        let ms = stall.as_millis() + u128::from(!stall.subsec_nanos().is_multiple_of(1_000_000));
         ClientIo {
             io,
             first: Some(Box::pin(tokio::time::sleep(first_bytes))),
-            seen: 0,
-            stall,
             write_timer: None,
+            stall_ms: u32::try_from(ms).unwrap_or(u32::MAX),
+            seen: 0,
             write_pending: false,
         }
     }
@@ -78,12 +83,13 @@ impl<T> ClientIo<T> {
     /// a byte that differs from it (HTTP/1.1, whose head hyper times).
     fn settles(&mut self, new: &[u8]) -> bool {
         for &b in new {
-            if self.seen >= PREFACE.len() || b != PREFACE[self.seen] {
+            let at = usize::from(self.seen);
+            if at >= PREFACE.len() || b != PREFACE[at] {
                 return true;
             }
             self.seen += 1;
         }
-        self.seen >= PREFACE.len()
+        usize::from(self.seen) >= PREFACE.len()
     }
 
     /// Records the outcome of a write: progress stops the stall clock; a
@@ -93,7 +99,7 @@ impl<T> ClientIo<T> {
             Poll::Pending => {
                 if !self.write_pending {
                     self.write_pending = true;
-                    let at = Instant::now() + self.stall;
+                    let at = Instant::now() + Duration::from_millis(self.stall_ms.into());
                     match self.write_timer.as_mut() {
                         Some(t) => t.as_mut().reset(at),
                         None => self.write_timer = Some(Box::pin(tokio::time::sleep_until(at))),

@@ -282,7 +282,9 @@ struct Req<'a> {
 /// the facts about the connection, computed once when it is accepted.
 #[derive(Debug)]
 pub(crate) struct ClientConn {
-    pub forwarder: Forwarder,
+    /// The listener's (one pointer: every connection holds a
+    /// `ClientConn`, idle ones too).
+    pub forwarder: Arc<Forwarder>,
     pub peer: SocketAddr,
     /// The peer as the access log writes it, formatted once per connection
     /// (formatting a `SocketAddr` per request line cost ~1.3 k
@@ -308,7 +310,11 @@ pub(crate) type ResponseFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = Box<Response<ProxyBody>>> + Send>>;
 
 impl ClientConn {
-    pub(crate) fn new(forwarder: Forwarder, peer: SocketAddr, ctx: Arc<RequestCtx>) -> ClientConn {
+    pub(crate) fn new(
+        forwarder: Arc<Forwarder>,
+        peer: SocketAddr,
+        ctx: Arc<RequestCtx>,
+    ) -> ClientConn {
         ClientConn {
             forwarder,
             peer,

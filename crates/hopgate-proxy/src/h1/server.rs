@@ -35,8 +35,12 @@
 //!   ([`super::spare`]) when a request is done, and the next read borrows
 //!   a buffer (kept only when bytes come: a partial head keeps it), the
 //!   next request a block. What stays is the task (this loop's state, the
-//!   exchange of a request being in the block), the socket and its
-//!   timers.
+//!   exchange of a request being in the block), the socket and one timer
+//!   (the idle wait's and a head's `header_read` clock at once). The
+//!   loop's state is kept small: the serve future is a block, not an
+//!   `async fn` (whose arguments would be kept twice), the head's wait is
+//!   one `poll_fn` with no timer of its own, and the drain's wake-up is a
+//!   place in its list inside the task ([`Drain`]), not a boxed wait.
 //!
 //! Must not touch: what a request is answered with (the handler's),
 //! protocol selection (the caller's), how a response is framed and written
@@ -46,8 +50,9 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -55,7 +60,8 @@ use http::header::{HeaderName, HeaderValue, CONNECTION, UPGRADE};
 use http::uri::PathAndQuery;
 use http::{Method, Request, Response, Uri, Version};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::futures::OwnedNotified;
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use super::deadline::LazyTimer;
@@ -209,103 +215,189 @@ enum Held {
     Slot(Slot),
 }
 
+/// A listener's drain as its HTTP/1.1 connections see it: a flag (one
+/// atomic load per look) and the wake-up of the connections waiting
+/// between requests, which close at once (busy ones after the answer in
+/// flight). Each connection has its place in the wake-up inside its own
+/// task ([`Waits`]), registered once.
+#[derive(Debug, Default)]
+pub(crate) struct Drain {
+    draining: AtomicBool,
+    wake: Arc<Notify>,
+}
+
+impl Drain {
+    /// Begins the drain (once: it is never undone).
+    pub(crate) fn begin(&self) {
+        self.draining.store(true, Ordering::Release);
+        self.wake.notify_waiters();
+    }
+
+    /// Has the drain begun?
+    pub(crate) fn draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+}
+
 /// Serves HTTP/1.x requests on `io` (whose first bytes, `read`, were
 /// already read) until the client closes, a request asks to close, the
-/// listener drains (`drain` turns true) or an error ends the connection.
-pub(crate) async fn serve<H: Handler>(
+/// listener drains or an error ends the connection.
+///
+/// Not an `async fn`: an `async fn` keeps its arguments twice in the
+/// connection's task (the arguments, and the locals they move into:
+/// rust-lang/rust#62958), a block its captures once. What the task holds
+/// while the connection waits is its memory ([module docs](self)).
+pub(crate) fn serve<H: Handler>(
     io: Box<dyn ClientStream>,
     read: BytesMut,
-    mut handler: H,
-    settings: Settings,
-    mut drain: watch::Receiver<bool>,
-) {
-    let mut c = Conn { io, buf: read };
-    let mut first = true;
-    let mut between = Between::new(drain.clone());
-    loop {
-        let head = match read_head(&mut c, &settings, first, &drain, &mut between).await {
-            Ok(h) => h,
-            Err(NoHead::Quiet) => return,
+    handler: H,
+    settings: Arc<Settings>,
+    drain: Arc<Drain>,
+) -> impl Future<Output = ()> + Send {
+    let (mut c, mut handler, mut drain) = (Conn { io, buf: read }, handler, drain);
+    async move {
+        // The loop's locals in a scope of their own, so that none is kept
+        // beside the close's state after it (a local that was borrowed is
+        // kept until its scope ends).
+        let end = {
+            let mut first = true;
+            let mut waits = Waits::default();
+            let mut woken = std::pin::pin!(Arc::clone(&drain.wake).notified_owned());
+            loop {
+                let got = read_head(&mut c, &settings, first, &drain, &mut waits, woken.as_mut());
+                let head = match got.await {
+                    Ok(h) => h,
+                    Err(NoHead::Quiet) => return,
+                    Err(NoHead::Refuse(kind)) => break End::Refuse(kind),
+                };
+                first = false;
+                let begun = match begin::<H::Body>(head, c) {
+                    Ok(b) => b,
+                    Err((back, kind)) => {
+                        c = back;
+                        break End::Refuse(kind);
+                    }
+                };
+                // The exchange (the handler's future, then the answer's
+                // write) in a block from the thread's spares, given back
+                // when it is done: no allocation per request, and none
+                // held while the connection waits. The handler and the
+                // drain ride along and come back.
+                let mut block = spare::block();
+                block.set(Some(exchange(handler, drain, begun)));
+                let Some(running) = block.as_mut().as_pin_mut() else {
+                    return;
+                };
+                let Exchanged {
+                    handler: h,
+                    drain: d,
+                    written,
+                    keep,
+                } = running.await;
+                spare::give_block(block);
+                (handler, drain) = (h, d);
+                let (next, unread) = match written {
+                    Some(Ok(written)) => written,
+                    Some(Err(e)) => {
+                        tracing::debug!(peer = %handler.peer(), error = %e, "writing a response failed");
+                        return;
+                    }
+                    None => return,
+                };
+                c = next;
+                if !keep {
+                    break End::Close(unread || !c.buf.is_empty());
+                }
+            }
+        };
+        match end {
             // Rare: its write's state in a box of its own, not in every
             // connection's task.
-            Err(NoHead::Refuse(kind)) => return Box::pin(refuse(c, handler.refusal(kind))).await,
-        };
-        first = false;
-        let bytes = c.buf.split_to(head.len).freeze();
-        let mut req = match request::<H::Body>(&head, &bytes) {
-            Ok(r) => r,
-            Err(kind) => return Box::pin(refuse(c, handler.refusal(kind))).await,
-        };
-        // The request's values hold the head's bytes now.
-        drop(bytes);
-        let mut asked = Asked::of(&head, req.method() == Method::CONNECT);
-        asked.ask.is_head = req.method() == Method::HEAD;
-        // An upgrade: the socket goes to the tunnel after a 101.
-        // (`Connection: upgrade` was seen by the parse, or there is none.)
-        let upgrade = (head.facts.upgrade && upgrade_request(&req).is_some()).then(|| {
-            let (tx, rx) = oneshot::channel();
-            let offer = Upgrade(Arc::new(parking_lot::Mutex::new(Some(rx))));
-            req.extensions_mut().insert(offer);
-            tx
-        });
-        let (body, held) = hold(&head, c);
-        // Its line list goes back to the thread's spare before the answer's
-        // head is parsed into it (`head::Lines`).
-        drop(head);
-        // The exchange (the handler's future, then the answer's write) in a
-        // block from the thread's spares, given back when it is done: no
-        // allocation per request, and none held while the connection
-        // waits. The handler and the drain signal ride along and come back.
-        let mut block = spare::block();
-        block.set(Some(exchange(
-            handler, drain, req, body, held, upgrade, asked,
-        )));
-        let Some(running) = block.as_mut().as_pin_mut() else {
-            return;
-        };
-        let done = running.await;
-        spare::give_block(block);
-        (handler, drain) = (done.handler, done.drain);
-        let (next, unread) = match done.written {
-            Some(Ok(written)) => written,
-            Some(Err(e)) => {
-                tracing::debug!(peer = %handler.peer(), error = %e, "writing a response failed");
-                return;
-            }
-            None => return,
-        };
-        c = next;
-        if !done.keep {
-            let unread = unread || !c.buf.is_empty();
-            return linger_close(c, unread).await;
+            End::Refuse(kind) => Box::pin(refuse(c, handler.refusal(kind))).await,
+            End::Close(unread) => linger_close(c, unread).await,
         }
     }
 }
 
-/// A request's exchange done: the handler and drain signal it borrowed,
+/// How a connection's loop ended, when it has something left to do.
+enum End {
+    /// Answer with this error, then close.
+    Refuse(ErrorKind),
+    /// Close (lingering when the client may still be sending: `true`).
+    Close(bool),
+}
+
+/// What a request's exchange starts from.
+struct Begun<B> {
+    req: Box<Request<B>>,
+    body: Option<Box<ServerBody>>,
+    held: Held,
+    upgrade: Option<oneshot::Sender<UpgradedClient>>,
+    asked: Asked,
+}
+
+/// The request a head read into `c` makes, and where the connection is
+/// while it is served; the connection back with the refusal when the head
+/// cannot be served. A plain function: nothing it uses is kept in the
+/// connection's task.
+fn begin<B: Payload>(head: Head, mut c: Conn) -> Result<Begun<B>, (Conn, ErrorKind)> {
+    let bytes = c.buf.split_to(head.len).freeze();
+    let mut req = match request::<B>(&head, &bytes) {
+        Ok(r) => r,
+        Err(kind) => return Err((c, kind)),
+    };
+    // The request's values hold the head's bytes now.
+    drop(bytes);
+    let mut asked = Asked::of(&head, req.method() == Method::CONNECT);
+    asked.ask.is_head = req.method() == Method::HEAD;
+    // An upgrade: the socket goes to the tunnel after a 101.
+    // (`Connection: upgrade` was seen by the parse, or there is none.)
+    let upgrade = (head.facts.upgrade && upgrade_request(&req).is_some()).then(|| {
+        let (tx, rx) = oneshot::channel();
+        let offer = Upgrade(Arc::new(parking_lot::Mutex::new(Some(rx))));
+        req.extensions_mut().insert(offer);
+        tx
+    });
+    let (body, held) = hold(&head, c);
+    // Its line list goes back to the thread's spare before the answer's
+    // head is parsed into it (`head::Lines`).
+    drop(head);
+    Ok(Begun {
+        req,
+        body,
+        held,
+        upgrade,
+        asked,
+    })
+}
+
+/// A request's exchange done: the handler and drain it borrowed,
 /// the connection as [`write_answer`] gave it back, and whether it stays
 /// open.
 struct Exchanged<H> {
     handler: H,
-    drain: watch::Receiver<bool>,
+    drain: Arc<Drain>,
     written: Option<io::Result<(Conn, bool)>>,
     keep: bool,
 }
 
 /// One request: the handler's answer, then its write. Owns what it uses
 /// (it runs in a spare block, [`spare::block`]) and hands the handler and
-/// the drain signal back.
+/// the drain back.
 async fn exchange<H: Handler>(
     handler: H,
-    drain: watch::Receiver<bool>,
-    req: Box<Request<H::Body>>,
-    body: Option<Box<ServerBody>>,
-    held: Held,
-    upgrade: Option<oneshot::Sender<UpgradedClient>>,
-    mut asked: Asked,
+    drain: Arc<Drain>,
+    begun: Begun<H::Body>,
 ) -> Exchanged<H> {
+    let Begun {
+        req,
+        body,
+        held,
+        upgrade,
+        mut asked,
+    } = begun;
     let resp = handler.call(req, body).await;
-    if draining(&drain) || handler.closing() {
+    if drain.draining() || handler.closing() {
         asked.keep = false;
     }
     let written = write_answer(held, resp, upgrade, &mut asked).await;
@@ -403,113 +495,108 @@ async fn write_through_slot<B: Payload>(
     }
 }
 
-/// Has the listener begun to drain? The drain signal only ever turns
-/// true, so a change seen is the drain (an atomic load, no lock); a
-/// listener gone is one too.
-fn draining(drain: &watch::Receiver<bool>) -> bool {
-    drain.has_changed().unwrap_or(true)
-}
-
-/// What a connection waits on between requests, made once per
-/// connection: the idle timer (a [`LazyTimer`]: not re-armed for every
-/// request) and the drain signal's change (registered once, not once per
-/// wait).
-struct Between {
-    idle: LazyTimer,
-    drained: Pin<Box<dyn Future<Output = ()> + Send>>,
-    /// `drained` has been polled: it holds this task's waker from then on
-    /// (the connection never changes task), so later waits look at the
-    /// signal itself (an atomic load) instead of polling it again.
+/// What a connection waits on besides its socket, kept for its life:
+/// one timer for both the idle wait between requests and a head's
+/// `header_read` clock (a [`LazyTimer`]: moved, not made per wait, and not
+/// re-armed for every request), and whether its place in the drain's
+/// wake-up is registered.
+#[derive(Default)]
+struct Waits {
+    timer: LazyTimer,
+    /// The drain's wake-up has been polled: it holds this task's waker
+    /// from then on (the connection never changes task), so later waits
+    /// look at the flag itself (an atomic load) instead of polling it
+    /// again (which takes the wake-up's lock).
     registered: bool,
 }
 
-impl Between {
-    fn new(mut drain: watch::Receiver<bool>) -> Between {
-        Between {
-            idle: LazyTimer::default(),
-            // The one change there is: false to true (or the listener
-            // gone).
-            drained: Box::pin(async move {
-                let _ = drain.changed().await;
-            }),
-            registered: false,
-        }
-    }
-
+impl Waits {
     /// Has the listener begun to drain? Registers the wake-up for it on
     /// the first call.
-    fn drained(&mut self, drain: &watch::Receiver<bool>, cx: &mut std::task::Context<'_>) -> bool {
-        if self.registered {
-            return draining(drain);
+    fn drained(
+        &mut self,
+        woken: Pin<&mut OwnedNotified>,
+        drain: &Drain,
+        cx: &mut Context<'_>,
+    ) -> bool {
+        if !self.registered {
+            self.registered = true;
+            if woken.poll(cx).is_ready() {
+                return true;
+            }
         }
-        self.registered = true;
-        self.drained.as_mut().poll(cx).is_ready()
+        drain.draining()
     }
 }
 
-/// Reads until a whole request head is in the buffer.
-async fn read_head(
-    c: &mut Conn,
-    s: &Settings,
+/// Reads until a whole request head is in the buffer. A plain function
+/// around one `poll_fn`: what the wait keeps in the connection's task is
+/// the closure's few words (an `async fn` would keep its arguments twice
+/// and a timer of its own).
+fn read_head<'a>(
+    c: &'a mut Conn,
+    s: &'a Settings,
     first: bool,
-    drain: &watch::Receiver<bool>,
-    between: &mut Between,
-) -> Result<Head, NoHead> {
+    drain: &'a Drain,
+    waits: &'a mut Waits,
+    mut woken: Pin<&'a mut OwnedNotified>,
+) -> impl Future<Output = Result<Head, NoHead>> + Send + 'a {
     // The head's clock: from its first byte (the first bytes of a
     // connection are bounded by `ClientIo`, and start it too).
     let mut began = (first || !c.buf.is_empty()).then(Instant::now);
-    loop {
+    // The end of the idle wait, once there is one.
+    let mut idle_until = None;
+    std::future::poll_fn(move |cx| loop {
         if !c.buf.is_empty() {
             match head::parse_request_up_to(&c.buf, s.head_lines()) {
-                Ok(Some(h)) => return Ok(h),
+                Ok(Some(h)) => return Poll::Ready(Ok(h)),
                 Ok(None) => {}
-                Err(e) => return Err(NoHead::Refuse(refusal(e))),
+                Err(e) => return Poll::Ready(Err(NoHead::Refuse(refusal(e)))),
             }
             if c.buf.len() >= s.head_buffer() {
-                return Err(NoHead::Refuse(ErrorKind::HeadersTooLarge));
+                return Poll::Ready(Err(NoHead::Refuse(ErrorKind::HeadersTooLarge)));
             }
             began.get_or_insert_with(Instant::now);
         }
         let got = match began {
-            Some(at) => {
-                let read = std::future::poll_fn(|cx| c.poll_fill(HEAD_READ, cx));
-                match tokio::time::timeout_at(at + s.header_read_timeout, read).await {
-                    Ok(r) => r,
+            Some(at) => match c.poll_fill(HEAD_READ, cx) {
+                Poll::Ready(r) => r,
+                Poll::Pending if waits.timer.poll_passed(at + s.header_read_timeout, cx) => {
                     // A head begun and not finished in time.
-                    Err(_) if !c.buf.is_empty() => {
-                        return Err(NoHead::Refuse(ErrorKind::ClientTimeout))
-                    }
-                    Err(_) => return Err(NoHead::Quiet),
+                    return Poll::Ready(Err(if c.buf.is_empty() {
+                        NoHead::Quiet
+                    } else {
+                        NoHead::Refuse(ErrorKind::ClientTimeout)
+                    }));
                 }
-            }
+                Poll::Pending => return Poll::Pending,
+            },
             None => {
                 // Between requests: idle until the next one, or drained,
                 // with no buffer held while nothing comes.
-                if draining(drain) {
-                    return Err(NoHead::Quiet);
+                if drain.draining() {
+                    return Poll::Ready(Err(NoHead::Quiet));
                 }
-                let until = Instant::now() + s.idle_timeout;
-                let waited = std::future::poll_fn(|cx| {
-                    if let Poll::Ready(r) = c.poll_fill_idle(cx) {
-                        return Poll::Ready(Some(r));
+                match c.poll_fill_idle(cx) {
+                    Poll::Ready(r) => r,
+                    Poll::Pending => {
+                        let until =
+                            *idle_until.get_or_insert_with(|| Instant::now() + s.idle_timeout);
+                        if waits.drained(woken.as_mut(), drain, cx)
+                            || waits.timer.poll_passed(until, cx)
+                        {
+                            return Poll::Ready(Err(NoHead::Quiet));
+                        }
+                        return Poll::Pending;
                     }
-                    if between.drained(drain, cx) || between.idle.poll_passed(until, cx) {
-                        return Poll::Ready(None);
-                    }
-                    Poll::Pending
-                })
-                .await;
-                match waited {
-                    Some(r) => r,
-                    None => return Err(NoHead::Quiet),
                 }
             }
         };
         match got {
-            Ok(0) | Err(_) => return Err(NoHead::Quiet),
+            Ok(0) | Err(_) => return Poll::Ready(Err(NoHead::Quiet)),
             Ok(_) => {}
         }
-    }
+    })
 }
 
 /// The answer to a head that cannot be served.

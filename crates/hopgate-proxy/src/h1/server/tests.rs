@@ -49,13 +49,13 @@ impl Handler for Echo {
     }
 }
 
-fn settings() -> Settings {
-    Settings {
+fn settings() -> Arc<Settings> {
+    Arc::new(Settings {
         max_header_bytes: 16 << 10,
         max_headers: 100,
         header_read_timeout: Duration::from_secs(5),
         idle_timeout: Duration::from_secs(60),
-    }
+    })
 }
 
 /// Reads one answer (head and its Content-Length body): its status
@@ -100,13 +100,12 @@ async fn spares_become(n: usize) {
 #[tokio::test]
 async fn an_idle_connection_reads_partial_and_pipelined_heads() {
     let (client, server) = tokio::io::duplex(64 << 10);
-    let (_drain_tx, drain) = watch::channel(false);
     let task = tokio::spawn(serve(
         Box::new(server),
         BytesMut::new(),
         Echo,
         settings(),
-        drain,
+        Arc::default(),
     ));
     let (mut rd, mut wr) = tokio::io::split(client);
     let mut pending = Vec::new();
@@ -148,13 +147,12 @@ async fn an_idle_connection_reads_partial_and_pipelined_heads() {
 #[tokio::test(start_paused = true)]
 async fn a_partial_head_after_idle_times_out_with_408() {
     let (client, server) = tokio::io::duplex(64 << 10);
-    let (_drain_tx, drain) = watch::channel(false);
     let task = tokio::spawn(serve(
         Box::new(server),
         BytesMut::new(),
         Echo,
         settings(),
-        drain,
+        Arc::default(),
     ));
     let (mut rd, mut wr) = tokio::io::split(client);
     let mut pending = Vec::new();
@@ -165,6 +163,59 @@ async fn a_partial_head_after_idle_times_out_with_408() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     wr.write_all(b"GET /slow HTTP/1.1\r\nho").await.unwrap();
     assert_eq!(answer(&mut rd, &mut pending).await.0, 408);
+    task.await.unwrap();
+}
+
+/// A drain closes a connection waiting between requests at once (its
+/// wait registered with the drain's wake-up), and one that connects after
+/// the drain began once its request is answered, with `Connection: close`.
+#[tokio::test]
+async fn a_drain_closes_idle_connections_at_once() {
+    let drain = Arc::new(Drain::default());
+    let (client, server) = tokio::io::duplex(64 << 10);
+    let task = tokio::spawn(serve(
+        Box::new(server),
+        BytesMut::new(),
+        Echo,
+        settings(),
+        Arc::clone(&drain),
+    ));
+    let (mut rd, mut wr) = tokio::io::split(client);
+    let mut pending = Vec::new();
+    wr.write_all(b"GET /one HTTP/1.1\r\nhost: a\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(answer(&mut rd, &mut pending).await, (200, "/one 0".into()));
+    // Waiting for its next request (its buffer given back) when the
+    // drain begins.
+    spares_become(1).await;
+    drain.begin();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("an idle connection closes when the drain begins")
+        .unwrap();
+    let mut rest = Vec::new();
+    rd.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty());
+
+    let (client, server) = tokio::io::duplex(64 << 10);
+    let task = tokio::spawn(serve(
+        Box::new(server),
+        BytesMut::new(),
+        Echo,
+        settings(),
+        drain,
+    ));
+    let (mut rd, mut wr) = tokio::io::split(client);
+    wr.write_all(b"GET /late HTTP/1.1\r\nhost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut all = Vec::new();
+    rd.read_to_end(&mut all).await.unwrap();
+    let all = String::from_utf8_lossy(&all).to_ascii_lowercase();
+    assert!(all.starts_with("http/1.1 200"), "{all}");
+    assert!(all.contains("connection: close"), "{all}");
+    assert!(all.ends_with("/late 0"), "{all}");
     task.await.unwrap();
 }
 
